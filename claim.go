@@ -1,0 +1,58 @@
+package leasework
+
+import "time"
+
+// Status is the state of an event row.
+type Status string
+
+// The states of an event row. A row moves READY -> INPROGRESS when claimed and
+// from INPROGRESS to DONE, back to READY (retry, release) or to FAILED. DONE
+// and FAILED are terminal; only an explicit requeue moves a FAILED row back to
+// READY.
+const (
+	StatusReady      Status = "READY"
+	StatusInProgress Status = "INPROGRESS"
+	StatusDone       Status = "DONE"
+	StatusFailed     Status = "FAILED"
+)
+
+// Valid reports whether s is one of the four states.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusReady, StatusInProgress, StatusDone, StatusFailed:
+		return true
+	}
+	return false
+}
+
+// Claim is one event owned by one worker until LeaseUntil.
+//
+// ID and Generation together identify the claim: every outcome write carries
+// both, and the database rejects it once a newer claim exists or the lease has
+// expired. Generation is a fencing token: pass it downstream so other systems
+// can reject a stale owner too. EventID is stable across retries and
+// reclaims; consumers deduplicate on it.
+type Claim struct {
+	ID          int64     // row id
+	EventID     string    // stable identity of the event, unique in the table
+	Kind        string    // selects the handler
+	Key         string    // optional ordering/partition key given at enqueue ("" if none)
+	Payload     []byte    // the event's body, as enqueued
+	Generation  int64     // grows with every claim of the row; the fencing token
+	Attempt     int       // 1 for the first claim; counts every claim, crashed ones included
+	MaxAttempts int       // the attempt budget of the row
+	LeaseUntil  time.Time // lease deadline as decided by the database clock
+	Reclaimed   bool      // true when the previous owner's lease expired unfinished
+	Progress    []byte    // the last progress recorded by an earlier attempt, or nil
+	LastError   string    // the error recorded by the previous attempt, or ""
+}
+
+// Ref names one claim of one row: the row id and the generation it was claimed
+// with.
+type Ref struct {
+	ID         int64
+	Generation int64
+}
+
+// Ref returns the claim's (ID, Generation) pair.
+func (c *Claim) Ref() Ref { return Ref{ID: c.ID, Generation: c.Generation} }

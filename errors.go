@@ -1,0 +1,70 @@
+package leasework
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrLeaseLost is returned by an outcome write (complete, retry, fail,
+	// renew, release, progress) that found the claim no longer owned: a newer
+	// generation claimed the row, the lease expired, or the row is already in
+	// a terminal state. The write changed nothing, and the caller must not
+	// follow it with an unguarded write. It is also the context cause of a
+	// handler whose lease was lost.
+	ErrLeaseLost = errors.New("leasework: lease lost")
+
+	// ErrDuplicateEvent is returned by enqueue when an event id already exists
+	// in the table (or twice in one call). Nothing was overwritten.
+	ErrDuplicateEvent = errors.New("leasework: duplicate event id")
+
+	// ErrShutdown is the context cause of a handler cancelled because its
+	// worker is stopping.
+	ErrShutdown = errors.New("leasework: worker shutting down")
+
+	// ErrAttemptTimeout is the context cause of a handler that ran past its
+	// per-attempt timeout.
+	ErrAttemptTimeout = errors.New("leasework: attempt timed out")
+)
+
+// PermanentError marks an error that must not be retried. Create it with
+// [Permanent].
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return "permanent error"
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that the event is marked FAILED instead of retried.
+// Permanent(nil) returns nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or any error it wraps, was made by
+// [Permanent].
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// PanicError is the error recorded for an attempt whose handler panicked.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the goroutine's stack at the panic
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("handler panicked: %v\n%s", e.Value, e.Stack)
+}

@@ -1,0 +1,217 @@
+// Package pgserver starts a throwaway PostgreSQL cluster from the local
+// server binaries, for tests and for the examples' "no DSN given" default.
+//
+// The cluster lives in a temporary directory, listens on a free port of
+// 127.0.0.1 only, trusts local connections, and is removed by [Server.Stop].
+// initdb refuses to run as root, so as root the cluster runs as the
+// unprivileged "postgres" user, which owns the directory.
+package pgserver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // to wait for the server to accept queries
+)
+
+// EnvDSN names the environment variable that points tests, examples and the
+// CLI at an existing server instead of a throwaway one.
+const EnvDSN = "LEASEWORK_DSN"
+
+// Server is a running throwaway cluster.
+type Server struct {
+	dsn  string
+	dir  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// DSN is the URL of the cluster's "postgres" database as the "postgres"
+// superuser.
+func (s *Server) DSN() string { return s.dsn }
+
+// FindBinaries returns the directory holding initdb and postgres: on PATH
+// first, then the newest /usr/lib/postgresql/*/bin.
+func FindBinaries() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, dir := range dirs {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("pgserver: PostgreSQL server binaries (initdb, postgres) are not on PATH nor under /usr/lib/postgresql/*/bin; " +
+		"install the server (on Debian or Ubuntu: apt-get install postgresql) or set " + EnvDSN + " to an existing server")
+}
+
+func version(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start initializes and starts a throwaway cluster. Stop it with
+// [Server.Stop].
+func Start(ctx context.Context) (*Server, error) {
+	bin, err := FindBinaries()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := serverUser()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "leasework-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("pgserver: %w", err)
+	}
+	s := &Server{dir: dir}
+	fail := func(err error) (*Server, error) {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return fail(fmt.Errorf("pgserver: %w", err))
+		}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+		"-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("pgserver: initdb: %w\n%s", err, out))
+	}
+	port, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	logFile, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return fail(fmt.Errorf("pgserver: %w", err))
+	}
+	defer logFile.Close()
+	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
+		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
+	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
+	// Pdeathsig stops the server if this process dies without Stop.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	if err := s.cmd.Start(); err != nil {
+		return fail(fmt.Errorf("pgserver: start postgres: %w", err))
+	}
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.cmd.Wait() }()
+	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if err := s.waitReady(ctx); err != nil {
+		s.Stop()
+		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+		return nil, fmt.Errorf("%w\nserver log:\n%s", err, log)
+	}
+	return s, nil
+}
+
+func (s *Server) waitReady(ctx context.Context) error {
+	db, err := sql.Open("pgx", s.dsn)
+	if err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	defer db.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, time.Second)
+		err := db.PingContext(pingCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case exitErr := <-s.done:
+			s.done <- exitErr
+			return fmt.Errorf("pgserver: postgres exited during start-up: %v", exitErr)
+		case <-ctx.Done():
+			return fmt.Errorf("pgserver: waiting for postgres: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgserver: postgres did not accept connections within a minute: %v", err)
+		}
+	}
+}
+
+// Stop shuts the server down (fast shutdown) and removes its directory.
+func (s *Server) Stop() error {
+	var err error
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			s.cmd.Process.Kill()
+			<-s.done
+			err = errors.New("pgserver: postgres did not stop within 30s; killed")
+		}
+	}
+	if rmErr := os.RemoveAll(s.dir); rmErr != nil && err == nil {
+		err = fmt.Errorf("pgserver: %w", rmErr)
+	}
+	return err
+}
+
+// serverUser returns the credential to run the server with: nil when not
+// root, the "postgres" user when root.
+func serverUser() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, errors.New(`pgserver: running as root, and initdb refuses root; no "postgres" user exists to run the server as ` +
+			"(installing the postgresql package creates it), or set " + EnvDSN)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgserver: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Resolve returns the DSN to use: explicit if given, else $LEASEWORK_DSN, else
+// a throwaway cluster started now (stop is then non-nil and must be called).
+func Resolve(ctx context.Context, explicit string) (dsn string, stop func() error, err error) {
+	if explicit = strings.TrimSpace(explicit); explicit != "" {
+		return explicit, nil, nil
+	}
+	if env := strings.TrimSpace(os.Getenv(EnvDSN)); env != "" {
+		return env, nil, nil
+	}
+	s, err := Start(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return s.DSN(), s.Stop, nil
+}

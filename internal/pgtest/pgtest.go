@@ -1,0 +1,102 @@
+// Package pgtest gives tests a real PostgreSQL: the server named by
+// $LEASEWORK_DSN, or a throwaway cluster started once per test binary.
+//
+// A package's tests use it from TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+// and then call [DSN] or [Store]. When no server is named and no server
+// binaries are installed, every test binary that uses it fails with a message
+// that says what to install; it never skips.
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/lease"
+)
+
+var dsn string
+
+// Main starts the server if needed, runs the tests, stops the server and
+// exits. A throwaway server's DSN is exported in $LEASEWORK_DSN, so child
+// processes of the tests (the kill tests) use the same server.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dsn = strings.TrimSpace(os.Getenv(pgserver.EnvDSN))
+	if dsn == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		srv, err := pgserver.Start(ctx)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: no PostgreSQL for the tests: %v\n", err)
+			return 1
+		}
+		defer srv.Stop()
+		dsn = srv.DSN()
+		os.Setenv(pgserver.EnvDSN, dsn)
+	}
+	return m.Run()
+}
+
+// DSN returns the server's DSN. It fails the test if Main did not run.
+func DSN(t testing.TB) string {
+	t.Helper()
+	if dsn == "" {
+		t.Fatal("pgtest: DSN called without pgtest.Main in TestMain")
+	}
+	return dsn
+}
+
+// Open opens a pool on the test server with drv and closes it at the end of
+// the test.
+func Open(t testing.TB, drv leasework.Driver) *sql.DB {
+	t.Helper()
+	db, err := drv.Open(DSN(t))
+	if err != nil {
+		t.Fatalf("open %s: %v", drv.Name(), err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// SchemaName returns a fresh schema name for one test.
+func SchemaName() string {
+	return "t_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+}
+
+// Store returns a migrated store in a fresh schema of its own, dropped at
+// the end of the test.
+func Store(t testing.TB, drv leasework.Driver, opts lease.Options) *lease.Store {
+	t.Helper()
+	db := Open(t, drv)
+	if opts.Schema == "" {
+		opts.Schema = SchemaName()
+	}
+	s, err := lease.New(db, drv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.DropSchema(context.Background()); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	return s
+}

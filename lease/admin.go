@@ -1,0 +1,220 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasework/leasework"
+)
+
+// Row is the whole persisted state of one event, for operators and tests.
+type Row struct {
+	ID            int64
+	EventID       string
+	Kind          string
+	Key           string
+	Payload       []byte
+	Status        leasework.Status
+	Generation    int64
+	Attempt       int
+	MaxAttempts   int
+	LeaseUntil    *time.Time // nil unless INPROGRESS
+	NextAttemptAt time.Time
+	LastError     string
+	Progress      []byte
+	Worker        string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	FinishedAt    *time.Time
+}
+
+// ErrNotFound is returned by [Store.Get] and [Store.GetByEventID] for a row
+// that does not exist.
+var ErrNotFound = errors.New("lease: no such event")
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRow(sc scanner) (Row, error) {
+	var r Row
+	var lease, finished sql.NullTime
+	var status string
+	err := sc.Scan(&r.ID, &r.EventID, &r.Kind, &r.Key, &r.Payload, &status, &r.Generation,
+		&r.Attempt, &r.MaxAttempts, &lease, &r.NextAttemptAt, &r.LastError, &r.Progress,
+		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished)
+	if err != nil {
+		return Row{}, err
+	}
+	r.Status = leasework.Status(status)
+	if lease.Valid {
+		r.LeaseUntil = &lease.Time
+	}
+	if finished.Valid {
+		r.FinishedAt = &finished.Time
+	}
+	return r, nil
+}
+
+// Get reads one row by id.
+func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
+	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.get, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Row{}, fmt.Errorf("lease: get row %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("lease: get row %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// GetByEventID reads one row by event id.
+func (s *Store) GetByEventID(ctx context.Context, eventID string) (Row, error) {
+	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.getByEvent, eventID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Row{}, fmt.Errorf("lease: get event %q: %w", eventID, ErrNotFound)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("lease: get event %q: %w", eventID, err)
+	}
+	return r, nil
+}
+
+// ListRequest selects rows for [Store.List].
+type ListRequest struct {
+	Status  leasework.Status // "" for any status
+	Kind    string           // "" for any kind
+	AfterID int64            // rows with a larger id only, for paging
+	Limit   int              // zero means 100
+}
+
+// List returns rows in id order.
+func (s *Store) List(ctx context.Context, req ListRequest) ([]Row, error) {
+	if req.Status != "" && !req.Status.Valid() {
+		return nil, fmt.Errorf("lease: list: unknown status %q (want READY, INPROGRESS, DONE or FAILED)", req.Status)
+	}
+	if req.Limit < 0 {
+		return nil, fmt.Errorf("lease: list: Limit is %d; it must not be negative", req.Limit)
+	}
+	if req.Limit == 0 {
+		req.Limit = 100
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("lease: list: %w", err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("lease: list: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lease: list: %w", err)
+	}
+	return out, nil
+}
+
+// RequeueRequest selects FAILED rows to give another chance. Exactly one of
+// IDs, Kinds and All selects; the budget fields say how many attempts the rows
+// get.
+type RequeueRequest struct {
+	IDs   []int64  // these rows
+	Kinds []string // every FAILED row of these kinds
+	All   bool     // every FAILED row
+
+	// ExtraAttempts, when positive, extends each row's budget to the attempts
+	// it has used plus ExtraAttempts. Zero resets the attempt count so each
+	// row has its whole MaxAttempts again. Negative is an error.
+	ExtraAttempts int
+}
+
+// Requeue moves the selected FAILED rows back to READY, due at once, and
+// returns their ids. Their generation grows, so an owner from before the
+// requeue stays stale. Rows in any other state are left alone.
+func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error) {
+	n := 0
+	for _, set := range []bool{len(req.IDs) > 0, len(req.Kinds) > 0, req.All} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, errors.New("lease: requeue: set exactly one of IDs, Kinds and All")
+	}
+	if req.ExtraAttempts < 0 {
+		return nil, fmt.Errorf("lease: requeue: ExtraAttempts is %d; it must not be negative", req.ExtraAttempts)
+	}
+	ids, kinds := req.IDs, req.Kinds
+	if ids == nil {
+		ids = []int64{}
+	}
+	if kinds == nil {
+		kinds = []string{}
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.requeue, req.All, s.drv.Array(ids), s.drv.Array(kinds), req.ExtraAttempts)
+	if err != nil {
+		return nil, fmt.Errorf("lease: requeue: %w", err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("lease: requeue: %w", err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lease: requeue: %w", err)
+	}
+	return out, nil
+}
+
+// Stats are the database-side figures of one table, read in one query.
+type Stats struct {
+	Ready, InProgress, Done, Failed int64
+	// Eligible counts READY rows that are due now.
+	Eligible int64
+	// ExpiredClaims counts INPROGRESS rows whose lease has expired: work
+	// abandoned by a dead or stalled worker, waiting to be reclaimed.
+	ExpiredClaims int64
+	// OldestEligibleAge is how long the longest-waiting claimable row (due
+	// READY, or expired INPROGRESS) has been claimable; zero when none is.
+	OldestEligibleAge time.Duration
+}
+
+// Stats reads the table's figures. It scans the table, so call it at
+// metrics-scrape rates, not per job.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	var age float64
+	err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Ready, &st.InProgress, &st.Done, &st.Failed,
+		&st.Eligible, &st.ExpiredClaims, &age)
+	if err != nil {
+		return Stats{}, fmt.Errorf("lease: stats: %w", err)
+	}
+	st.OldestEligibleAge = time.Duration(age * float64(time.Second))
+	return st, nil
+}
+
+// DeleteFinished deletes up to limit DONE rows that finished at least
+// olderThan ago (zero: any DONE row), oldest first, and returns how many it
+// deleted. FAILED rows are kept for repair.
+func (s *Store) DeleteFinished(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("lease: delete finished: olderThan is %v; it must not be negative", olderThan)
+	}
+	if limit < 1 {
+		return 0, fmt.Errorf("lease: delete finished: limit is %d; it must be at least 1", limit)
+	}
+	res, err := s.db.ExecContext(ctx, s.q.deleteFinished, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("lease: delete finished: %w", err)
+	}
+	return res.RowsAffected()
+}

@@ -1,0 +1,60 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasework/leasework"
+)
+
+// ClaimRequest says what to claim.
+type ClaimRequest struct {
+	// Limit is the most rows to claim; at least 1.
+	Limit int
+	// Lease is how long each claim is owned before another worker may take
+	// it; positive, at least a millisecond.
+	Lease time.Duration
+	// Kinds restricts the claim to these kinds. Empty means every kind.
+	Kinds []string
+	// Worker names the claiming worker in the row, for operators. Optional.
+	Worker string
+}
+
+// Claim claims up to req.Limit eligible rows in one statement: due READY rows
+// and INPROGRESS rows whose lease has expired. Each claimed row gets a new
+// generation, an attempt, and a lease of req.Lease from the database clock.
+// The claim is committed when Claim returns.
+//
+// Expired rows on their last allowed attempt are moved to FAILED by the same
+// statement instead of being returned.
+func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim, error) {
+	if req.Limit < 1 {
+		return nil, fmt.Errorf("lease: claim: Limit is %d; it must be at least 1", req.Limit)
+	}
+	if req.Lease < time.Millisecond {
+		return nil, fmt.Errorf("lease: claim: Lease is %v; it must be at least 1ms", req.Lease)
+	}
+	kinds := req.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.claim, req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker)
+	if err != nil {
+		return nil, fmt.Errorf("lease: claim: %w", err)
+	}
+	defer rows.Close()
+	claims := make([]leasework.Claim, 0, req.Limit)
+	for rows.Next() {
+		var c leasework.Claim
+		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
+			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError); err != nil {
+			return nil, fmt.Errorf("lease: claim: %w", err)
+		}
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lease: claim: %w", err)
+	}
+	return claims, nil
+}

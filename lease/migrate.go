@@ -1,0 +1,124 @@
+package lease
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migration is one versioned step of the schema.
+type Migration struct {
+	Version int
+	Name    string
+	sql     string
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() []Migration {
+	entries, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		panic(err) // the pattern is constant
+	}
+	var ms []Migration
+	for _, path := range entries {
+		base := strings.TrimPrefix(path, "migrations/")
+		num, name, ok := strings.Cut(strings.TrimSuffix(base, ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			panic("lease: badly named migration " + path)
+		}
+		body, err := migrationFS.ReadFile(path)
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, Migration{Version: v, Name: name, sql: string(body)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms
+}
+
+// Migrate creates the schema, the table and everything it needs, applying
+// the migrations not yet recorded in the table's migrations table. Running it
+// again is a no-op, and processes migrating at once are serialized by an
+// advisory lock, so every process may call it at start-up.
+//
+// It returns the versions it applied.
+func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("lease: migrate: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	// The lock comes first: CREATE ... IF NOT EXISTS is not safe against a
+	// concurrent CREATE of the same name.
+	lockKey := "leasework:migrate:" + s.schema + "." + s.table
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, lockKey); err != nil {
+		return nil, fmt.Errorf("lease: migrate: lock: %w", err)
+	}
+	stmts := []string{
+		`CREATE SCHEMA IF NOT EXISTS {{schema}}`,
+		`CREATE TABLE IF NOT EXISTS {{schema}}.{{name "migrations"}} (
+			version integer PRIMARY KEY,
+			name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT statement_timestamp())`,
+	}
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, s.render(q)); err != nil {
+			return nil, fmt.Errorf("lease: migrate: %w", err)
+		}
+	}
+	done := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, s.render(`SELECT version FROM {{schema}}.{{name "migrations"}}`))
+	if err != nil {
+		return nil, fmt.Errorf("lease: migrate: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("lease: migrate: %w", err)
+		}
+		done[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lease: migrate: %w", err)
+	}
+	rows.Close()
+	for _, m := range Migrations() {
+		if done[m.Version] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, s.render(m.sql)); err != nil {
+			return nil, fmt.Errorf("lease: migration %d (%s): %w", m.Version, m.Name, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.render(`INSERT INTO {{schema}}.{{name "migrations"}} (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
+			return nil, fmt.Errorf("lease: migrate: record %d: %w", m.Version, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("lease: migrate: commit: %w", err)
+	}
+	return applied, nil
+}
+
+// DropSchema drops the store's schema and everything in it. It exists for
+// tests and throwaway databases.
+func (s *Store) DropSchema(ctx context.Context) error {
+	_, err := s.db.ExecContext(ctx, s.render(`DROP SCHEMA IF EXISTS {{schema}} CASCADE`))
+	if err != nil {
+		return fmt.Errorf("lease: drop schema: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+-- Wake idle workers when events are inserted: one NOTIFY per kind per
+-- statement, delivered when the inserting transaction commits (and never if it
+-- rolls back). The channel is the trigger's argument.
+CREATE FUNCTION {{schema}}.{{name "notify"}}() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_ARGV[0], k.kind) FROM (SELECT DISTINCT kind FROM inserted) AS k;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER {{name "notify"}}
+    AFTER INSERT ON {{table}}
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.{{name "notify"}}({{channel}});

@@ -1,0 +1,199 @@
+package lease
+
+import "fmt"
+
+// The statements, one copy each. {{table}} and friends are replaced by quoted
+// identifiers when a Store is made; every value is a bound parameter.
+// Durations are bound as microseconds.
+
+// guard is invariant 2: the full ownership check of every outcome write. The
+// joined row set r carries the claim's id and generation.
+const guard = `o.id = r.id AND o.status = 'INPROGRESS' AND o.generation = r.generation
+  AND o.lease_until > clock_timestamp()`
+
+const claimSQL = `
+WITH exhausted AS (
+    -- Invariant 5: a lease that expired on the last allowed attempt ends the
+    -- row in FAILED instead of granting another attempt.
+    UPDATE {{table}} AS o
+    SET status = 'FAILED', lease_until = NULL, worker = NULL,
+        finished_at = statement_timestamp(), updated_at = statement_timestamp(),
+        last_error = format('lease expired on attempt %s of %s', o.attempt, o.max_attempts)
+    WHERE o.id IN (
+        SELECT id FROM {{table}}
+        WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp()
+          AND attempt >= max_attempts
+        ORDER BY lease_until
+        LIMIT 100
+        FOR UPDATE SKIP LOCKED)
+    RETURNING o.id
+), expired AS (
+    SELECT id, true AS reclaimed FROM {{table}}
+    WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp()
+      AND attempt < max_attempts
+      AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), ready AS (
+    SELECT id, false AS reclaimed FROM {{table}}
+    WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()
+      AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+    ORDER BY next_attempt_at, id
+    LIMIT $1 - (SELECT count(*) FROM expired)
+    FOR UPDATE SKIP LOCKED
+), candidate AS (
+    SELECT id, reclaimed FROM expired
+    UNION ALL
+    SELECT id, reclaimed FROM ready
+)
+UPDATE {{table}} AS o
+SET status = 'INPROGRESS',
+    generation = o.generation + 1,
+    attempt = o.attempt + 1,
+    lease_until = statement_timestamp() + $3 * interval '1 microsecond',
+    worker = NULLIF($4, ''),
+    updated_at = statement_timestamp()
+FROM candidate AS c
+WHERE o.id = c.id
+RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
+    o.attempt, o.max_attempts, o.lease_until, c.reclaimed, o.progress,
+    COALESCE(o.last_error, '')`
+
+const enqueueSQL = `
+INSERT INTO {{table}} (event_id, kind, key, payload, max_attempts, next_attempt_at)
+SELECT e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
+    COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp())
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[])
+    AS e(event_id, kind, key, payload, max_attempts, run_at)
+%s
+RETURNING id, event_id`
+
+const completeSQL = `
+UPDATE {{table}} AS o
+SET status = 'DONE', lease_until = NULL, worker = NULL, last_error = NULL,
+    finished_at = statement_timestamp(), updated_at = statement_timestamp()
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+WHERE ` + guard + `
+RETURNING o.id, o.generation, o.status`
+
+// retrySQL sends a claim back to READY after a delay, unless the attempt
+// budget is spent, in which case the row ends FAILED with the error.
+const retrySQL = `
+UPDATE {{table}} AS o
+SET status = CASE WHEN o.attempt >= o.max_attempts THEN 'FAILED' ELSE 'READY' END,
+    lease_until = NULL, worker = NULL, last_error = r.error,
+    next_attempt_at = statement_timestamp() + r.delay * interval '1 microsecond',
+    finished_at = CASE WHEN o.attempt >= o.max_attempts THEN statement_timestamp() END,
+    updated_at = statement_timestamp()
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, generation, delay, error)
+WHERE ` + guard + `
+RETURNING o.id, o.generation, o.status`
+
+const failSQL = `
+UPDATE {{table}} AS o
+SET status = 'FAILED', lease_until = NULL, worker = NULL, last_error = r.error,
+    finished_at = statement_timestamp(), updated_at = statement_timestamp()
+FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, generation, error)
+WHERE ` + guard + `
+RETURNING o.id, o.generation, o.status`
+
+const renewSQL = `
+UPDATE {{table}} AS o
+SET lease_until = statement_timestamp() + $3 * interval '1 microsecond',
+    updated_at = statement_timestamp()
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+WHERE ` + guard + `
+RETURNING o.id, o.generation, o.lease_until`
+
+// releaseSQL gives a claim back at once, for graceful shutdown. The attempt
+// it consumed is given back too: the handler was stopped, it did not fail.
+const releaseSQL = `
+UPDATE {{table}} AS o
+SET status = 'READY', lease_until = NULL, worker = NULL,
+    attempt = greatest(o.attempt - 1, 0),
+    next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
+FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+WHERE ` + guard + `
+RETURNING o.id, o.generation, o.status`
+
+const progressSQL = `
+UPDATE {{table}} AS o
+SET progress = $3, updated_at = statement_timestamp()
+FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
+WHERE ` + guard + `
+RETURNING o.id`
+
+// requeueSQL is the repair path: FAILED rows back to READY. The generation
+// grows here too, so an owner from before the requeue stays stale.
+const requeueSQL = `
+UPDATE {{table}} AS o
+SET status = 'READY', generation = o.generation + 1, lease_until = NULL, worker = NULL,
+    attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
+    max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
+    next_attempt_at = statement_timestamp(), finished_at = NULL,
+    updated_at = statement_timestamp()
+WHERE o.status = 'FAILED'
+  AND ($1 OR o.id = ANY($2::bigint[]) OR o.kind = ANY($3::text[]))
+RETURNING o.id`
+
+const statsSQL = `
+SELECT
+    count(*) FILTER (WHERE status = 'READY'),
+    count(*) FILTER (WHERE status = 'INPROGRESS'),
+    count(*) FILTER (WHERE status = 'DONE'),
+    count(*) FILTER (WHERE status = 'FAILED'),
+    count(*) FILTER (WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()),
+    count(*) FILTER (WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp()),
+    COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - LEAST(
+        min(next_attempt_at) FILTER (WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()),
+        min(lease_until) FILTER (WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp())
+    )), 0)::float8
+FROM {{table}}`
+
+const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
+    max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
+    COALESCE(worker, ''), created_at, updated_at, finished_at`
+
+const getSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE id = $1`
+
+const getByEventSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE event_id = $1`
+
+const listSQL = `SELECT ` + rowColumns + ` FROM {{table}}
+WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND id > $3
+ORDER BY id
+LIMIT $4`
+
+const deleteFinishedSQL = `
+DELETE FROM {{table}}
+WHERE id IN (
+    SELECT id FROM {{table}}
+    WHERE status = 'DONE' AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)`
+
+type queries struct {
+	claim, enqueue, enqueueSkip, complete, retry, fail, renew, release, progress,
+	requeue, stats, get, getByEvent, list, deleteFinished string
+}
+
+func (s *Store) renderQueries() queries {
+	return queries{
+		claim:          s.render(claimSQL),
+		enqueue:        s.render(fmt.Sprintf(enqueueSQL, "")),
+		enqueueSkip:    s.render(fmt.Sprintf(enqueueSQL, "ON CONFLICT (event_id) DO NOTHING")),
+		complete:       s.render(completeSQL),
+		retry:          s.render(retrySQL),
+		fail:           s.render(failSQL),
+		renew:          s.render(renewSQL),
+		release:        s.render(releaseSQL),
+		progress:       s.render(progressSQL),
+		requeue:        s.render(requeueSQL),
+		stats:          s.render(statsSQL),
+		get:            s.render(getSQL),
+		getByEvent:     s.render(getByEventSQL),
+		list:           s.render(listSQL),
+		deleteFinished: s.render(deleteFinishedSQL),
+	}
+}

@@ -1,0 +1,156 @@
+// Package lease is the database boundary of leasework: the schema and its
+// migrations, and every statement that reads or writes event rows. All SQL of
+// the project lives here, one copy shared by every driver.
+//
+// # Ownership
+//
+// [Store.Claim] selects due READY rows and INPROGRESS rows whose lease has
+// expired, with FOR UPDATE SKIP LOCKED, and in the same statement marks them
+// INPROGRESS, increments their generation and sets their lease from the
+// database clock. It commits before it returns.
+//
+// Every outcome write ([Store.Complete], [Store.Retry], [Store.Fail],
+// [Store.Renew], [Store.Release], [Store.SetProgress]) is guarded by
+//
+//	id = $id AND status = 'INPROGRESS' AND generation = $gen
+//	AND lease_until > clock_timestamp()
+//
+// and reports, per claim, whether the guard held. A rejected write is
+// [leasework.ErrLeaseLost]; it changed nothing, and the caller must not
+// follow it with an unguarded write.
+//
+// # Attempt budget
+//
+// Every claim counts as an attempt, including claims whose worker crashed. A
+// row whose lease expires on its last allowed attempt becomes FAILED with a
+// reason such as "lease expired on attempt 5 of 5" the next time any worker
+// claims, instead of being claimed again. A retry on the last attempt also
+// ends in FAILED. [Store.Requeue] is the explicit repair path.
+//
+// # Indexes
+//
+// Claim reads two partial indexes, one over READY rows in due order and one
+// over INPROGRESS rows in lease order. Finished rows are in neither, so the
+// cost of a claim does not grow with the number of DONE and FAILED rows.
+package lease
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/leasework/leasework"
+)
+
+// Defaults for [Options].
+const (
+	DefaultSchema      = "leasework"
+	DefaultTable       = "events"
+	DefaultMaxAttempts = 25
+)
+
+// Options configures a [Store]. The zero value is valid.
+type Options struct {
+	// Schema holds the table. Zero means "leasework". Letters, digits and
+	// underscores, at most 63 bytes.
+	Schema string
+
+	// Table is the events table. Zero means "events". Letters, digits and
+	// underscores, at most 40 bytes (index and function names derive from
+	// it).
+	Table string
+
+	// MaxAttempts is the attempt budget given to events enqueued without
+	// one. Zero means 25. Negative is an error.
+	MaxAttempts int
+}
+
+// Store runs leasework's statements against one events table. It is safe for
+// concurrent use.
+type Store struct {
+	db      *sql.DB
+	drv     leasework.Driver
+	schema  string
+	table   string
+	maxAtt  int
+	channel string
+	q       queries
+}
+
+// New returns a Store for the table named by opts in the database behind db.
+// It does not touch the database; call [Store.Migrate] to create the schema.
+func New(db *sql.DB, drv leasework.Driver, opts Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("lease: New: db is nil")
+	}
+	if drv == nil {
+		return nil, errors.New("lease: New: driver is nil")
+	}
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	if err := validateName("Options.Schema", opts.Schema, maxSchemaLen); err != nil {
+		return nil, err
+	}
+	if err := validateName("Options.Table", opts.Table, maxTableLen); err != nil {
+		return nil, err
+	}
+	switch {
+	case opts.MaxAttempts < 0:
+		return nil, fmt.Errorf("lease: Options.MaxAttempts is %d; it must be positive, or zero for the default of %d", opts.MaxAttempts, DefaultMaxAttempts)
+	case opts.MaxAttempts == 0:
+		opts.MaxAttempts = DefaultMaxAttempts
+	}
+	s := &Store{
+		db:      db,
+		drv:     drv,
+		schema:  opts.Schema,
+		table:   opts.Table,
+		maxAtt:  opts.MaxAttempts,
+		channel: channelName(opts.Schema, opts.Table),
+	}
+	s.q = s.renderQueries()
+	return s, nil
+}
+
+// DB returns the pool the store runs on.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Driver returns the store's driver.
+func (s *Store) Driver() leasework.Driver { return s.drv }
+
+// Schema returns the schema name.
+func (s *Store) Schema() string { return s.schema }
+
+// Table returns the table name.
+func (s *Store) Table() string { return s.table }
+
+// QualifiedTable returns the quoted, schema-qualified table name.
+func (s *Store) QualifiedTable() string { return QuoteIdent(s.schema) + "." + QuoteIdent(s.table) }
+
+// Channel returns the LISTEN/NOTIFY channel on which inserts into the table
+// are announced. The payload of each notification is an event kind.
+func (s *Store) Channel() string { return s.channel }
+
+var placeholder = regexp.MustCompile(`\{\{(table|schema|channel|name "([a-z_]+)")\}\}`)
+
+// render replaces the placeholders of an SQL template with quoted names.
+func (s *Store) render(tmpl string) string {
+	return placeholder.ReplaceAllStringFunc(tmpl, func(m string) string {
+		sub := placeholder.FindStringSubmatch(m)
+		switch {
+		case sub[1] == "table":
+			return s.QualifiedTable()
+		case sub[1] == "schema":
+			return QuoteIdent(s.schema)
+		case sub[1] == "channel":
+			return quoteLiteral(s.channel)
+		default:
+			return QuoteIdent(s.table + "_" + sub[2])
+		}
+	})
+}
