@@ -1,0 +1,82 @@
+// Package leasetest holds test fixtures that change an events table the way
+// time and rival workers would, without waiting: expire a lease, construct a
+// newer generation, make a scheduled retry due. They exist for tests only;
+// they bypass the ownership guard on purpose.
+package leasetest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
+)
+
+func exec(ctx context.Context, s *lease.Store, op, query string, args ...any) error {
+	res, err := s.DB().ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("leasetest: %s: %w", op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("leasetest: %s: %w", op, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("leasetest: %s: %d rows matched, want 1", op, n)
+	}
+	return nil
+}
+
+// ExpireLease moves the lease of an INPROGRESS row one second into the past,
+// as if its owner had stalled or died that long ago.
+func ExpireLease(ctx context.Context, s *lease.Store, id int64) error {
+	return exec(ctx, s, fmt.Sprintf("expire lease of row %d", id),
+		`UPDATE `+s.QualifiedTable()+` SET lease_until = clock_timestamp() - interval '1 second'
+		 WHERE id = $1 AND status = 'INPROGRESS'`, id)
+}
+
+// ExpireAllLeases expires every INPROGRESS row's lease and returns how many
+// it changed.
+func ExpireAllLeases(ctx context.Context, s *lease.Store) (int64, error) {
+	res, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
+		SET lease_until = clock_timestamp() - interval '1 second' WHERE status = 'INPROGRESS'`)
+	if err != nil {
+		return 0, fmt.Errorf("leasetest: expire all leases: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// NewerGeneration constructs a newer live claim of an INPROGRESS row
+// directly, without the claim statement: generation + 1 and a fresh lease of
+// the given length. It returns the new claim's Ref. This tests write
+// protection independently of the reclaim query.
+func NewerGeneration(ctx context.Context, s *lease.Store, id int64, lease time.Duration) (leasework.Ref, error) {
+	var ref leasework.Ref
+	err := s.DB().QueryRowContext(ctx, `UPDATE `+s.QualifiedTable()+`
+		SET generation = generation + 1, status = 'INPROGRESS',
+		    lease_until = clock_timestamp() + $2 * interval '1 microsecond'
+		WHERE id = $1 AND status = 'INPROGRESS'
+		RETURNING id, generation`, id, lease.Microseconds()).Scan(&ref.ID, &ref.Generation)
+	if err != nil {
+		return leasework.Ref{}, fmt.Errorf("leasetest: newer generation of row %d: %w", id, err)
+	}
+	return ref, nil
+}
+
+// MakeDue moves a READY row's next attempt to now, as if its retry delay had
+// passed.
+func MakeDue(ctx context.Context, s *lease.Store, id int64) error {
+	return exec(ctx, s, fmt.Sprintf("make row %d due", id),
+		`UPDATE `+s.QualifiedTable()+` SET next_attempt_at = statement_timestamp()
+		 WHERE id = $1 AND status = 'READY'`, id)
+}
+
+// ForceState writes status and lease_until of a row with no guard at all.
+// The schema's constraints still apply: it is how a test shows that the
+// database itself refuses an INPROGRESS row without a lease.
+func ForceState(ctx context.Context, s *lease.Store, id int64, status leasework.Status, leaseUntil *time.Time) error {
+	return exec(ctx, s, fmt.Sprintf("force state of row %d", id),
+		`UPDATE `+s.QualifiedTable()+` SET status = $2, lease_until = $3 WHERE id = $1`,
+		id, string(status), leaseUntil)
+}
