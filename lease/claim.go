@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,6 +31,30 @@ type ClaimRequest struct {
 // Expired rows on their last allowed attempt are moved to FAILED by the same
 // statement instead of being returned.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim, error) {
+	return s.scanClaims(ctx, s.db, s.q.claim, req)
+}
+
+// ClaimTx runs the claim statement inside tx instead of committing it: the
+// rows stay locked, and other claimers skip them, until tx ends; if tx rolls
+// back, the claim never happened. Workers use [Store.Claim]; ClaimTx exists to
+// test that boundary and for callers that must claim atomically with their
+// own writes. Never run a handler while tx is open.
+func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, req ClaimRequest) ([]leasework.Claim, error) {
+	if tx == nil {
+		return nil, errors.New("lease: claim: tx is nil")
+	}
+	return s.scanClaims(ctx, tx, s.q.claim, req)
+}
+
+// Querier is what the store needs to run a query: *sql.DB, *sql.Conn and
+// *sql.Tx all have it.
+type Querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// scanClaims runs a claim statement (the store's, or the baseline's) and
+// reads the claims it returns.
+func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req ClaimRequest) ([]leasework.Claim, error) {
 	if req.Limit < 1 {
 		return nil, fmt.Errorf("lease: claim: Limit is %d; it must be at least 1", req.Limit)
 	}
@@ -39,7 +65,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim,
 	if kinds == nil {
 		kinds = []string{}
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.claim, req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker)
+	rows, err := q.QueryContext(ctx, query, req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker)
 	if err != nil {
 		return nil, fmt.Errorf("lease: claim: %w", err)
 	}

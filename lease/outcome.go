@@ -63,13 +63,9 @@ func (s *Store) Retry(ctx context.Context, req RetryRequest) (leasework.Status, 
 
 // RetryMany is [Store.Retry] for many claims in one statement.
 func (s *Store) RetryMany(ctx context.Context, reqs []RetryRequest) ([]Result, error) {
-	refs := make([]leasework.Ref, len(reqs))
-	delays, errs := make([]int64, len(reqs)), make([]string, len(reqs))
-	for i, r := range reqs {
-		if r.Delay < 0 {
-			return nil, fmt.Errorf("lease: retry: claim %d of row %d: Delay is %v; it must not be negative", r.Ref.Generation, r.Ref.ID, r.Delay)
-		}
-		refs[i], delays[i], errs[i] = r.Ref, r.Delay.Microseconds(), r.Error
+	refs, delays, errs, err := splitRetries(reqs)
+	if err != nil {
+		return nil, err
 	}
 	ids, gens := splitRefs(refs)
 	a := s.drv.Array
@@ -207,4 +203,16 @@ func splitRefs(refs []leasework.Ref) (ids, gens []int64) {
 		ids[i], gens[i] = r.ID, r.Generation
 	}
 	return ids, gens
+}
+
+func splitRetries(reqs []RetryRequest) (refs []leasework.Ref, delays []int64, errs []string, err error) {
+	refs = make([]leasework.Ref, len(reqs))
+	delays, errs = make([]int64, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
+		if r.Delay < 0 {
+			return nil, nil, nil, fmt.Errorf("lease: retry: row %d generation %d: Delay is %v; it must not be negative", r.Ref.ID, r.Ref.Generation, r.Delay)
+		}
+		refs[i], delays[i], errs[i] = r.Ref, r.Delay.Microseconds(), r.Error
+	}
+	return refs, delays, errs, nil
 }
