@@ -1,0 +1,255 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// Target is what the suite runs against.
+type Target struct {
+	// Driver is the driver under test. Required.
+	Driver leasework.Driver
+
+	// DSN names a database where the suite may create and drop schemas.
+	// Required.
+	DSN string
+
+	// NewStore builds the store under test over a migrated table. Nil
+	// means lease.New, the real store: leave it nil to test a driver. The
+	// suite's self-test sets it to the unsafe baseline.
+	NewStore func(db *sql.DB, drv leasework.Driver, opts lease.Options) (Store, error)
+}
+
+// Store is the part of the lease store the suite exercises. *lease.Store
+// implements it.
+type Store interface {
+	Enqueue(ctx context.Context, tx *sql.Tx, events ...lease.Event) ([]lease.Enqueued, error)
+	Claim(ctx context.Context, req lease.ClaimRequest) ([]leasework.Claim, error)
+	ClaimTx(ctx context.Context, tx *sql.Tx, req lease.ClaimRequest) ([]leasework.Claim, error)
+	Complete(ctx context.Context, ref leasework.Ref) error
+	CompleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
+	Retry(ctx context.Context, req lease.RetryRequest) (leasework.Status, error)
+	Fail(ctx context.Context, req lease.FailRequest) error
+	Renew(ctx context.Context, ref leasework.Ref, lease time.Duration) (time.Time, error)
+	Release(ctx context.Context, ref leasework.Ref) error
+	SetProgress(ctx context.Context, ref leasework.Ref, progress []byte) error
+	Requeue(ctx context.Context, req lease.RequeueRequest) ([]int64, error)
+}
+
+// Environment variables between the suite and its child processes.
+const (
+	envRole   = "LEASEWORK_CONFORMANCE_ROLE"
+	envDSN    = "LEASEWORK_CONFORMANCE_DSN"
+	envSchema = "LEASEWORK_CONFORMANCE_SCHEMA"
+)
+
+// watchdog bounds every subtest.
+const watchdog = 2 * time.Minute
+
+// A property is one subtest: a name that says what must hold, and the test.
+type property struct {
+	name string
+	run  func(e *env)
+}
+
+// Run runs every property against target, each as a parallel subtest in a
+// schema of its own.
+func Run(t *testing.T, target Target) {
+	t.Helper()
+	if target.Driver == nil {
+		t.Fatal("conformance: Target.Driver is nil")
+	}
+	if target.DSN == "" {
+		t.Fatal("conformance: Target.DSN is empty; name a database where the suite may create schemas")
+	}
+	if os.Getenv(envRole) == "" {
+		// Fail once, clearly, when the database is unreachable.
+		db, err := target.Driver.Open(target.DSN)
+		if err != nil {
+			t.Fatalf("conformance: open: %v", err)
+		}
+		err = db.PingContext(context.Background())
+		db.Close()
+		if err != nil {
+			t.Fatalf("conformance: cannot reach the target database: %v", err)
+		}
+	}
+	for _, p := range properties() {
+		t.Run(p.name, func(t *testing.T) {
+			if os.Getenv(envRole) == "" {
+				t.Parallel()
+			}
+			p.run(newEnv(t, target))
+		})
+	}
+}
+
+func properties() []property {
+	return append(labProperties(), productProperties()...)
+}
+
+// env is one subtest's world: its own schema, the store under test, and the
+// real store over the same table for fixtures and reads.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	target Target
+	db     *sql.DB
+	schema string
+	store  Store        // under test
+	fix    *lease.Store // reads and fixtures
+}
+
+func newEnv(t *testing.T, target Target) *env {
+	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+	t.Cleanup(cancel)
+	dsn, schema := target.DSN, os.Getenv(envSchema)
+	child := os.Getenv(envRole) != ""
+	if child {
+		dsn = os.Getenv(envDSN)
+	} else {
+		schema = newSchemaName()
+	}
+	db, err := target.Driver.Open(dsn)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	opts := lease.Options{Schema: schema}
+	fix, err := lease.New(db, target.Driver, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !child {
+		if _, err := fix.Migrate(ctx); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := fix.DropSchema(context.Background()); err != nil {
+				t.Errorf("drop schema %s: %v", schema, err)
+			}
+		})
+	}
+	var store Store = fix
+	if target.NewStore != nil {
+		store, err = target.NewStore(db, target.Driver, opts)
+		if err != nil {
+			t.Fatalf("Target.NewStore: %v", err)
+		}
+	}
+	return &env{t: t, ctx: ctx, target: target, db: db, schema: schema, store: store, fix: fix}
+}
+
+func newSchemaName() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "conformance_" + hex.EncodeToString(b)
+}
+
+// The standard lease of the suite: long enough never to run out during a
+// subtest, so that only the fixture expires it.
+const testLease = 5 * time.Minute
+
+func (e *env) enqueue(events ...lease.Event) []lease.Enqueued {
+	e.t.Helper()
+	tx, err := e.db.BeginTx(e.ctx, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer tx.Rollback()
+	out, err := e.store.Enqueue(e.ctx, tx, events...)
+	if err != nil {
+		e.t.Fatalf("enqueue: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		e.t.Fatalf("commit enqueue: %v", err)
+	}
+	return out
+}
+
+// enqueueN enqueues n events of kind "k" named event-001, event-002, ...
+func (e *env) enqueueN(n int) []lease.Enqueued {
+	e.t.Helper()
+	events := make([]lease.Event, n)
+	for i := range events {
+		events[i] = lease.Event{Kind: "k", EventID: eventName(i + 1)}
+	}
+	return e.enqueue(events...)
+}
+
+func eventName(i int) string {
+	const digits = "0123456789"
+	return "event-" + string([]byte{digits[i/100%10], digits[i/10%10], digits[i%10]})
+}
+
+func (e *env) claim(limit int) []leasework.Claim {
+	e.t.Helper()
+	got, err := e.store.Claim(e.ctx, lease.ClaimRequest{Limit: limit, Lease: testLease, Worker: e.t.Name()})
+	if err != nil {
+		e.t.Fatalf("claim: %v", err)
+	}
+	return got
+}
+
+func (e *env) claimOne() leasework.Claim {
+	e.t.Helper()
+	got := e.claim(1)
+	if len(got) != 1 {
+		e.t.Fatalf("claim returned %d rows, want 1", len(got))
+	}
+	return got[0]
+}
+
+func (e *env) row(id int64) lease.Row {
+	e.t.Helper()
+	r, err := e.fix.Get(e.ctx, id)
+	if err != nil {
+		e.t.Fatalf("read row: %v", err)
+	}
+	return r
+}
+
+// expire is the lease fixture: it moves the row's lease_until into the past,
+// as if its owner had stalled or died.
+func (e *env) expire(id int64) {
+	e.t.Helper()
+	if err := leasetest.ExpireLease(e.ctx, e.fix, id); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) wantState(id int64, status leasework.Status, generation int64) lease.Row {
+	e.t.Helper()
+	r := e.row(id)
+	if r.Status != status || r.Generation != generation {
+		e.t.Fatalf("row %d is %s generation %d; want %s generation %d", id, r.Status, r.Generation, status, generation)
+	}
+	if (r.Status == leasework.StatusInProgress) != (r.LeaseUntil != nil) {
+		e.t.Fatalf("row %d is %s with lease_until %v", id, r.Status, r.LeaseUntil)
+	}
+	return r
+}
+
+func wantLost(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, leasework.ErrLeaseLost) {
+		t.Fatalf("%s: err = %v; want ErrLeaseLost", what, err)
+	}
+}
+
+func wantOK(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}

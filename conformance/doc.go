@@ -1,0 +1,57 @@
+// Package conformance is leasework's exported test suite: the ownership
+// guarantees, proved against a real PostgreSQL through any [leasework.Driver].
+//
+// A driver author calls [Run] from an ordinary test:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Target{
+//			Driver: mydriver.New(),
+//			DSN:    os.Getenv("LEASEWORK_DSN"),
+//		})
+//	}
+//
+// Every property is a subtest that works in a schema of its own, created and
+// dropped around it, so the suite can share a database with anything else.
+// The role needs CREATE on the database.
+//
+// # The lab's six tests
+//
+// Six subtests reproduce the lab article "Kill the Outbox Worker", under
+// these names: ClaimThenComplete, UncommittedClaimIsSkippedThenRestored,
+// KilledWorkerClaimIsRecovered, StaleOwnerCannotComplete,
+// StaleOwnerCannotRetry and ExpiredOwnerCannotFinalize. The rest cover what
+// the product adds: renewal, release, progress and failure under the same
+// guard, concurrent claimers, the attempt budget, the schema's own check,
+// requeue and enqueue.
+//
+// # Child processes
+//
+// KilledWorkerClaimIsRecovered re-executes the test binary (os.Args[0]) with
+// -test.run narrowed to itself, as os/exec's helper-process tests do; the
+// child claims one row in autocommit mode, prints the claim, and waits to be
+// killed with SIGKILL. The child reaches Run through the same test function,
+// so keep the code before Run cheap. The DSN and schema reach it through the
+// environment. On systems without SIGKILL the subtest is skipped.
+//
+// # Lease expiry is a fixture
+//
+// No subtest waits for a lease to run out: each moves lease_until into the
+// past with an explicit fixture and says so. No subtest depends on the speed
+// of the machine; each has a watchdog that fails it after two minutes.
+//
+// # No false positives
+//
+// A subtest fails only when the store violated the property it names: rows
+// returned, persisted state and exit signals are asserted, never timings. A
+// subtest is skipped only for an optional capability the driver lacks
+// (LISTEN/NOTIFY), with a message that names the capability.
+//
+// # Proving the suite can fail
+//
+// lease.UnsafeBaseline is the lab's unsafe store: claims see only due READY
+// rows and outcome writes key on the row id alone. Run with
+// Target.NewStore set to it, exactly four of the lab's six subtests fail
+// (KilledWorkerClaimIsRecovered, StaleOwnerCannotComplete,
+// StaleOwnerCannotRetry, ExpiredOwnerCannotFinalize) and two pass, as in the
+// article. This package's own tests assert that.
+package conformance

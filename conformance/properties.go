@@ -1,0 +1,388 @@
+package conformance
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// The properties the product needs beyond the lab.
+func productProperties() []property {
+	return []property{
+		{"RenewIsGuarded", renewIsGuarded},
+		{"ReleaseIsGuarded", releaseIsGuarded},
+		{"FailIsGuarded", failIsGuarded},
+		{"ProgressIsGuardedAndReachesTheNextAttempt", progressIsGuarded},
+		{"BatchedOutcomesReportEachClaim", batchedOutcomesReportEachClaim},
+		{"ConcurrentClaimersNeverShareAClaim", concurrentClaimersNeverShareAClaim},
+		{"AbandonedLastAttemptFails", abandonedLastAttemptFails},
+		{"RetryOnLastAttemptFails", retryOnLastAttemptFails},
+		{"SchemaRejectsInProgressWithoutLease", schemaRejectsInProgressWithoutLease},
+		{"RequeueKeepsGenerationGrowing", requeueKeepsGenerationGrowing},
+		{"DuplicateEventIsRejected", duplicateEventIsRejected},
+		{"EnqueueRollsBackWithTransaction", enqueueRollsBackWithTransaction},
+		{"NotifyOnCommit", notifyOnCommit},
+	}
+}
+
+// Renew extends a live lease, and is refused to a stale generation, an
+// expired lease and a finished row.
+func renewIsGuarded(e *env) {
+	e.enqueueN(3)
+	claims := e.claim(3)
+	if len(claims) != 3 {
+		e.t.Fatalf("claimed %d rows, want 3", len(claims))
+	}
+	live, stale, expired := claims[0], claims[1], claims[2]
+
+	until, err := e.store.Renew(e.ctx, live.Ref(), 2*testLease)
+	wantOK(e.t, "renew", err)
+	if !until.After(live.LeaseUntil) {
+		e.t.Fatalf("renewed deadline %v is not after the claimed one %v", until, live.LeaseUntil)
+	}
+	if r := e.row(live.ID); !r.LeaseUntil.Equal(until) {
+		e.t.Fatalf("row lease_until %v, renew returned %v", r.LeaseUntil, until)
+	}
+
+	newer := e.newerGeneration(stale.ID)
+	before := e.row(stale.ID)
+	_, err = e.store.Renew(e.ctx, stale.Ref(), 2*testLease)
+	wantLost(e.t, "renew by a stale generation", err)
+	if after := e.row(stale.ID); !after.LeaseUntil.Equal(*before.LeaseUntil) || after.Generation != newer.Generation {
+		e.t.Fatalf("stale renew changed the row: %+v -> %+v", before, after)
+	}
+
+	e.expire(expired.ID) // fixture: the lease ran out
+	_, err = e.store.Renew(e.ctx, expired.Ref(), testLease)
+	wantLost(e.t, "renew of an expired lease", err)
+	if r := e.row(expired.ID); !r.LeaseUntil.Before(time.Now().Add(time.Minute)) {
+		e.t.Fatalf("expired lease was renewed to %v", r.LeaseUntil)
+	}
+
+	wantOK(e.t, "complete", e.store.Complete(e.ctx, live.Ref()))
+	_, err = e.store.Renew(e.ctx, live.Ref(), testLease)
+	wantLost(e.t, "renew of a DONE row", err)
+	e.wantState(live.ID, leasework.StatusDone, 1)
+}
+
+// Release gives the claim back at once (READY, no lease, its attempt
+// returned), and only for the current owner.
+func releaseIsGuarded(e *env) {
+	e.enqueueN(2)
+	claims := e.claim(2)
+	if len(claims) != 2 {
+		e.t.Fatalf("claimed %d rows, want 2", len(claims))
+	}
+	mine, stale := claims[0], claims[1]
+	wantOK(e.t, "release", e.store.Release(e.ctx, mine.Ref()))
+	if r := e.wantState(mine.ID, leasework.StatusReady, 1); r.Attempt != 0 || r.LeaseUntil != nil {
+		e.t.Fatalf("released row: attempt %d lease %v; want 0 and none", r.Attempt, r.LeaseUntil)
+	}
+	wantLost(e.t, "second release", e.store.Release(e.ctx, mine.Ref()))
+
+	newer := e.newerGeneration(stale.ID)
+	wantLost(e.t, "release by a stale generation", e.store.Release(e.ctx, stale.Ref()))
+	e.wantState(stale.ID, leasework.StatusInProgress, newer.Generation)
+
+	again := e.claimOne()
+	if again.ID != mine.ID || again.Generation != 2 || again.Attempt != 1 {
+		e.t.Fatalf("claim after release = %+v; want row %d generation 2 attempt 1", again, mine.ID)
+	}
+}
+
+// Fail ends the row FAILED with the reason, only for the current owner.
+func failIsGuarded(e *env) {
+	e.enqueueN(1)
+	old := e.claimOne()
+	newer := e.newerGeneration(old.ID)
+	wantLost(e.t, "stale fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: old.Ref(), Reason: "stale"}))
+	e.wantState(old.ID, leasework.StatusInProgress, newer.Generation)
+	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: newer, Reason: "bad payload"}))
+	r := e.wantState(old.ID, leasework.StatusFailed, newer.Generation)
+	if r.LastError != "bad payload" || r.FinishedAt == nil {
+		e.t.Fatalf("failed row: last_error %q finished_at %v", r.LastError, r.FinishedAt)
+	}
+	if more := e.claim(1); len(more) != 0 {
+		e.t.Fatalf("a FAILED row was claimed: %+v", more)
+	}
+}
+
+// Progress is written under the guard, and the next attempt, after a crash,
+// receives it.
+func progressIsGuarded(e *env) {
+	e.enqueueN(1)
+	first := e.claimOne()
+	if first.Progress != nil {
+		e.t.Fatalf("first attempt has progress %q", first.Progress)
+	}
+	wantOK(e.t, "progress", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=7")))
+	e.expire(first.ID) // fixture: the worker died
+	wantLost(e.t, "progress after expiry", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=8")))
+	second := e.claimOne()
+	if second.Generation != 2 || !bytes.Equal(second.Progress, []byte("page=7")) {
+		e.t.Fatalf("second attempt: generation %d progress %q; want 2 and page=7", second.Generation, second.Progress)
+	}
+	wantLost(e.t, "progress by the first owner", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=9")))
+	if r := e.row(first.ID); string(r.Progress) != "page=7" {
+		e.t.Fatalf("progress is %q after stale writes, want page=7", r.Progress)
+	}
+}
+
+// A batched write reports each claim: the live ones accepted, the stale one
+// rejected, in the order given.
+func batchedOutcomesReportEachClaim(e *env) {
+	e.enqueueN(3)
+	claims := e.claim(3)
+	if len(claims) != 3 {
+		e.t.Fatalf("claimed %d rows, want 3", len(claims))
+	}
+	newer := e.newerGeneration(claims[1].ID)
+	refs := []leasework.Ref{claims[0].Ref(), claims[1].Ref(), claims[2].Ref()}
+	res, err := e.store.CompleteMany(e.ctx, refs)
+	wantOK(e.t, "complete many", err)
+	if len(res) != 3 || res[0].Err != nil || res[2].Err != nil || !errors.Is(res[1].Err, leasework.ErrLeaseLost) {
+		e.t.Fatalf("results = %+v; want accepted, lost, accepted", res)
+	}
+	for i, r := range res {
+		if r.Ref != refs[i] {
+			e.t.Fatalf("result %d is for %+v, want %+v", i, r.Ref, refs[i])
+		}
+	}
+	e.wantState(claims[0].ID, leasework.StatusDone, 1)
+	e.wantState(claims[1].ID, leasework.StatusInProgress, newer.Generation)
+	e.wantState(claims[2].ID, leasework.StatusDone, 1)
+}
+
+// Many claimers over many rounds, with abandoned claims expired between
+// rounds: no (id, generation) is handed out twice, no row is lost, and every
+// row ends DONE with a generation equal to the times it was claimed.
+func concurrentClaimersNeverShareAClaim(e *env) {
+	const rows, workers = 300, 8
+	events := make([]lease.Event, rows)
+	for i := range events {
+		events[i] = lease.Event{Kind: "k", EventID: fmt.Sprintf("event-%04d", i)}
+	}
+	e.enqueue(events...)
+
+	var mu sync.Mutex
+	seen := map[leasework.Ref]bool{}
+	claimsPerRow := map[int64]int64{}
+	var dup []leasework.Ref
+	for round := 1; ; round++ {
+		if round > 20 {
+			e.t.Fatal("rows still unfinished after 20 rounds")
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					got, err := e.store.Claim(e.ctx, lease.ClaimRequest{Limit: 1 + (w+n)%5, Lease: testLease})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if len(got) == 0 {
+						return
+					}
+					var done []leasework.Ref
+					mu.Lock()
+					for _, c := range got {
+						if seen[c.Ref()] {
+							dup = append(dup, c.Ref())
+						}
+						seen[c.Ref()] = true
+						claimsPerRow[c.ID]++
+						// Abandon about one claim in seven, as a crashed worker would.
+						if (c.ID+int64(round))%7 != 0 {
+							done = append(done, c.Ref())
+						}
+					}
+					mu.Unlock()
+					res, err := e.store.CompleteMany(e.ctx, done)
+					if err != nil {
+						errs <- err
+						return
+					}
+					for _, r := range res {
+						if r.Err != nil {
+							errs <- fmt.Errorf("live claim rejected: %w", r.Err)
+							return
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			e.t.Fatal(err)
+		}
+		n, err := leasetest.ExpireAllLeases(e.ctx, e.fix) // fixture: the abandoned claims' leases run out
+		wantOK(e.t, "expire", err)
+		if n == 0 {
+			break
+		}
+	}
+	if len(dup) > 0 {
+		e.t.Fatalf("claims handed out twice: %v", dup)
+	}
+	list, err := e.fix.List(e.ctx, lease.ListRequest{Limit: rows + 1})
+	wantOK(e.t, "list", err)
+	if len(list) != rows {
+		e.t.Fatalf("%d rows in the table, want %d", len(list), rows)
+	}
+	for _, r := range list {
+		if r.Status != leasework.StatusDone || r.Generation != claimsPerRow[r.ID] {
+			e.t.Fatalf("row %d: %s generation %d after %d claims; want DONE with generation = claims", r.ID, r.Status, r.Generation, claimsPerRow[r.ID])
+		}
+	}
+}
+
+// A crash on every attempt cannot bypass the budget: when the lease of the
+// last allowed attempt expires, the row becomes FAILED with a reason and is
+// not claimed again.
+func abandonedLastAttemptFails(e *env) {
+	ev := e.enqueue(lease.Event{Kind: "k", EventID: "event-001", MaxAttempts: 3})[0]
+	for attempt := 1; attempt <= 3; attempt++ {
+		c := e.claimOne()
+		if c.ID != ev.ID || c.Attempt != attempt || c.Generation != int64(attempt) || c.MaxAttempts != 3 {
+			e.t.Fatalf("claim %d = %+v", attempt, c)
+		}
+		e.expire(c.ID) // fixture: the worker died holding it
+	}
+	if got := e.claim(1); len(got) != 0 {
+		e.t.Fatalf("claimed after the last attempt expired: %+v", got)
+	}
+	r := e.wantState(ev.ID, leasework.StatusFailed, 3)
+	if r.LastError != "lease expired on attempt 3 of 3" || r.Attempt != 3 {
+		e.t.Fatalf("failed row: attempt %d last_error %q; want 3 and \"lease expired on attempt 3 of 3\"", r.Attempt, r.LastError)
+	}
+}
+
+// A retry on the last allowed attempt ends FAILED with the error.
+func retryOnLastAttemptFails(e *env) {
+	ev := e.enqueue(lease.Event{Kind: "k", MaxAttempts: 2})[0]
+	c := e.claimOne()
+	status, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: c.Ref(), Error: "boom 1"})
+	wantOK(e.t, "retry 1", err)
+	if status != leasework.StatusReady {
+		e.t.Fatalf("retry on attempt 1 of 2 left the row %s, want READY", status)
+	}
+	c = e.claimOne()
+	status, err = e.store.Retry(e.ctx, lease.RetryRequest{Ref: c.Ref(), Error: "boom 2"})
+	wantOK(e.t, "retry 2", err)
+	if status != leasework.StatusFailed {
+		e.t.Fatalf("retry on attempt 2 of 2 left the row %s, want FAILED", status)
+	}
+	if r := e.wantState(ev.ID, leasework.StatusFailed, 2); r.LastError != "boom 2" {
+		e.t.Fatalf("last_error %q, want boom 2", r.LastError)
+	}
+}
+
+// The schema itself refuses INPROGRESS without a lease, and a lease on any
+// other state.
+func schemaRejectsInProgressWithoutLease(e *env) {
+	ev := e.enqueueN(1)[0]
+	if err := leasetest.ForceState(e.ctx, e.fix, ev.ID, leasework.StatusInProgress, nil); err == nil {
+		e.t.Fatal("the table accepted INPROGRESS without lease_until")
+	}
+	at := time.Now().Add(time.Hour)
+	if err := leasetest.ForceState(e.ctx, e.fix, ev.ID, leasework.StatusReady, &at); err == nil {
+		e.t.Fatal("the table accepted READY with a lease_until")
+	}
+	if err := leasetest.ForceState(e.ctx, e.fix, ev.ID, "LIMBO", nil); err == nil {
+		e.t.Fatal("the table accepted an unknown status")
+	}
+	e.wantState(ev.ID, leasework.StatusReady, 0)
+}
+
+// Requeue brings a FAILED row back with a higher generation, so an owner from
+// before the requeue stays stale.
+func requeueKeepsGenerationGrowing(e *env) {
+	ev := e.enqueue(lease.Event{Kind: "k", MaxAttempts: 1})[0]
+	c := e.claimOne()
+	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: c.Ref(), Reason: "broken"}))
+	ids, err := e.store.Requeue(e.ctx, lease.RequeueRequest{IDs: []int64{ev.ID}})
+	wantOK(e.t, "requeue", err)
+	if len(ids) != 1 || ids[0] != ev.ID {
+		e.t.Fatalf("requeued %v, want [%d]", ids, ev.ID)
+	}
+	r := e.wantState(ev.ID, leasework.StatusReady, 2)
+	if r.Attempt != 0 || r.FinishedAt != nil {
+		e.t.Fatalf("requeued row: attempt %d finished_at %v; want 0 and none", r.Attempt, r.FinishedAt)
+	}
+	again := e.claimOne()
+	if again.ID != ev.ID || again.Generation != 3 || again.Attempt != 1 {
+		e.t.Fatalf("claim after requeue = %+v; want generation 3 attempt 1", again)
+	}
+	wantLost(e.t, "complete by the owner from before the requeue", e.store.Complete(e.ctx, c.Ref()))
+	wantOK(e.t, "complete", e.store.Complete(e.ctx, again.Ref()))
+	if ids, err := e.store.Requeue(e.ctx, lease.RequeueRequest{All: true}); err != nil || len(ids) != 0 {
+		e.t.Fatalf("requeue all with nothing FAILED = %v, %v; want nothing (DONE stays DONE)", ids, err)
+	}
+	e.wantState(ev.ID, leasework.StatusDone, 3)
+}
+
+// A duplicate event id is an error, never an overwrite.
+func duplicateEventIsRejected(e *env) {
+	e.enqueue(lease.Event{Kind: "k", EventID: "event-001", Payload: []byte("first")})
+	tx, err := e.db.BeginTx(e.ctx, nil)
+	wantOK(e.t, "begin", err)
+	defer tx.Rollback()
+	_, err = e.store.Enqueue(e.ctx, tx, lease.Event{Kind: "k", EventID: "event-001", Payload: []byte("second")})
+	if !errors.Is(err, leasework.ErrDuplicateEvent) {
+		e.t.Fatalf("duplicate enqueue: err = %v; want ErrDuplicateEvent", err)
+	}
+	tx.Rollback()
+	r, err := e.fix.GetByEventID(e.ctx, "event-001")
+	wantOK(e.t, "read", err)
+	if string(r.Payload) != "first" {
+		e.t.Fatalf("payload %q after duplicate enqueue, want first", r.Payload)
+	}
+}
+
+// Events written in a transaction that rolls back never become claimable.
+func enqueueRollsBackWithTransaction(e *env) {
+	tx, err := e.db.BeginTx(e.ctx, nil)
+	wantOK(e.t, "begin", err)
+	_, err = e.store.Enqueue(e.ctx, tx, lease.Event{Kind: "k", EventID: "event-001"})
+	wantOK(e.t, "enqueue", err)
+	wantOK(e.t, "rollback", tx.Rollback())
+	if got := e.claim(10); len(got) != 0 {
+		e.t.Fatalf("claimed rolled-back events: %+v", got)
+	}
+	if _, err := e.fix.GetByEventID(e.ctx, "event-001"); !errors.Is(err, lease.ErrNotFound) {
+		e.t.Fatalf("rolled-back event: %v; want ErrNotFound", err)
+	}
+}
+
+// A driver that implements leasework.Notifier delivers the enqueue's
+// notification, with the kind as payload, once the transaction commits.
+func notifyOnCommit(e *env) {
+	n, ok := e.target.Driver.(leasework.Notifier)
+	if !ok {
+		e.t.Skip("optional capability: the driver does not implement leasework.Notifier (workers poll)")
+	}
+	l, err := n.Listen(e.ctx, e.db, e.fix.Channel())
+	wantOK(e.t, "listen", err)
+	defer l.Close()
+	e.enqueue(lease.Event{Kind: "wake-up"})
+	for {
+		payload, err := l.Wait(e.ctx)
+		wantOK(e.t, "wait", err)
+		switch payload {
+		case "wake-up":
+			return
+		case "": // a reconnection: notifications may have been missed; wait on
+		default:
+			e.t.Fatalf("notification payload %q, want wake-up", payload)
+		}
+	}
+}
