@@ -49,6 +49,16 @@ func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Resul
 	return s.guarded(ctx, "complete", refs, s.q.complete, s.drv.Array(ids), s.drv.Array(gens))
 }
 
+// CompleteAndDeleteMany completes claims of a table that keeps no history:
+// each accepted claim's row is deleted instead of marked DONE, in one
+// statement under the same guard as [Store.CompleteMany]. An accepted result
+// reports Status DONE. Deleting forgets the event id, so a later enqueue of
+// the same id is no longer a duplicate.
+func (s *Store) CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
+	ids, gens := splitRefs(refs)
+	return s.guarded(ctx, "complete", refs, s.q.completeDelete, s.drv.Array(ids), s.drv.Array(gens))
+}
+
 // Retry sends one claim back to READY, due after req.Delay. On the row's last
 // allowed attempt it ends FAILED instead (the result's Status says which). It
 // returns an error matching leasework.ErrLeaseLost when the claim is no longer

@@ -77,6 +77,14 @@ FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
 WHERE ` + guard + `
 RETURNING o.id, o.generation, o.status`
 
+// completeDeleteSQL completes claims of a table that keeps no history: the
+// row is deleted instead of marked DONE, under the same guard.
+const completeDeleteSQL = `
+DELETE FROM {{table}} AS o
+USING unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+WHERE ` + guard + `
+RETURNING o.id, o.generation, 'DONE'::text`
+
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error.
 const retrySQL = `
@@ -174,7 +182,7 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED)`
 
 type queries struct {
-	claim, enqueue, enqueueSkip, complete, retry, fail, renew, release, progress,
+	claim, enqueue, enqueueSkip, complete, completeDelete, retry, fail, renew, release, progress,
 	requeue, stats, get, getByEvent, list, deleteFinished string
 }
 
@@ -184,6 +192,7 @@ func (s *Store) renderQueries() queries {
 		enqueue:        s.render(fmt.Sprintf(enqueueSQL, "")),
 		enqueueSkip:    s.render(fmt.Sprintf(enqueueSQL, "ON CONFLICT (event_id) DO NOTHING")),
 		complete:       s.render(completeSQL),
+		completeDelete: s.render(completeDeleteSQL),
 		retry:          s.render(retrySQL),
 		fail:           s.render(failSQL),
 		renew:          s.render(renewSQL),
