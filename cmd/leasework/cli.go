@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/leasework/leasework/lease"
+)
+
+// Exit codes. Scripts may rely on them; the usage text documents them.
+const (
+	exitOK    = 0 // success, including a requeue that matched no row
+	exitError = 1 // runtime or database error
+	exitUsage = 2 // bad command, flag or value; nothing was sent to the database
+)
+
+// action is one subcommand: it registers its own flags, checks their values
+// before any connection is made, and then runs against the store.
+type action interface {
+	flags(fs *flag.FlagSet)
+	check() error
+	exec(ctx context.Context, st *lease.Store, out *printer) error
+}
+
+type command struct {
+	name     string
+	synopsis string // the command's own flags, for the usage line
+	summary  string // one line, for the command list
+	doc      string // what "leasework help <name>" says before the flags
+	new      func() action
+}
+
+var commands = []command{
+	{
+		name:    "migrate",
+		summary: "create or upgrade the schema (safe to run again)",
+		doc: `Migrate creates the schema, the events table and its indexes and trigger,
+applying the migrations the table does not have yet. Running it again applies
+nothing. Concurrent runs are serialized by the database.`,
+		new: func() action { return &migrateCmd{} },
+	},
+	{
+		name:    "stats",
+		summary: "rows per status, eligible rows, expired claims, oldest eligible age",
+		doc: `Stats prints the table's figures, read in one query: rows per status; rows
+eligible now (READY and due); expired claims (INPROGRESS rows whose lease has
+passed, abandoned by a dead or stalled worker); and how long the oldest
+claimable row has been waiting. It scans the table.`,
+		new: func() action { return &statsCmd{} },
+	},
+	{
+		name:     "list",
+		synopsis: "[-status S] [-kind K] [-limit N] [-after ID]",
+		summary:  "list rows by status and kind, with their last error",
+		doc: `List prints rows in id order: id, event id, kind, status, generation,
+attempt/max, lease deadline, next attempt and last error. The table shortens
+long event ids and errors to one line; -json gives every field in full.
+Page with -after: pass the last id printed (with -json, "next_after").`,
+		new: func() action { return &listCmd{} },
+	},
+	{
+		name:     "requeue",
+		synopsis: "(-id N[,N...] | -kind K | -all) [-extra-attempts N]",
+		summary:  "move FAILED rows back to READY, due now",
+		doc: `Requeue moves FAILED rows back to READY, due at once, with a new generation
+(so an owner from before the requeue stays fenced off). Select the rows with
+exactly one of -id, -kind and -all; rows in other states are never touched.
+By default each row's attempt count is reset, giving it its whole budget
+again; -extra-attempts N instead allows N attempts more than it has used.
+
+Matching no row is not an error: it prints "requeued 0 rows" and exits 0.
+Rows named by -id that were not requeued are reported with the reason.`,
+		new: func() action { return &requeueCmd{} },
+	},
+}
+
+func findCommand(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// usageError is a mistake in the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// env is what a run sees of the process.
+type env struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// run is the whole program but for the process exit: it returns the exit
+// status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	return e.run(ctx, args)
+}
+
+func (e *env) run(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, "leasework: no command given\n\n")
+		writeUsage(e.stderr)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return e.help(ctx, rest)
+	}
+	if strings.HasPrefix(name, "-") {
+		fmt.Fprintf(e.stderr, "leasework: flag %s before the command; flags go after it: leasework <command> [flags]\n", name)
+		fmt.Fprint(e.stderr, "Run 'leasework help' for usage.\n")
+		return exitUsage
+	}
+	c, ok := findCommand(name)
+	if !ok {
+		fmt.Fprintf(e.stderr, "leasework: unknown command %q\nRun 'leasework help' for usage.\n", name)
+		return exitUsage
+	}
+	return e.runCommand(ctx, c, rest)
+}
+
+func (e *env) help(ctx context.Context, args []string) int {
+	switch len(args) {
+	case 0:
+		writeUsage(e.stdout)
+		return exitOK
+	case 1:
+		c, ok := findCommand(args[0])
+		if !ok {
+			fmt.Fprintf(e.stderr, "leasework help: unknown command %q\nRun 'leasework help' for usage.\n", args[0])
+			return exitUsage
+		}
+		return e.runCommand(ctx, c, []string{"-h"})
+	default:
+		fmt.Fprint(e.stderr, "leasework help: give at most one command\n")
+		return exitUsage
+	}
+}
+
+// runCommand parses a command's flags, checks them, opens the store and runs
+// the command, mapping the outcome to an exit status.
+func (e *env) runCommand(ctx context.Context, c command, args []string) int {
+	a := c.new()
+	var conn connFlags
+	fs := flag.NewFlagSet("leasework "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors and usage are printed below
+	conn.register(fs)
+	a.flags(fs)
+
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		writeCommandUsage(e.stdout, c, fs)
+		return exitOK
+	case err != nil:
+		return e.usageFailure(c, err)
+	case fs.NArg() > 0:
+		return e.usageFailure(c, usagef("unexpected argument %q (every option is a flag)", fs.Arg(0)))
+	}
+	if err := a.check(); err != nil {
+		return e.usageFailure(c, err)
+	}
+	st, err := conn.open(e.getenv)
+	if err != nil {
+		return e.failure(c, err)
+	}
+	defer st.DB().Close()
+
+	if conn.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, conn.timeout)
+		defer cancel()
+	}
+	out := &printer{w: e.stdout, json: conn.json}
+	if err := a.exec(ctx, st, out); err != nil {
+		return e.failure(c, explain(st, err, conn.timeout))
+	}
+	return exitOK
+}
+
+func (e *env) failure(c command, err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return e.usageFailure(c, err)
+	}
+	fmt.Fprintf(e.stderr, "leasework %s: %v\n", c.name, err)
+	return exitError
+}
+
+func (e *env) usageFailure(c command, err error) int {
+	fmt.Fprintf(e.stderr, "leasework %s: %v\n", c.name, err)
+	fmt.Fprintf(e.stderr, "usage: %s\nRun 'leasework help %s' for details.\n", usageLine(c), c.name)
+	return exitUsage
+}
+
+func usageLine(c command) string {
+	line := "leasework " + c.name
+	if c.synopsis != "" {
+		line += " " + c.synopsis
+	}
+	return line + " [common flags]"
+}
+
+const commonFlagsText = `	-dsn string      PostgreSQL URL or key=value string (default: $LEASEWORK_DSN;
+	                 one of the two is required, no server is started)
+	-driver name     pgx or pq (default pgx)
+	-schema name     schema of the events table (default leasework)
+	-table name      events table (default events)
+	-json            print JSON instead of a table
+	-timeout d       give up after this long, such as 30s (default 1m; 0: never)
+`
+
+const exitText = `	0  success; a requeue that matched no row is a success too
+	   ("requeued 0 rows"; with -json, "count": 0)
+	1  runtime or database error: server unreachable, table missing (run
+	   migrate), statement failed, timeout passed
+	2  usage error: unknown command or flag, bad flag value, no database
+	   given; nothing was sent to the database
+`
+
+func writeUsage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString(`leasework operates a leasework events table in PostgreSQL.
+
+Usage:
+
+	leasework <command> [flags]
+
+Commands:
+
+`)
+	for _, c := range commands {
+		fmt.Fprintf(&b, "\t%-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(&b, "\t%-9s %s\n", "help", "this text, or a command's flags: leasework help <command>")
+	b.WriteString("\nCommon flags, taken by every command:\n\n")
+	b.WriteString(commonFlagsText)
+	b.WriteString("\nExit status:\n\n")
+	b.WriteString(exitText)
+	b.WriteString(`
+Examples:
+
+	export LEASEWORK_DSN='postgres://app@db:5432/app?sslmode=disable'
+	leasework migrate
+	leasework stats -json
+	leasework list -status FAILED -kind email -limit 20
+	leasework requeue -id 42,43 -extra-attempts 3
+	leasework requeue -kind email
+`)
+	io.WriteString(w, b.String())
+}
+
+func writeCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n\n", usageLine(c), c.doc)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, "\nExit status:\n\n%s", exitText)
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		r := must(t, exitOK, args...)
+		for _, want := range []string{"migrate", "stats", "list", "requeue", "-dsn", "LEASEWORK_DSN", "-json", "Exit status", "requeued 0 rows"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("leasework %s: usage text does not mention %q:\n%s", args[0], want, r.stdout)
+			}
+		}
+	}
+	for _, args := range [][]string{{"help", "list"}, {"list", "-h"}} {
+		r := must(t, exitOK, args...)
+		for _, want := range []string{"Usage: leasework list", "-status", "-after", "-limit", "-dsn", "Exit status"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("leasework %s: usage text does not mention %q:\n%s", strings.Join(args, " "), want, r.stdout)
+			}
+		}
+	}
+	r := must(t, exitOK, "help", "requeue")
+	for _, want := range []string{"-id", "-kind", "-all", "-extra-attempts"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("leasework help requeue does not mention %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// TestUsageErrors checks that every mistake in a command line exits 2 with a
+// message naming the problem, before anything is sent to the database: the
+// DSN given points at a port nothing listens on, so a command that got as far
+// as the database would exit 1 instead.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	const nowhere = "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=5"
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{nil, "no command given"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"help", "list", "stats"}, "at most one command"},
+		{[]string{"-json", "stats"}, "flags go after"},
+		{[]string{"stats", "-nope"}, "flag provided but not defined: -nope"},
+		{[]string{"stats", "extra"}, `unexpected argument "extra"`},
+		{[]string{"stats", "-driver", "mysql"}, `-driver "mysql"`},
+		{[]string{"stats", "-driver", "pgx", "-dsn", "::bad::"}, "bad -dsn"},
+		{[]string{"stats", "-driver", "pq", "-dsn", "::bad::"}, "bad -dsn"},
+		{[]string{"stats", "-schema", "bad schema"}, "Options.Schema"},
+		{[]string{"stats", "-table", "a.b"}, "Options.Table"},
+		{[]string{"stats", "-timeout", "-1s"}, "-timeout"},
+		{[]string{"stats", "-timeout", "soon"}, "-timeout"},
+		{[]string{"list", "-status", "WAITING"}, `-status "WAITING"`},
+		{[]string{"list", "-limit", "0"}, "-limit is 0"},
+		{[]string{"list", "-limit", "many"}, "-limit"},
+		{[]string{"list", "-after", "-5"}, "-after is -5"},
+		{[]string{"requeue"}, "exactly one of -id, -kind and -all"},
+		{[]string{"requeue", "-id", "1", "-all"}, "exactly one of -id, -kind and -all"},
+		{[]string{"requeue", "-kind", "k", "-id", "3"}, "exactly one of -id, -kind and -all"},
+		{[]string{"requeue", "-id", "abc"}, `"abc" is not a row id`},
+		{[]string{"requeue", "-id", "4,0"}, `"0" is not a row id`},
+		{[]string{"requeue", "-id", "4,"}, `"" is not a row id`},
+		{[]string{"requeue", "-kind", ""}, "kind must not be empty"},
+		{[]string{"requeue", "-all", "-extra-attempts", "-1"}, "-extra-attempts is -1"},
+	}
+	for _, c := range cases {
+		args := c.args
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") && args[0] != "help" && !slices.Contains(args, "-dsn") {
+			args = append(args[:len(args):len(args)], "-dsn", nowhere)
+		}
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			t.Parallel()
+			r := must(t, exitUsage, args...)
+			if !strings.Contains(r.stderr, c.want) {
+				t.Errorf("leasework %s: stderr does not say %q:\n%s", strings.Join(args, " "), c.want, r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("leasework %s: a usage error printed on stdout:\n%s", strings.Join(args, " "), r.stdout)
+			}
+		})
+	}
+}
