@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leasework/leasework"
@@ -83,4 +84,42 @@ func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req Cla
 		return nil, fmt.Errorf("lease: claim: %w", err)
 	}
 	return claims, nil
+}
+
+// ExplainClaim returns the plan of the claim statement for req, as EXPLAIN
+// (ANALYZE, BUFFERS) reports it. The statement really runs, inside a
+// transaction that is rolled back, so nothing is claimed. Use it to check
+// that claims stay index-driven on a large table.
+func (s *Store) ExplainClaim(ctx context.Context, req ClaimRequest) (string, error) {
+	if req.Limit < 1 || req.Lease < time.Millisecond {
+		return "", fmt.Errorf("lease: explain claim: Limit %d and Lease %v must be at least 1 and 1ms", req.Limit, req.Lease)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", fmt.Errorf("lease: explain claim: %w", err)
+	}
+	defer tx.Rollback()
+	kinds := req.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q.claim,
+		req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker)
+	if err != nil {
+		return "", fmt.Errorf("lease: explain claim: %w", err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return "", fmt.Errorf("lease: explain claim: %w", err)
+		}
+		plan.WriteString(line)
+		plan.WriteByte('\n')
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("lease: explain claim: %w", err)
+	}
+	return plan.String(), nil
 }

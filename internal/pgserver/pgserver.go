@@ -67,9 +67,19 @@ func version(binDir string) int {
 	return v
 }
 
-// Start initializes and starts a throwaway cluster. Stop it with
-// [Server.Stop].
-func Start(ctx context.Context) (*Server, error) {
+// Options tune a throwaway cluster.
+type Options struct {
+	// Durable keeps fsync and synchronous commit on, as a real server has
+	// them. Benchmarks need it; tests and examples run faster without.
+	Durable bool
+}
+
+// Start initializes and starts a throwaway cluster for tests and examples
+// (fsync off). Stop it with [Server.Stop].
+func Start(ctx context.Context) (*Server, error) { return StartWith(ctx, Options{}) }
+
+// StartWith is [Start] with options.
+func StartWith(ctx context.Context, opts Options) (*Server, error) {
 	bin, err := FindBinaries()
 	if err != nil {
 		return nil, err
@@ -108,9 +118,12 @@ func Start(ctx context.Context) (*Server, error) {
 		return fail(fmt.Errorf("pgserver: %w", err))
 	}
 	defer logFile.Close()
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
-		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=300")
+	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}
+	if !opts.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	// Pdeathsig stops the server if this process dies without Stop.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}

@@ -13,6 +13,7 @@ package pgtest
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -28,17 +29,22 @@ import (
 var dsn string
 
 // Main starts the server if needed, runs the tests, stops the server and
-// exits. A throwaway server's DSN is exported in $LEASEWORK_DSN, so child
+// exits. When benchmarks are asked for (-test.bench), a throwaway server runs
+// with fsync on. A throwaway server's DSN is exported in $LEASEWORK_DSN, so child
 // processes of the tests (the kill tests) use the same server.
 func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
 	dsn = strings.TrimSpace(os.Getenv(pgserver.EnvDSN))
 	if dsn == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		srv, err := pgserver.Start(ctx)
+		// Benchmarks get a durable server: fsync off would flatter them.
+		bench := flag.Lookup("test.bench")
+		durable := bench != nil && bench.Value.String() != ""
+		srv, err := pgserver.StartWith(ctx, pgserver.Options{Durable: durable})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "FAIL: no PostgreSQL for the tests: %v\n", err)

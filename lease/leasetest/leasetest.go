@@ -80,3 +80,20 @@ func ForceState(ctx context.Context, s *lease.Store, id int64, status leasework.
 		`UPDATE `+s.QualifiedTable()+` SET status = $2, lease_until = $3 WHERE id = $1`,
 		id, string(status), leaseUntil)
 }
+
+// InsertFinished inserts n DONE rows of kind "history" in one statement, as
+// a table with a long history has. It is for benchmarks and plan tests.
+func InsertFinished(ctx context.Context, s *lease.Store, n int) error {
+	_, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+`
+		(event_id, kind, status, generation, attempt, finished_at)
+		SELECT 'history-' || g, 'history', 'DONE', 1, 1, statement_timestamp()
+		FROM generate_series(1, $1::int) AS g`, n)
+	if err != nil {
+		return fmt.Errorf("leasetest: insert finished rows: %w", err)
+	}
+	_, err = s.DB().ExecContext(ctx, `ANALYZE `+s.QualifiedTable())
+	if err != nil {
+		return fmt.Errorf("leasetest: analyze: %w", err)
+	}
+	return nil
+}
