@@ -215,6 +215,9 @@ func freePort() (int, error) {
 
 // Resolve returns the DSN to use: explicit if given, else $LEASEWORK_DSN, else
 // a throwaway cluster started now (stop is then non-nil and must be called).
+// It is the examples' default; when the server binaries are missing and it
+// runs as root on a system with apt-get, it installs the postgresql package
+// first. Tests use pgtest instead, which never installs anything.
 func Resolve(ctx context.Context, explicit string) (dsn string, stop func() error, err error) {
 	if explicit = strings.TrimSpace(explicit); explicit != "" {
 		return explicit, nil, nil
@@ -222,9 +225,34 @@ func Resolve(ctx context.Context, explicit string) (dsn string, stop func() erro
 	if env := strings.TrimSpace(os.Getenv(EnvDSN)); env != "" {
 		return env, nil, nil
 	}
+	if _, err := FindBinaries(); err != nil {
+		if installErr := install(ctx); installErr != nil {
+			return "", nil, fmt.Errorf("%w\n(installing it failed: %v)", err, installErr)
+		}
+	}
 	s, err := Start(ctx)
 	if err != nil {
 		return "", nil, err
 	}
 	return s.DSN(), s.Stop, nil
+}
+
+// install installs Debian's postgresql package, for the examples' first run
+// on a fresh machine. It does so only as root with apt-get at hand, and says
+// so on stderr.
+func install(ctx context.Context) error {
+	apt, err := exec.LookPath("apt-get")
+	if err != nil || os.Geteuid() != 0 {
+		return errors.New("not root with apt-get; install the server yourself")
+	}
+	fmt.Fprintln(os.Stderr, "no PostgreSQL server binaries and no "+EnvDSN+": installing the postgresql package with apt-get")
+	for _, args := range [][]string{{"update", "-q"}, {"install", "-y", "-q", "--no-install-recommends", "postgresql"}} {
+		cmd := exec.CommandContext(ctx, apt, args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("apt-get %s: %w", args[0], err)
+		}
+	}
+	return nil
 }
