@@ -3,6 +3,11 @@ package leasework
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"strings"
 )
 
 // Driver binds leasework to one database/sql driver for PostgreSQL. It is all
@@ -27,6 +32,12 @@ type Driver interface {
 	// SQLState returns the five-character SQLSTATE code carried by err, or ""
 	// when err did not come from the server.
 	SQLState(err error) string
+
+	// IsConnectionError reports whether err means the connection failed or
+	// was lost (refused, reset, closed by the server), as opposed to a
+	// statement the server rejected. The statement may or may not have
+	// been applied.
+	IsConnectionError(err error) bool
 }
 
 // Notifier is the optional capability of a [Driver] to wait for LISTEN/NOTIFY
@@ -54,3 +65,55 @@ const (
 	SQLStateSerializationFailure = "40001"
 	SQLStateDeadlockDetected     = "40P01"
 )
+
+// ErrorClass is what kind of failure an error is, as far as retrying goes.
+type ErrorClass int
+
+// The classes [Classify] tells apart.
+const (
+	ClassNone          ErrorClass = iota // err is nil
+	ClassOther                           // any other error: a bug, bad input, a constraint
+	ClassUnique                          // a unique violation (SQLSTATE 23505)
+	ClassSerialization                   // serialization failure or deadlock: retry the transaction
+	ClassConnection                      // the connection failed or was lost: retry on another
+)
+
+func (c ErrorClass) String() string {
+	switch c {
+	case ClassNone:
+		return "none"
+	case ClassUnique:
+		return "unique violation"
+	case ClassSerialization:
+		return "serialization failure"
+	case ClassConnection:
+		return "connection lost"
+	}
+	return "other"
+}
+
+// Classify tells what kind of failure err is: by SQLSTATE for errors the
+// server sent, and by drv.IsConnectionError and the standard library's
+// connection errors otherwise.
+func Classify(drv Driver, err error) ErrorClass {
+	if err == nil {
+		return ClassNone
+	}
+	switch code := drv.SQLState(err); {
+	case code == SQLStateUniqueViolation:
+		return ClassUnique
+	case code == SQLStateSerializationFailure || code == SQLStateDeadlockDetected:
+		return ClassSerialization
+	case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03":
+		// connection exception; admin shutdown, crash shutdown, cannot connect now
+		return ClassConnection
+	case code != "":
+		return ClassOther
+	}
+	var netErr net.Error
+	if drv.IsConnectionError(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr) {
+		return ClassConnection
+	}
+	return ClassOther
+}

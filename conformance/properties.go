@@ -28,6 +28,7 @@ func productProperties() []property {
 		{"DuplicateEventIsRejected", duplicateEventIsRejected},
 		{"EnqueueRollsBackWithTransaction", enqueueRollsBackWithTransaction},
 		{"NotifyOnCommit", notifyOnCommit},
+		{"ErrorsAreClassified", errorsAreClassified},
 	}
 }
 
@@ -384,5 +385,36 @@ func notifyOnCommit(e *env) {
 		default:
 			e.t.Fatalf("notification payload %q, want wake-up", payload)
 		}
+	}
+}
+
+// The driver tells a unique violation, a serialization failure and a lost
+// connection apart (leasework.Classify), so callers know what to retry.
+func errorsAreClassified(e *env) {
+	drv := e.target.Driver
+	ev := e.enqueueN(1)[0]
+
+	tx, err := e.db.BeginTx(e.ctx, nil)
+	wantOK(e.t, "begin", err)
+	_, dupErr := e.fix.Enqueue(e.ctx, tx, lease.Event{Kind: "k", EventID: "event-001"})
+	tx.Rollback()
+	if c := leasework.Classify(drv, dupErr); c != leasework.ClassUnique || drv.SQLState(dupErr) != leasework.SQLStateUniqueViolation {
+		e.t.Fatalf("duplicate insert %v: classified %v, SQLSTATE %q; want a unique violation", dupErr, c, drv.SQLState(dupErr))
+	}
+
+	serErr := leasetest.SerializationFailure(e.ctx, e.fix, ev.ID)
+	if c := leasework.Classify(drv, serErr); c != leasework.ClassSerialization || drv.SQLState(serErr) != leasework.SQLStateSerializationFailure {
+		e.t.Fatalf("serialization failure %v: classified %v, SQLSTATE %q", serErr, c, drv.SQLState(serErr))
+	}
+	if drv.IsConnectionError(serErr) {
+		e.t.Fatalf("serialization failure %v reported as a connection error", serErr)
+	}
+
+	lostErr := leasetest.LoseConnection(e.ctx, e.db)
+	if c := leasework.Classify(drv, lostErr); c != leasework.ClassConnection {
+		e.t.Fatalf("terminated connection %v (%T): classified %v, want %v", lostErr, lostErr, c, leasework.ClassConnection)
+	}
+	if leasework.Classify(drv, nil) != leasework.ClassNone || leasework.Classify(drv, errors.New("x")) != leasework.ClassOther {
+		e.t.Fatal("Classify of nil or a plain error is wrong")
 	}
 }

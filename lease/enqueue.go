@@ -131,7 +131,7 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 
 func (s *Store) enqueueError(err error) error {
 	if s.drv.SQLState(err) == leasework.SQLStateUniqueViolation {
-		return fmt.Errorf("lease: enqueue: %w (%v)", leasework.ErrDuplicateEvent, err)
+		return fmt.Errorf("lease: enqueue: %w: %w", leasework.ErrDuplicateEvent, err)
 	}
 	return fmt.Errorf("lease: enqueue: %w", err)
 }

@@ -11,7 +11,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
+	pgxv5 "github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/leasework/leasework"
@@ -55,6 +57,20 @@ func (Driver) SQLState(err error) string {
 	return ""
 }
 
+// IsConnectionError reports whether err means the connection failed or was
+// lost: pgconn's connect errors, and errors on a connection pgx has closed.
+func (Driver) IsConnectionError(err error) bool {
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	return pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed")
+}
+
 // Listen takes one connection out of db's pool for as long as the listener
 // lives, and listens on channel with it.
 func (Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
@@ -62,7 +78,7 @@ func (Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework
 	if err != nil {
 		return nil, fmt.Errorf("pgx: listen: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, "LISTEN "+quoteIdent(channel)); err != nil {
+	if _, err := conn.ExecContext(ctx, "LISTEN "+pgxv5.Identifier{channel}.Sanitize()); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("pgx: listen: %w", err)
 	}
@@ -95,8 +111,4 @@ func (l *listener) Close() error {
 	// connection is discarded by database/sql instead.
 	_, _ = l.conn.ExecContext(context.Background(), "UNLISTEN *")
 	return l.conn.Close()
-}
-
-func quoteIdent(s string) string {
-	return pgxQuote(s)
 }

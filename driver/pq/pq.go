@@ -10,8 +10,11 @@ package pq
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 	"time"
 
@@ -66,6 +69,19 @@ func (*Driver) SQLState(err error) string {
 		return string(pqErr.Code)
 	}
 	return ""
+}
+
+// IsConnectionError reports whether err means the connection failed or was
+// lost: lib/pq reports a dead connection as driver.ErrBadConn, or as a
+// network error when the server goes away mid-statement.
+func (*Driver) IsConnectionError(err error) bool {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return pqErr.Code.Class() == "08" || pqErr.Fatal()
+	}
+	var netErr net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
 }
 
 // Listen opens a pq.Listener on channel, with the DSN db was opened with.

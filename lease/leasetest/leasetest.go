@@ -6,6 +6,8 @@ package leasetest
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -96,4 +98,53 @@ func InsertFinished(ctx context.Context, s *lease.Store, n int) error {
 		return fmt.Errorf("leasetest: analyze: %w", err)
 	}
 	return nil
+}
+
+// LoseConnection takes a connection from db, has the server terminate it
+// from another connection, then runs a statement on it and returns the error
+// that statement got: a lost connection, as the driver reports it.
+func LoseConnection(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("leasetest: lose connection: %w", err)
+	}
+	defer conn.Close()
+	var pid int
+	if err := conn.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return fmt.Errorf("leasetest: lose connection: %w", err)
+	}
+	var ok bool
+	if err := db.QueryRowContext(ctx, `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ok); err != nil || !ok {
+		return fmt.Errorf("leasetest: lose connection: terminate backend %d: %v, %w", pid, ok, err)
+	}
+	var one int
+	err = conn.QueryRowContext(ctx, `SELECT 1`).Scan(&one)
+	if err == nil {
+		return errors.New("leasetest: lose connection: a statement on the terminated connection succeeded")
+	}
+	return err
+}
+
+// SerializationFailure provokes a serialization failure on row id and
+// returns it: a REPEATABLE READ transaction reads the row, another
+// transaction updates it and commits, and the first then updates it too.
+func SerializationFailure(ctx context.Context, s *lease.Store, id int64) error {
+	tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return fmt.Errorf("leasetest: serialization failure: %w", err)
+	}
+	defer tx.Rollback()
+	var seen int64
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM `+s.QualifiedTable()+` WHERE id = $1`, id).Scan(&seen); err != nil {
+		return fmt.Errorf("leasetest: serialization failure: %w", err)
+	}
+	touch := `UPDATE ` + s.QualifiedTable() + ` SET updated_at = clock_timestamp() WHERE id = $1`
+	if _, err := s.DB().ExecContext(ctx, touch, id); err != nil {
+		return fmt.Errorf("leasetest: serialization failure: %w", err)
+	}
+	_, err = tx.ExecContext(ctx, touch, id)
+	if err == nil {
+		return errors.New("leasetest: serialization failure: the conflicting update succeeded")
+	}
+	return err
 }
