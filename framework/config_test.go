@@ -1,0 +1,93 @@
+package framework_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+)
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	drv := drivers[0].new()
+	db := pgtest.Open(t, drv)
+	cases := []struct {
+		cfg  framework.Config
+		want string
+	}{
+		{framework.Config{Concurrency: -1}, "Config.Concurrency is -1; it must be between 1 and 10000"},
+		{framework.Config{Concurrency: 10001}, "Config.Concurrency"},
+		{framework.Config{Lease: time.Millisecond}, "Config.Lease is 1ms; it must be at least 100ms"},
+		{framework.Config{Lease: -time.Second}, "Config.Lease"},
+		{framework.Config{Lease: time.Second, RenewEvery: 600 * time.Millisecond}, "Config.RenewEvery is 600ms; it must be between 10ms and Lease/2 (500ms)"},
+		{framework.Config{RenewEvery: time.Millisecond}, "Config.RenewEvery"},
+		{framework.Config{PollInterval: time.Millisecond}, "Config.PollInterval is 1ms; it must be at least 10ms"},
+		{framework.Config{AttemptTimeout: -1}, "Config.AttemptTimeout"},
+		{framework.Config{RetentionInterval: -1}, "Config.RetentionInterval"},
+		{framework.Config{RetentionBatch: -1}, "Config.RetentionBatch"},
+		{framework.Config{Table: "bad name"}, "Options.Table"},
+	}
+	for _, c := range cases {
+		w, err := framework.New(db, drv, c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%+v) = %v, %v; want an error containing %q", c.cfg, w, err, c.want)
+		}
+	}
+	if _, err := framework.New(nil, drv, framework.Config{}); err == nil || !strings.Contains(err.Error(), "db is nil") {
+		t.Errorf("New(nil db) = %v; want an error naming the db", err)
+	}
+	if _, err := framework.New(db, nil, framework.Config{}); err == nil || !strings.Contains(err.Error(), "driver is nil") {
+		t.Errorf("New(nil driver) = %v; want an error naming the driver", err)
+	}
+}
+
+func TestRegisterAndRunRejectMisuse(t *testing.T) {
+	drv := drivers[0].new()
+	w, err := framework.New(pgtest.Open(t, drv), drv, framework.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "no handler") {
+		t.Errorf("Run with no handler = %v; want an error", err)
+	}
+	ok := leasework.HandlerFunc(func(context.Context, *leasework.Claim) error { return nil })
+	cases := []struct {
+		kind   string
+		h      leasework.Handler
+		policy framework.RetryPolicy
+		want   string
+	}{
+		{"", ok, framework.RetryPolicy{}, "kind is empty"},
+		{"k", nil, framework.RetryPolicy{}, "handler is nil"},
+		{"k", ok, framework.RetryPolicy{InitialInterval: -1}, "RetryPolicy.InitialInterval"},
+		{"k", ok, framework.RetryPolicy{Multiplier: 0.5}, "RetryPolicy.Multiplier is 0.5; it must be at least 1"},
+		{"k", ok, framework.RetryPolicy{InitialInterval: time.Minute, MaxInterval: time.Second}, "RetryPolicy.MaxInterval"},
+		{"k", ok, framework.RetryPolicy{RandomizationFactor: 1.5}, "RetryPolicy.RandomizationFactor"},
+		{"k", ok, framework.RetryPolicy{MaxAttempts: -1}, "RetryPolicy.MaxAttempts"},
+	}
+	for _, c := range cases {
+		if err := w.Register(c.kind, c.h, c.policy); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Register(%q, %v, %+v) = %v; want an error containing %q", c.kind, c.h, c.policy, err, c.want)
+		}
+	}
+	if err := w.Register("k", ok, framework.RetryPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Register("k", ok, framework.RetryPolicy{}); err == nil || !strings.Contains(err.Error(), "already registered") {
+		t.Errorf("duplicate Register = %v; want an error", err)
+	}
+
+	w.StopNow() // Run stops at once
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatalf("Run after StopNow = %v; want nil", err)
+	}
+	if err := w.Register("late", ok, framework.RetryPolicy{}); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Errorf("Register after Run = %v; want an error", err)
+	}
+	if err := w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already run") {
+		t.Errorf("second Run = %v; want an error", err)
+	}
+}

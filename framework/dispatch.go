@@ -1,0 +1,134 @@
+package framework
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
+)
+
+// dispatch is the claim loop. It claims as many rows as there are free
+// handler slots, in one statement. After a full batch it claims again as
+// soon as a slot frees; after a short or failed one it waits for a
+// notification or the poll interval, so it never polls faster than
+// Config.PollInterval unless woken.
+func (w *Worker) dispatch(ctx context.Context) {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	more := true // claim at once on start
+	for ctx.Err() == nil {
+		if !more {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.wake:
+			case <-poll.C:
+			}
+		}
+		free := w.freeSlots()
+		for free == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.slotFreed:
+			}
+			free = w.freeSlots()
+		}
+		n, err := w.claim(free)
+		poll.Reset(w.pollWait())
+		more = err == nil && n == free
+	}
+}
+
+// claim claims up to limit rows and starts their handlers.
+func (w *Worker) claim(limit int) (int, error) {
+	// A claim in flight is allowed to finish even when the worker stops,
+	// so that its rows are started (and, on a stop, released) rather than
+	// left to wait out their lease.
+	ctx, cancel := context.WithTimeout(w.dbCtx, w.statementTimeout())
+	defer cancel()
+	w.count.claimQueries.Add(1)
+	sent := time.Now() // before the statement: the lease cannot start earlier
+	claims, err := w.store.Claim(ctx, lease.ClaimRequest{
+		Limit:  limit,
+		Lease:  w.cfg.Lease,
+		Kinds:  w.kindList,
+		Worker: w.cfg.WorkerID,
+	})
+	if err != nil {
+		w.log.Warn("claim failed", "err", err)
+		return 0, err
+	}
+	for _, c := range claims {
+		w.startAttempt(c, sent)
+	}
+	return len(claims), nil
+}
+
+func (w *Worker) freeSlots() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cfg.Concurrency - w.running
+}
+
+// pollWait is the poll interval plus a jitter of up to a fifth of it, so
+// that idle workers started together drift apart.
+func (w *Worker) pollWait() time.Duration {
+	d := w.cfg.PollInterval
+	return d + rand.N(d/5+1)
+}
+
+// listen turns LISTEN/NOTIFY notifications into wakeups of the claim loop,
+// when the driver can listen. A notification for a kind this worker does
+// not handle is ignored. On a lost connection it listens again after a
+// backoff, waking the claim loop in case a notification was missed.
+func (w *Worker) listen(ctx context.Context) {
+	n, ok := w.store.Driver().(leasework.Notifier)
+	if !ok {
+		w.log.Info("driver cannot listen for notifications; polling only", "driver", w.store.Driver().Name())
+		return
+	}
+	wait := &backoff.ExponentialBackOff{
+		InitialInterval: 100 * time.Millisecond, RandomizationFactor: 0.2, Multiplier: 2,
+		MaxInterval: time.Minute, Stop: backoff.Stop, Clock: backoff.SystemClock,
+	}
+	wait.Reset()
+	for ctx.Err() == nil {
+		l, err := n.Listen(ctx, w.store.DB(), w.store.Channel())
+		if err == nil {
+			wait.Reset()
+			w.listenOnce.Do(func() { close(w.listening) })
+			signal(w.wake) // anything inserted before LISTEN took effect
+			err = w.receive(ctx, l)
+			_ = l.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d := wait.NextBackOff()
+		w.log.Warn("not listening for notifications; polling meanwhile", "err", err, "retry_in", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Worker) receive(ctx context.Context, l leasework.Listener) error {
+	for {
+		kind, err := l.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		// An empty payload means "maybe missed some": wake anyway.
+		if _, mine := w.kinds[kind]; mine || kind == "" {
+			signal(w.wake)
+		}
+	}
+}

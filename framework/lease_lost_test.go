@@ -1,0 +1,125 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// A handler whose row is claimed again by another worker, after its lease
+// expired, has its context cancelled with ErrLeaseLost, and the completion it
+// returns late is rejected, counted and changes nothing.
+func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
+	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		ctx := context.Background()
+		row := enqueue(t, s, lease.Event{Kind: "k", EventID: "e"})[0]
+
+		a := newWorker(t, s, framework.Config{WorkerID: "a", RenewEvery: 20 * time.Millisecond})
+		claimedA := make(chan leasework.Claim, 1)
+		causeA := make(chan error, 1)
+		register(t, a, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+			claimedA <- *c
+			<-ctx.Done()
+			causeA <- context.Cause(ctx)
+			return nil // a late "done"
+		})
+		start(t, a)
+		if c := recv(t, claimedA, "worker a's claim"); c.Generation != 1 {
+			t.Fatalf("a claimed generation %d; want 1", c.Generation)
+		}
+
+		if err := leasetest.ExpireLease(ctx, s, row.ID); err != nil {
+			t.Fatal(err)
+		}
+		b := newWorker(t, s, framework.Config{WorkerID: "b"})
+		claimedB := make(chan leasework.Claim, 1)
+		release := make(chan struct{})
+		register(t, b, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+			claimedB <- *c
+			<-release
+			return nil
+		})
+		start(t, b)
+		if c := recv(t, claimedB, "worker b's claim"); c.Generation != 2 || !c.Reclaimed {
+			t.Fatalf("b claimed generation %d, reclaimed %v; want 2, true", c.Generation, c.Reclaimed)
+		}
+
+		if cause := recv(t, causeA, "a's cancellation"); !errors.Is(cause, leasework.ErrLeaseLost) {
+			t.Fatalf("a's context cause = %v; want ErrLeaseLost", cause)
+		}
+		waitFor(t, "a's late completion to be rejected", func() bool { return a.Counters().StaleRejections == 1 })
+		if c := a.Counters(); c.Completed != 0 || c.LeasesLost != 1 {
+			t.Errorf("a's counters %+v; want 0 completed, 1 lease lost", c)
+		}
+		r, err := s.Get(ctx, row.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != leasework.StatusInProgress || r.Generation != 2 || r.Worker != "b" {
+			t.Fatalf("row after a's late completion: %s generation %d worker %q; want b's live claim", r.Status, r.Generation, r.Worker)
+		}
+
+		close(release)
+		r = waitRow(t, s, row.ID, "b's completion", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+		if r.Generation != 2 || b.Counters().Completed != 1 || b.Counters().Reclaimed != 1 {
+			t.Errorf("row generation %d, b's counters %+v; want generation 2, 1 reclaimed and completed", r.Generation, b.Counters())
+		}
+	})
+}
+
+// When the database cannot be reached, a worker cancels its handler on its
+// own before its lease can have expired, and gives up the outcome it cannot
+// write.
+func TestUnreachableDatabaseCancelsBeforeLeaseDeadline(t *testing.T) {
+	drv := drivers[0].new()
+	s := newStore(t, drv)
+	enqueue(t, s, lease.Event{Kind: "k"})
+	db := pgtest.Open(t, drv) // the worker's own pool, closed under it
+	const leaseLen = 2 * time.Second
+	w, err := framework.New(db, drv, framework.Config{
+		Schema: s.Schema(), Table: s.Table(), Retention: -1,
+		Lease: leaseLen, RenewEvery: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		started, cancelled time.Time
+		cause              error
+	}
+	claimed := make(chan struct{})
+	done := make(chan result, 1)
+	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+		r := result{started: time.Now()}
+		close(claimed)
+		<-ctx.Done()
+		r.cancelled, r.cause = time.Now(), context.Cause(ctx)
+		done <- r
+		return ctx.Err()
+	})
+	start(t, w)
+	recv(t, claimed, "the claim")
+	db.Close() // from now on, every statement of the worker fails
+
+	r := recv(t, done, "the handler's cancellation")
+	if !errors.Is(r.cause, leasework.ErrLeaseLost) {
+		t.Fatalf("cause = %v; want ErrLeaseLost", r.cause)
+	}
+	// The claim statement was sent before the handler started, so its lease
+	// ends after started+leaseLen at the earliest.
+	if !r.cancelled.Before(r.started.Add(leaseLen)) {
+		t.Errorf("cancelled %v after the handler started; want before the lease of %v ends", r.cancelled.Sub(r.started), leaseLen)
+	}
+	waitFor(t, "the outcome to be abandoned", func() bool { return w.Counters().OutcomesAbandoned == 1 })
+	if c := w.Counters(); c.LocalLeaseTimeouts != 1 || c.LeasesLost != 1 || c.Retried != 0 {
+		t.Errorf("counters %+v; want 1 local lease timeout, 1 lease lost, no retry", c)
+	}
+}

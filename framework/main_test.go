@@ -1,0 +1,161 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	pgxdriver "github.com/leasework/leasework/driver/pgx"
+	pqdriver "github.com/leasework/leasework/driver/pq"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// drivers builds a fresh instance of each shipped driver.
+var drivers = []struct {
+	name string
+	new  func() leasework.Driver
+}{
+	{"pgx", func() leasework.Driver { return pgxdriver.New() }},
+	{"pq", func() leasework.Driver { return pqdriver.New() }},
+}
+
+// eachDriver runs f as a subtest per driver.
+func eachDriver(t *testing.T, f func(t *testing.T, drv leasework.Driver)) {
+	for _, d := range drivers {
+		t.Run(d.name, func(t *testing.T) { f(t, d.new()) })
+	}
+}
+
+// newStore returns a migrated store in a fresh schema, and arranges for the
+// test to fail if a goroutine started after it outlives the test's workers.
+func newStore(t *testing.T, drv leasework.Driver) *lease.Store {
+	t.Helper()
+	s := pgtest.Store(t, drv, lease.Options{})
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	return s
+}
+
+// newWorker makes a worker on s's table. Tests keep DONE rows unless they
+// set Retention.
+func newWorker(t *testing.T, s *lease.Store, cfg framework.Config) *framework.Worker {
+	t.Helper()
+	cfg.Schema, cfg.Table = s.Schema(), s.Table()
+	if cfg.Retention == 0 {
+		cfg.Retention = -1
+	}
+	if cfg.Logger == nil && testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	w, err := framework.New(s.DB(), s.Driver(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// register registers h for kind with p, failing the test on error.
+func register(t *testing.T, w *framework.Worker, kind string, p framework.RetryPolicy, h leasework.HandlerFunc) {
+	t.Helper()
+	if err := w.Register(kind, h, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs w until the returned stop is called (or the test ends), and
+// stop waits for Run to return.
+func start(t *testing.T, w *framework.Worker) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(time.Minute):
+				t.Errorf("Run did not return within a minute of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func enqueue(t *testing.T, s *lease.Store, events ...lease.Event) []lease.Enqueued {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	out, err := s.Enqueue(ctx, tx, events...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitTimeout bounds every wait for a condition; reaching it fails the test.
+const waitTimeout = 30 * time.Second
+
+// waitFor polls cond until it holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitRow polls row id until cond holds and returns it.
+func waitRow(t *testing.T, s *lease.Store, id int64, what string, cond func(lease.Row) bool) lease.Row {
+	t.Helper()
+	var row lease.Row
+	waitFor(t, what, func() bool {
+		r, err := s.Get(context.Background(), id)
+		if err != nil {
+			if errors.Is(err, lease.ErrNotFound) {
+				return false
+			}
+			t.Fatal(err)
+		}
+		row = r
+		return cond(r)
+	})
+	return row
+}
+
+// recv waits for a value on ch.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}

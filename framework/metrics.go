@@ -1,0 +1,145 @@
+package framework
+
+import (
+	"context"
+	"expvar"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasework/leasework/lease"
+)
+
+// Counters are the worker's in-process figures since it was made. Every
+// field only grows.
+type Counters struct {
+	ClaimQueries       int64 // claim statements sent
+	Claimed            int64 // claims taken
+	Reclaimed          int64 // claims of rows whose previous owner's lease had expired
+	Completed          int64 // events completed (DONE, or deleted with a zero Retention)
+	Retried            int64 // attempts failed and scheduled to run again
+	Failed             int64 // events ended FAILED: permanent error or spent budget
+	Released           int64 // claims given back to READY at shutdown
+	StaleRejections    int64 // outcome writes the database rejected: the claim was no longer owned
+	LeasesLost         int64 // handlers cancelled with leasework.ErrLeaseLost
+	LocalLeaseTimeouts int64 // of LeasesLost, those given up because no renewal was confirmed in time
+	Panics             int64 // handler panics, recorded as the attempt's error
+	OutcomesAbandoned  int64 // outcomes never written because of database errors
+	RetentionDeleted   int64 // finished rows deleted by the retention loop
+}
+
+type counters struct {
+	claimQueries, claimed, reclaimed, completed, retried, failed, released,
+	staleRejections, leasesLost, localLeaseTimeouts, panics, outcomesAbandoned,
+	retentionDeleted atomic.Int64
+}
+
+// Counters returns a snapshot of the worker's counters.
+func (w *Worker) Counters() Counters {
+	c := &w.count
+	return Counters{
+		ClaimQueries:       c.claimQueries.Load(),
+		Claimed:            c.claimed.Load(),
+		Reclaimed:          c.reclaimed.Load(),
+		Completed:          c.completed.Load(),
+		Retried:            c.retried.Load(),
+		Failed:             c.failed.Load(),
+		Released:           c.released.Load(),
+		StaleRejections:    c.staleRejections.Load(),
+		LeasesLost:         c.leasesLost.Load(),
+		LocalLeaseTimeouts: c.localLeaseTimeouts.Load(),
+		Panics:             c.panics.Load(),
+		OutcomesAbandoned:  c.outcomesAbandoned.Load(),
+		RetentionDeleted:   c.retentionDeleted.Load(),
+	}
+}
+
+// Stats reads the table's database-side figures in one query: rows per
+// status, the age of the oldest claimable event, and the count of expired
+// claims. They cover every worker on the table. It scans the table: call it
+// at scrape rates, not per event.
+func (w *Worker) Stats(ctx context.Context) (lease.Stats, error) {
+	return w.store.Stats(ctx)
+}
+
+// Expvar returns the worker's counters as an expvar.Var, rendered as JSON.
+// Publish it under a name of your choosing:
+//
+//	expvar.Publish("leasework", w.Expvar())
+func (w *Worker) Expvar() expvar.Var {
+	return expvar.Func(func() any { return w.Counters() })
+}
+
+// MetricsHandler returns an http.Handler that serves the worker's counters
+// and the table's [Worker.Stats] in the Prometheus text exposition format,
+// for a Prometheus (or OpenTelemetry collector) scrape. It needs no client
+// library. When the database cannot be read within statsTimeout (zero:
+// 5s), the counters are still served and leasework_stats_up is 0.
+func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
+	if statsTimeout <= 0 {
+		statsTimeout = 5 * time.Second
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), statsTimeout)
+		defer cancel()
+		st, err := w.Stats(ctx)
+		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		var b strings.Builder
+		w.writeMetrics(&b, st, err == nil)
+		_, _ = rw.Write([]byte(b.String()))
+	})
+}
+
+func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) {
+	worker := `{worker="` + labelValue(w.cfg.WorkerID) + `"}`
+	table := `{table="` + labelValue(w.store.Schema()+"."+w.store.Table()) + `"}`
+	metric := func(name, typ, help, labels string, v any) {
+		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %v\n", name, help, name, typ, name, labels, v)
+	}
+	c := w.Counters()
+	for _, m := range []struct {
+		name, help string
+		v          int64
+	}{
+		{"claim_queries", "Claim statements sent.", c.ClaimQueries},
+		{"claimed", "Claims taken.", c.Claimed},
+		{"reclaimed", "Claims of rows whose previous owner's lease had expired.", c.Reclaimed},
+		{"completed", "Events completed.", c.Completed},
+		{"retried", "Attempts failed and scheduled to run again.", c.Retried},
+		{"failed", "Events ended FAILED.", c.Failed},
+		{"released", "Claims given back at shutdown.", c.Released},
+		{"stale_rejections", "Outcome writes rejected because the claim was no longer owned.", c.StaleRejections},
+		{"leases_lost", "Handlers cancelled because their lease was lost.", c.LeasesLost},
+		{"local_lease_timeouts", "Leases given up because no renewal was confirmed in time.", c.LocalLeaseTimeouts},
+		{"panics", "Handler panics.", c.Panics},
+		{"outcomes_abandoned", "Outcomes never written because of database errors.", c.OutcomesAbandoned},
+		{"retention_deleted", "Finished rows deleted by retention.", c.RetentionDeleted},
+	} {
+		metric("leasework_"+m.name+"_total", "counter", m.help, worker, m.v)
+	}
+	up := 0
+	if statsUp {
+		up = 1
+	}
+	metric("leasework_stats_up", "gauge", "Whether the table's figures could be read.", table, up)
+	if !statsUp {
+		return
+	}
+	fmt.Fprintf(b, "# HELP leasework_events Rows per status.\n# TYPE leasework_events gauge\n")
+	for _, s := range []struct {
+		status string
+		n      int64
+	}{{"READY", st.Ready}, {"INPROGRESS", st.InProgress}, {"DONE", st.Done}, {"FAILED", st.Failed}} {
+		fmt.Fprintf(b, "leasework_events{table=\"%s\",status=\"%s\"} %d\n", labelValue(w.store.Schema()+"."+w.store.Table()), s.status, s.n)
+	}
+	metric("leasework_eligible_events", "gauge", "READY rows that are due.", table, st.Eligible)
+	metric("leasework_expired_claims", "gauge", "INPROGRESS rows whose lease has expired.", table, st.ExpiredClaims)
+	metric("leasework_oldest_eligible_age_seconds", "gauge", "How long the oldest claimable event has waited.", table, st.OldestEligibleAge.Seconds())
+}
+
+// labelValue escapes a Prometheus label value.
+func labelValue(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}

@@ -1,0 +1,74 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasework/leasework"
+)
+
+// MaxProgressSize is the largest progress [RecordProgress] accepts: a
+// checkpoint (an offset, a cursor, a page token), not a result.
+const MaxProgressSize = 64 << 10
+
+var (
+	// ErrNoClaim is returned by [RecordProgress] for a context that does
+	// not belong to a handler run by a [Worker].
+	ErrNoClaim = errors.New("framework: context carries no claim")
+
+	// ErrProgressTooLarge is returned by [RecordProgress] for progress
+	// larger than [MaxProgressSize]. Nothing was written.
+	ErrProgressTooLarge = errors.New("framework: progress too large")
+)
+
+type claimKey struct{}
+
+func attemptFrom(ctx context.Context) (*attempt, bool) {
+	a, ok := ctx.Value(claimKey{}).(*attempt)
+	return a, ok
+}
+
+// ClaimFromContext returns the claim a handler's context belongs to. The
+// claim is the one passed to the handler; do not modify it.
+func ClaimFromContext(ctx context.Context) (*leasework.Claim, bool) {
+	a, ok := attemptFrom(ctx)
+	if !ok {
+		return nil, false
+	}
+	return &a.claim, true
+}
+
+// RecordProgress stores progress for the claim ctx belongs to, under the
+// ownership guard. The next attempt of the event (after a retry, a crash, a
+// lost lease or a shutdown) receives the last progress recorded in
+// Claim.Progress, so a long job can resume where it stopped instead of
+// starting over. Each call replaces the previous progress.
+//
+// It writes even when ctx is already cancelled, so a handler told to stop
+// can still save where it got to; the write is bounded by the claim's local
+// lease deadline. It returns an error matching leasework.ErrLeaseLost when
+// the claim is no longer owned (and the handler's context is then cancelled
+// with that cause), [ErrProgressTooLarge] beyond [MaxProgressSize] bytes,
+// and [ErrNoClaim] for a context that is not a handler's.
+func RecordProgress(ctx context.Context, progress []byte) error {
+	a, ok := attemptFrom(ctx)
+	if !ok {
+		return ErrNoClaim
+	}
+	if len(progress) > MaxProgressSize {
+		return fmt.Errorf("%w: %d bytes; at most %d are allowed", ErrProgressTooLarge, len(progress), MaxProgressSize)
+	}
+	deadline, _, stale := a.state()
+	if stale || !time.Now().Before(deadline) {
+		return fmt.Errorf("framework: record progress of row %d generation %d: %w", a.ref.ID, a.ref.Generation, leasework.ErrLeaseLost)
+	}
+	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	err := a.w.store.SetProgress(wctx, a.ref, progress)
+	if errors.Is(err, leasework.ErrLeaseLost) {
+		a.lose("rejected progress")
+	}
+	return err
+}

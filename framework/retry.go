@@ -1,0 +1,113 @@
+package framework
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults of [RetryPolicy]; a zero field takes the value here.
+const (
+	DefaultInitialInterval     = time.Second
+	DefaultMultiplier          = 2.0
+	DefaultMaxIntervalFactor   = 100 // MaxInterval = 100 × InitialInterval
+	DefaultRandomizationFactor = 0.2
+)
+
+// RetryPolicy decides how long a failed attempt waits before the next one.
+// Its zero value is valid: every zero field takes the default documented on
+// it. The schedule is computed by github.com/cenkalti/backoff/v4: the delay
+// after attempt n is InitialInterval × Multiplier^(n-1), capped at
+// MaxInterval, then spread by ± RandomizationFactor.
+//
+// Two budgets bound the attempts, and the lower one wins. The row's own
+// max_attempts, set at enqueue, is enforced by the database: every claim
+// counts, crashed ones included, and a retry on the last allowed attempt
+// ends the row FAILED. The policy's MaxAttempts is a further cap applied by
+// the worker when a handler returns an error.
+type RetryPolicy struct {
+	// InitialInterval is the delay after the first failed attempt. Zero
+	// means 1s; negative is an error.
+	InitialInterval time.Duration
+
+	// Multiplier grows the delay after each further failure. Zero means 2;
+	// otherwise at least 1 (1 retries at a constant interval).
+	Multiplier float64
+
+	// MaxInterval caps the delay. Zero means 100 × InitialInterval;
+	// otherwise at least InitialInterval.
+	MaxInterval time.Duration
+
+	// RandomizationFactor spreads each delay uniformly over ±factor of
+	// itself, so that events failing together do not retry together. Zero
+	// means 0.2; negative means none (an exact schedule); at most 1.
+	RandomizationFactor float64
+
+	// MaxAttempts, when positive, fails an event whose handler returns an
+	// error on attempt MaxAttempts or later, even if the row's budget
+	// allows more. Zero leaves the row's budget alone; negative is an
+	// error.
+	MaxAttempts int
+}
+
+// normalize validates p and fills in its defaults.
+func (p RetryPolicy) normalize() (RetryPolicy, error) {
+	bad := func(field string, v any, want string) (RetryPolicy, error) {
+		return p, fmt.Errorf("framework: RetryPolicy.%s is %v; %s", field, v, want)
+	}
+	switch {
+	case p.InitialInterval < 0:
+		return bad("InitialInterval", p.InitialInterval, "it must be positive, or zero for 1s")
+	case p.InitialInterval == 0:
+		p.InitialInterval = DefaultInitialInterval
+	}
+	switch {
+	case p.Multiplier == 0:
+		p.Multiplier = DefaultMultiplier
+	case p.Multiplier < 1:
+		return bad("Multiplier", p.Multiplier, "it must be at least 1, or zero for 2")
+	}
+	switch {
+	case p.MaxInterval == 0:
+		p.MaxInterval = DefaultMaxIntervalFactor * p.InitialInterval
+	case p.MaxInterval < p.InitialInterval:
+		return bad("MaxInterval", p.MaxInterval, fmt.Sprintf("it must be at least InitialInterval (%v), or zero for 100 × InitialInterval", p.InitialInterval))
+	}
+	switch {
+	case p.RandomizationFactor == 0:
+		p.RandomizationFactor = DefaultRandomizationFactor
+	case p.RandomizationFactor < 0:
+		p.RandomizationFactor = 0
+	case p.RandomizationFactor > 1:
+		return bad("RandomizationFactor", p.RandomizationFactor, "it must be at most 1; zero means 0.2, negative means none")
+	}
+	if p.MaxAttempts < 0 {
+		return bad("MaxAttempts", p.MaxAttempts, "it must be positive, or zero to leave the row's budget alone")
+	}
+	return p, nil
+}
+
+// maxScheduleSteps bounds the work of computing one delay: by then any
+// sensible schedule has reached MaxInterval.
+const maxScheduleSteps = 1000
+
+// delay returns the delay after failed attempt n (1 for the first) under a
+// normalized policy.
+func (p RetryPolicy) delay(attempt int) time.Duration {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     p.InitialInterval,
+		RandomizationFactor: p.RandomizationFactor,
+		Multiplier:          p.Multiplier,
+		MaxInterval:         p.MaxInterval,
+		MaxElapsedTime:      0, // never stop: the budgets decide when to stop
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	b.Reset()
+	d := b.NextBackOff()
+	for i := 1; i < attempt && i < maxScheduleSteps; i++ {
+		d = b.NextBackOff()
+	}
+	return d
+}

@@ -1,0 +1,129 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// Retries are scheduled by the kind's policy: the database's next_attempt_at
+// is the retry statement's time plus exactly the policy's delay, and the row
+// ends FAILED on its last allowed attempt.
+func TestRetriesSpacedByPolicy(t *testing.T) {
+	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		ctx := context.Background()
+		id := enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: 4})[0].ID
+		w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+		policy := framework.RetryPolicy{
+			InitialInterval:     time.Hour,
+			Multiplier:          3,
+			MaxInterval:         5 * time.Hour,
+			RandomizationFactor: -1, // an exact schedule
+		}
+		register(t, w, "k", policy, func(_ context.Context, c *leasework.Claim) error {
+			return errors.New("broker unavailable")
+		})
+		start(t, w)
+
+		// After attempt n, the row waits InitialInterval × 3^(n-1), capped.
+		wants := []time.Duration{time.Hour, 3 * time.Hour, 5 * time.Hour}
+		for i, want := range wants {
+			attempt := i + 1
+			r := waitRow(t, s, id, "a scheduled retry", func(r lease.Row) bool {
+				return r.Status == leasework.StatusReady && r.Attempt == attempt
+			})
+			// Both are the retry statement's statement_timestamp() (+ delay).
+			if got := r.NextAttemptAt.Sub(r.UpdatedAt); got != want {
+				t.Errorf("after attempt %d: next attempt in %v; want %v", attempt, got, want)
+			}
+			if r.LastError != "broker unavailable" {
+				t.Errorf("after attempt %d: last error %q", attempt, r.LastError)
+			}
+			if err := leasetest.MakeDue(ctx, s, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := waitRow(t, s, id, "the last attempt to fail the row", func(r lease.Row) bool {
+			return r.Status == leasework.StatusFailed
+		})
+		if r.Attempt != 4 || r.Generation != 4 || r.LastError != "broker unavailable" {
+			t.Errorf("failed row: attempt %d generation %d error %q; want attempt and generation 4", r.Attempt, r.Generation, r.LastError)
+		}
+		if c := w.Counters(); c.Retried != 3 || c.Failed != 1 {
+			t.Errorf("counters %+v; want 3 retried, 1 failed", c)
+		}
+	})
+}
+
+func TestPermanentErrorAndPolicyBudgetFail(t *testing.T) {
+	s := newStore(t, drivers[0].new())
+	ids := enqueue(t, s, lease.Event{Kind: "permanent"}, lease.Event{Kind: "capped"})
+	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+	register(t, w, "permanent", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error {
+		return leasework.Permanent(errors.New("malformed payload"))
+	})
+	fast := framework.RetryPolicy{InitialInterval: time.Millisecond, MaxAttempts: 2}
+	register(t, w, "capped", fast, func(context.Context, *leasework.Claim) error {
+		return errors.New("still down")
+	})
+	start(t, w)
+	failed := func(r lease.Row) bool { return r.Status == leasework.StatusFailed }
+	if r := waitRow(t, s, ids[0].ID, "the permanent failure", failed); r.Attempt != 1 || r.LastError != "malformed payload" {
+		t.Errorf("permanent: attempt %d, error %q; want attempt 1, the error's text", r.Attempt, r.LastError)
+	}
+	r := waitRow(t, s, ids[1].ID, "the capped failure", failed)
+	if r.Attempt != 2 || !strings.Contains(r.LastError, "still down") || !strings.Contains(r.LastError, "retry policy") {
+		t.Errorf("capped: attempt %d, error %q; want attempt 2 and the policy named", r.Attempt, r.LastError)
+	}
+}
+
+func TestPanicIsRecordedAndRetried(t *testing.T) {
+	s := newStore(t, drivers[0].new())
+	id := enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+	second := make(chan leasework.Claim, 1)
+	register(t, w, "k", framework.RetryPolicy{InitialInterval: time.Millisecond}, func(_ context.Context, c *leasework.Claim) error {
+		if c.Attempt == 1 {
+			panic("nil map in handler")
+		}
+		second <- *c
+		return nil
+	})
+	start(t, w)
+	c := recv(t, second, "the attempt after the panic")
+	if !strings.Contains(c.LastError, "nil map in handler") || !strings.Contains(c.LastError, "goroutine") {
+		t.Errorf("last error %q; want the panic value and its stack", c.LastError)
+	}
+	waitRow(t, s, id, "completion", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+	if n := w.Counters().Panics; n != 1 {
+		t.Errorf("%d panics counted; want 1", n)
+	}
+}
+
+func TestAttemptTimeout(t *testing.T) {
+	s := newStore(t, drivers[0].new())
+	id := enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	w := newWorker(t, s, framework.Config{AttemptTimeout: 50 * time.Millisecond})
+	cause := make(chan error, 1)
+	register(t, w, "k", framework.RetryPolicy{InitialInterval: time.Hour}, func(ctx context.Context, c *leasework.Claim) error {
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	start(t, w)
+	if err := recv(t, cause, "the timeout"); !errors.Is(err, leasework.ErrAttemptTimeout) {
+		t.Fatalf("cause = %v; want ErrAttemptTimeout", err)
+	}
+	r := waitRow(t, s, id, "the retry", func(r lease.Row) bool { return r.Status == leasework.StatusReady })
+	if !strings.Contains(r.LastError, leasework.ErrAttemptTimeout.Error()) {
+		t.Errorf("last error %q; want it to name the timeout", r.LastError)
+	}
+}
