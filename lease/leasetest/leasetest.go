@@ -148,3 +148,16 @@ func SerializationFailure(ctx context.Context, s *lease.Store, id int64) error {
 	}
 	return err
 }
+
+// ExpireWorkerLeases expires the leases of every INPROGRESS row claimed by
+// worker, as if that worker had died that long ago, and returns how many it
+// changed.
+func ExpireWorkerLeases(ctx context.Context, s *lease.Store, worker string) (int64, error) {
+	res, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
+		SET lease_until = clock_timestamp() - interval '1 second'
+		WHERE status = 'INPROGRESS' AND worker = $1`, worker)
+	if err != nil {
+		return 0, fmt.Errorf("leasetest: expire leases of %s: %w", worker, err)
+	}
+	return res.RowsAffected()
+}
