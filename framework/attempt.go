@@ -159,9 +159,9 @@ func (a *attempt) expire() {
 	}
 	a.lost = true
 	a.mu.Unlock()
-	a.cancel(leasework.ErrLeaseLost)
 	a.w.count.leasesLost.Add(1)
 	a.w.count.localLeaseTimeouts.Add(1)
+	a.cancel(leasework.ErrLeaseLost)
 	a.w.log.Warn("lease not confirmed in time; handler cancelled", "id", a.ref.ID, "generation", a.ref.Generation, "kind", a.claim.Kind)
 }
 
@@ -177,8 +177,8 @@ func (a *attempt) lose(why string) {
 	a.lost = true
 	a.watchdog.Stop()
 	a.mu.Unlock()
-	a.cancel(leasework.ErrLeaseLost)
 	a.w.count.leasesLost.Add(1)
+	a.cancel(leasework.ErrLeaseLost)
 	a.w.log.Warn("lease lost; handler cancelled", "id", a.ref.ID, "generation", a.ref.Generation, "kind", a.claim.Kind, "by", why)
 }
 

@@ -22,13 +22,17 @@ func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
 		ctx := context.Background()
 		row := enqueue(t, s, lease.Event{Kind: "k", EventID: "e"})[0]
 
-		a := newWorker(t, s, framework.Config{WorkerID: "a", RenewEvery: 20 * time.Millisecond})
+		// a runs one handler at a time, and its handler holds its slot until
+		// b has claimed, so that a cannot reclaim the row itself.
+		a := newWorker(t, s, framework.Config{WorkerID: "a", Concurrency: 1, RenewEvery: 20 * time.Millisecond})
 		claimedA := make(chan leasework.Claim, 1)
 		causeA := make(chan error, 1)
+		bClaimed := make(chan struct{})
 		register(t, a, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
 			claimedA <- *c
 			<-ctx.Done()
 			causeA <- context.Cause(ctx)
+			<-bClaimed
 			return nil // a late "done"
 		})
 		start(t, a)
@@ -48,7 +52,9 @@ func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
 			return nil
 		})
 		start(t, b)
-		if c := recv(t, claimedB, "worker b's claim"); c.Generation != 2 || !c.Reclaimed {
+		c := recv(t, claimedB, "worker b's claim")
+		close(bClaimed)
+		if c.Generation != 2 || !c.Reclaimed {
 			t.Fatalf("b claimed generation %d, reclaimed %v; want 2, true", c.Generation, c.Reclaimed)
 		}
 
@@ -68,9 +74,9 @@ func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
 		}
 
 		close(release)
-		r = waitRow(t, s, row.ID, "b's completion", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
-		if r.Generation != 2 || b.Counters().Completed != 1 || b.Counters().Reclaimed != 1 {
-			t.Errorf("row generation %d, b's counters %+v; want generation 2, 1 reclaimed and completed", r.Generation, b.Counters())
+		waitFor(t, "b's completion", func() bool { return b.Counters().Completed == 1 })
+		if r, err := s.Get(ctx, row.ID); err != nil || r.Status != leasework.StatusDone || r.Generation != 2 || b.Counters().Reclaimed != 1 {
+			t.Errorf("row %+v, %v, b's counters %+v; want DONE at generation 2, 1 reclaimed", r, err, b.Counters())
 		}
 	})
 }

@@ -38,7 +38,7 @@ func eachDriver(t *testing.T, f func(t *testing.T, drv leasework.Driver)) {
 
 // newStore returns a migrated store in a fresh schema, and arranges for the
 // test to fail if a goroutine started after it outlives the test's workers.
-func newStore(t *testing.T, drv leasework.Driver) *lease.Store {
+func newStore(t testing.TB, drv leasework.Driver) *lease.Store {
 	t.Helper()
 	s := pgtest.Store(t, drv, lease.Options{})
 	ignore := goleak.IgnoreCurrent()
@@ -48,7 +48,7 @@ func newStore(t *testing.T, drv leasework.Driver) *lease.Store {
 
 // newWorker makes a worker on s's table. Tests keep DONE rows unless they
 // set Retention.
-func newWorker(t *testing.T, s *lease.Store, cfg framework.Config) *framework.Worker {
+func newWorker(t testing.TB, s *lease.Store, cfg framework.Config) *framework.Worker {
 	t.Helper()
 	cfg.Schema, cfg.Table = s.Schema(), s.Table()
 	if cfg.Retention == 0 {
@@ -65,7 +65,7 @@ func newWorker(t *testing.T, s *lease.Store, cfg framework.Config) *framework.Wo
 }
 
 // register registers h for kind with p, failing the test on error.
-func register(t *testing.T, w *framework.Worker, kind string, p framework.RetryPolicy, h leasework.HandlerFunc) {
+func register(t testing.TB, w *framework.Worker, kind string, p framework.RetryPolicy, h leasework.HandlerFunc) {
 	t.Helper()
 	if err := w.Register(kind, h, p); err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func register(t *testing.T, w *framework.Worker, kind string, p framework.RetryP
 
 // start runs w until the returned stop is called (or the test ends), and
 // stop waits for Run to return.
-func start(t *testing.T, w *framework.Worker) (stop func()) {
+func start(t testing.TB, w *framework.Worker) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -97,7 +97,7 @@ func start(t *testing.T, w *framework.Worker) (stop func()) {
 	return stop
 }
 
-func enqueue(t *testing.T, s *lease.Store, events ...lease.Event) []lease.Enqueued {
+func enqueue(t testing.TB, s *lease.Store, events ...lease.Event) []lease.Enqueued {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.DB().BeginTx(ctx, nil)
@@ -119,7 +119,7 @@ func enqueue(t *testing.T, s *lease.Store, events ...lease.Event) []lease.Enqueu
 const waitTimeout = 30 * time.Second
 
 // waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for !cond() {
@@ -149,7 +149,7 @@ func waitRow(t *testing.T, s *lease.Store, id int64, what string, cond func(leas
 }
 
 // recv waits for a value on ch.
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case v := <-ch:

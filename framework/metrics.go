@@ -93,8 +93,9 @@ func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
 }
 
 func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) {
+	tableName := labelValue(w.store.Schema() + "." + w.store.Table())
 	worker := `{worker="` + labelValue(w.cfg.WorkerID) + `"}`
-	table := `{table="` + labelValue(w.store.Schema()+"."+w.store.Table()) + `"}`
+	table := `{table="` + tableName + `"}`
 	metric := func(name, typ, help, labels string, v any) {
 		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s%s %v\n", name, help, name, typ, name, labels, v)
 	}
@@ -132,7 +133,7 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		status string
 		n      int64
 	}{{"READY", st.Ready}, {"INPROGRESS", st.InProgress}, {"DONE", st.Done}, {"FAILED", st.Failed}} {
-		fmt.Fprintf(b, "leasework_events{table=\"%s\",status=\"%s\"} %d\n", labelValue(w.store.Schema()+"."+w.store.Table()), s.status, s.n)
+		fmt.Fprintf(b, "leasework_events{table=\"%s\",status=\"%s\"} %d\n", tableName, s.status, s.n)
 	}
 	metric("leasework_eligible_events", "gauge", "READY rows that are due.", table, st.Eligible)
 	metric("leasework_expired_claims", "gauge", "INPROGRESS rows whose lease has expired.", table, st.ExpiredClaims)

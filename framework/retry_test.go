@@ -51,11 +51,13 @@ func TestRetriesSpacedByPolicy(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r := waitRow(t, s, id, "the last attempt to fail the row", func(r lease.Row) bool {
-			return r.Status == leasework.StatusFailed
-		})
-		if r.Attempt != 4 || r.Generation != 4 || r.LastError != "broker unavailable" {
-			t.Errorf("failed row: attempt %d generation %d error %q; want attempt and generation 4", r.Attempt, r.Generation, r.LastError)
+		waitFor(t, "the last attempt to fail the row", func() bool { return w.Counters().Failed == 1 })
+		r, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != leasework.StatusFailed || r.Attempt != 4 || r.Generation != 4 || r.LastError != "broker unavailable" {
+			t.Errorf("row: %s attempt %d generation %d error %q; want FAILED at attempt and generation 4", r.Status, r.Attempt, r.Generation, r.LastError)
 		}
 		if c := w.Counters(); c.Retried != 3 || c.Failed != 1 {
 			t.Errorf("counters %+v; want 3 retried, 1 failed", c)
