@@ -19,7 +19,9 @@
 // notification that an event of one of its kinds was inserted, when the
 // driver implements leasework.Notifier, or else for Config.PollInterval plus
 // jitter. Polling also finds what notifications cannot announce: retries
-// coming due and leases that expired.
+// coming due and leases that expired. A driver that listens through the
+// worker's pool (driver/pgx) keeps one of its connections for as long as Run
+// runs; size the pool for it.
 //
 // # Leases and renewal
 //
