@@ -146,6 +146,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	renewCtx, stopRenewing := context.WithCancel(base)
 	defer stopClaiming()
 	defer stopRenewing()
+	select {
+	case <-w.stopNow: // StopNow came first: claim nothing
+		stopClaiming()
+	default:
+	}
 	w.log.Info("worker started", "kinds", w.kindList, "concurrency", w.cfg.Concurrency, "lease", w.cfg.Lease)
 
 	var claimers, background conc.WaitGroup
