@@ -365,7 +365,8 @@ func enqueueRollsBackWithTransaction(e *env) {
 }
 
 // A driver that implements leasework.Notifier delivers the enqueue's
-// notification, with the kind as payload, once the transaction commits.
+// notification, with the kind as payload, once the transaction commits; a
+// release and a requeue, which make rows claimable at once, notify too.
 func notifyOnCommit(e *env) {
 	n, ok := e.target.Driver.(leasework.Notifier)
 	if !ok {
@@ -374,18 +375,29 @@ func notifyOnCommit(e *env) {
 	l, err := n.Listen(e.ctx, e.db, e.fix.Channel())
 	wantOK(e.t, "listen", err)
 	defer l.Close()
-	e.enqueue(lease.Event{Kind: "wake-up"})
-	for {
-		payload, err := l.Wait(e.ctx)
-		wantOK(e.t, "wait", err)
-		switch payload {
-		case "wake-up":
-			return
-		case "": // a reconnection: notifications may have been missed; wait on
-		default:
-			e.t.Fatalf("notification payload %q, want wake-up", payload)
+	waitFor := func(what string) {
+		for {
+			payload, err := l.Wait(e.ctx)
+			wantOK(e.t, "wait after "+what, err)
+			switch payload {
+			case "wake-up":
+				return
+			case "": // a reconnection: notifications may have been missed; wait on
+			default:
+				e.t.Fatalf("notification after %s: payload %q, want wake-up", what, payload)
+			}
 		}
 	}
+	e.enqueue(lease.Event{Kind: "wake-up", MaxAttempts: 1})
+	waitFor("enqueue")
+	c := e.claimOne()
+	wantOK(e.t, "release", e.store.Release(e.ctx, c.Ref()))
+	waitFor("release")
+	c = e.claimOne()
+	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: c.Ref(), Reason: "x"}))
+	_, err = e.store.Requeue(e.ctx, lease.RequeueRequest{All: true})
+	wantOK(e.t, "requeue", err)
+	waitFor("requeue")
 }
 
 // The driver tells a unique violation, a serialization failure and a lost

@@ -135,7 +135,8 @@ type RequeueRequest struct {
 
 // Requeue moves the selected FAILED rows back to READY, due at once, and
 // returns their ids. Their generation grows, so an owner from before the
-// requeue stays stale. Rows in any other state are left alone.
+// requeue stays stale. Rows in any other state are left alone. Listening
+// workers are notified.
 func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error) {
 	n := 0
 	for _, set := range []bool{len(req.IDs) > 0, len(req.Kinds) > 0, req.All} {
@@ -156,7 +157,7 @@ func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error
 	if kinds == nil {
 		kinds = []string{}
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.requeue, req.All, s.drv.Array(ids), s.drv.Array(kinds), req.ExtraAttempts)
+	rows, err := s.db.QueryContext(ctx, s.q.requeue, req.All, s.drv.Array(ids), s.drv.Array(kinds), req.ExtraAttempts, s.channel)
 	if err != nil {
 		return nil, fmt.Errorf("lease: requeue: %w", err)
 	}

@@ -122,8 +122,9 @@ func (s *Store) RenewMany(ctx context.Context, refs []leasework.Ref, lease time.
 }
 
 // Release gives one claim back to READY at once and returns the attempt it
-// consumed, for a graceful shutdown. It returns an error matching
-// leasework.ErrLeaseLost when the claim is no longer owned.
+// consumed, for a graceful shutdown; listening workers are notified. It
+// returns an error matching leasework.ErrLeaseLost when the claim is no
+// longer owned.
 func (s *Store) Release(ctx context.Context, ref leasework.Ref) error {
 	return single(s.ReleaseMany(ctx, []leasework.Ref{ref}))
 }
@@ -131,7 +132,7 @@ func (s *Store) Release(ctx context.Context, ref leasework.Ref) error {
 // ReleaseMany is [Store.Release] for many claims in one statement.
 func (s *Store) ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
 	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "release", refs, s.q.release, s.drv.Array(ids), s.drv.Array(gens))
+	return s.guarded(ctx, "release", refs, s.q.release, s.drv.Array(ids), s.drv.Array(gens), s.channel)
 }
 
 // SetProgress records progress for a claim under the ownership guard. The

@@ -116,14 +116,19 @@ RETURNING o.id, o.generation, o.lease_until`
 
 // releaseSQL gives a claim back at once, for graceful shutdown. The attempt
 // it consumed is given back too: the handler was stopped, it did not fail.
+// Idle workers are woken on the table's channel ($3), one notification per
+// kind.
 const releaseSQL = `
-UPDATE {{table}} AS o
-SET status = 'READY', lease_until = NULL, worker = NULL,
-    attempt = greatest(o.attempt - 1, 0),
-    next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE ` + guard + `
-RETURNING o.id, o.generation, o.status`
+WITH released AS (
+    UPDATE {{table}} AS o
+    SET status = 'READY', lease_until = NULL, worker = NULL,
+        attempt = greatest(o.attempt - 1, 0),
+        next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
+    FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+    WHERE ` + guard + `
+    RETURNING o.id, o.generation, o.status, o.kind
+)
+SELECT r.id, r.generation, r.status FROM released AS r, pg_notify($3, r.kind)`
 
 const progressSQL = `
 UPDATE {{table}} AS o
@@ -133,17 +138,21 @@ WHERE ` + guard + `
 RETURNING o.id`
 
 // requeueSQL is the repair path: FAILED rows back to READY. The generation
-// grows here too, so an owner from before the requeue stays stale.
+// grows here too, so an owner from before the requeue stays stale. Idle
+// workers are woken on the table's channel ($5).
 const requeueSQL = `
-UPDATE {{table}} AS o
-SET status = 'READY', generation = o.generation + 1, lease_until = NULL, worker = NULL,
-    attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
-    max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
-    next_attempt_at = statement_timestamp(), finished_at = NULL,
-    updated_at = statement_timestamp()
-WHERE o.status = 'FAILED'
-  AND ($1 OR o.id = ANY($2::bigint[]) OR o.kind = ANY($3::text[]))
-RETURNING o.id`
+WITH requeued AS (
+    UPDATE {{table}} AS o
+    SET status = 'READY', generation = o.generation + 1, lease_until = NULL, worker = NULL,
+        attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
+        max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
+        next_attempt_at = statement_timestamp(), finished_at = NULL,
+        updated_at = statement_timestamp()
+    WHERE o.status = 'FAILED'
+      AND ($1 OR o.id = ANY($2::bigint[]) OR o.kind = ANY($3::text[]))
+    RETURNING o.id, o.kind
+)
+SELECT r.id FROM requeued AS r, pg_notify($5, r.kind) ORDER BY r.id`
 
 const statsSQL = `
 SELECT
