@@ -26,8 +26,7 @@ UPDATE {{table}} AS o
 SET status = 'INPROGRESS', generation = o.generation + 1, attempt = o.attempt + 1,
     lease_until = statement_timestamp() + $3 * interval '1 microsecond',
     worker = NULLIF($4, ''), updated_at = statement_timestamp()
-FROM candidate AS c
-WHERE o.id = c.id
+WHERE o.id = ANY (ARRAY(SELECT id FROM candidate))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, false, o.progress,
     COALESCE(o.last_error, '')`

@@ -28,7 +28,7 @@ WITH exhausted AS (
         FOR UPDATE SKIP LOCKED)
     RETURNING o.id
 ), expired AS (
-    SELECT id, true AS reclaimed FROM {{table}}
+    SELECT id FROM {{table}}
     WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp()
       AND attempt < max_attempts
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
@@ -36,17 +36,17 @@ WITH exhausted AS (
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), ready AS (
-    SELECT id, false AS reclaimed FROM {{table}}
+    SELECT id FROM {{table}}
     WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
     ORDER BY next_attempt_at, id
     LIMIT $1 - (SELECT count(*) FROM expired)
     FOR UPDATE SKIP LOCKED
-), candidate AS (
-    SELECT id, reclaimed FROM expired
-    UNION ALL
-    SELECT id, reclaimed FROM ready
 )
+-- The rows to update are named by an array, not joined: a join's size
+-- estimate (LIMIT minus a subquery is unknown to the planner) can turn it
+-- into a hash join over the whole table; an array of ids is always a
+-- primary-key index scan.
 UPDATE {{table}} AS o
 SET status = 'INPROGRESS',
     generation = o.generation + 1,
@@ -54,11 +54,10 @@ SET status = 'INPROGRESS',
     lease_until = statement_timestamp() + $3 * interval '1 microsecond',
     worker = NULLIF($4, ''),
     updated_at = statement_timestamp()
-FROM candidate AS c
-WHERE o.id = c.id
+WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
-    o.attempt, o.max_attempts, o.lease_until, c.reclaimed, o.progress,
-    COALESCE(o.last_error, '')`
+    o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
+    o.progress, COALESCE(o.last_error, '')`
 
 const enqueueSQL = `
 INSERT INTO {{table}} (event_id, kind, key, payload, max_attempts, next_attempt_at)
