@@ -49,7 +49,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 				time.Sleep(rand.N(interval))
 				b.StartTimer()
 				begin := time.Now()
-				enqueue(b, s, lease.Event{Kind: "k"})
+				pgtest.Enqueue(b, s, lease.Event{Kind: "k"})
 				committed := time.Now()
 				at := recv(b, picked, "the pickup")
 				total += at.Sub(begin)
@@ -74,7 +74,7 @@ func BenchmarkThroughput(b *testing.B) {
 				for j := range events {
 					events[j] = lease.Event{Kind: "k"}
 				}
-				enqueue(b, s, events...)
+				pgtest.Enqueue(b, s, events...)
 			}
 			cfg := framework.Config{
 				Schema: s.Schema(), Table: s.Table(), Concurrency: 100, Logger: discard, Retention: -1,

@@ -20,7 +20,7 @@ func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
 	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ctx := context.Background()
-		row := enqueue(t, s, lease.Event{Kind: "k", EventID: "e"})[0]
+		row := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e"})[0]
 
 		// a runs one handler at a time, and its handler holds its slot until
 		// b has claimed, so that a cannot reclaim the row itself.
@@ -87,7 +87,7 @@ func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
 func TestUnreachableDatabaseCancelsBeforeLeaseDeadline(t *testing.T) {
 	drv := drivers[0].new()
 	s := newStore(t, drv)
-	enqueue(t, s, lease.Event{Kind: "k"})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
 	db := pgtest.Open(t, drv) // the worker's own pool, closed under it
 	const leaseLen = 2 * time.Second
 	w, err := framework.New(db, drv, framework.Config{

@@ -97,24 +97,6 @@ func start(t testing.TB, w *framework.Worker) (stop func()) {
 	return stop
 }
 
-func enqueue(t testing.TB, s *lease.Store, events ...lease.Event) []lease.Enqueued {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	out, err := s.Enqueue(ctx, tx, events...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // waitTimeout bounds every wait for a condition; reaching it fails the test.
 const waitTimeout = 30 * time.Second
 

@@ -10,12 +10,13 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
 func TestCountersStatsAndMetrics(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	enqueue(t, s, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "bad"}, lease.Event{Kind: "idle", RunAt: time.Now().Add(time.Hour)})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "bad"}, lease.Event{Kind: "idle", RunAt: time.Now().Add(time.Hour)})
 	w := newWorker(t, s, framework.Config{WorkerID: `w"1`})
 	register(t, w, "ok", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
 	register(t, w, "bad", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error {
@@ -58,7 +59,7 @@ func TestCountersStatsAndMetrics(t *testing.T) {
 
 func TestRetentionDeletesOldDoneRows(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	ids := enqueue(t, s, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "bad"})
+	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "bad"})
 	w := newWorker(t, s, framework.Config{Retention: time.Millisecond, RetentionInterval: 20 * time.Millisecond, RetentionBatch: 2})
 	register(t, w, "ok", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
 	register(t, w, "bad", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error {

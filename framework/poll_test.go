@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -58,7 +59,7 @@ func TestNotificationWakesIdleWorker(t *testing.T) {
 		start(t, w)
 		recv(t, framework.Listening(w), "the worker to listen")
 		waitFor(t, "the worker to go idle", func() bool { return w.Counters().ClaimQueries >= 1 })
-		enqueue(t, s, lease.Event{Kind: "k", EventID: "woken"})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "woken"})
 		if id := recv(t, got, "the notified event"); id != "woken" {
 			t.Fatalf("handled %q; want woken", id)
 		}

@@ -108,7 +108,7 @@ func TestPausedWorkerCannotCompleteRetryOrRenew(t *testing.T) {
 	}
 	s := newStore(t, drivers[0].new())
 	ctx := context.Background()
-	ids := enqueue(t, s, lease.Event{Kind: "complete"}, lease.Event{Kind: "retry"})
+	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "complete"}, lease.Event{Kind: "retry"})
 	c := startChild(t, "stop", s)
 	for range 2 {
 		c.expect(t, "claimed ")
@@ -172,7 +172,7 @@ func TestWorkerKilledOnEveryAttemptEndsFailed(t *testing.T) {
 	s := newStore(t, drivers[0].new())
 	ctx := context.Background()
 	const budget = 3
-	id := enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: budget})[0].ID
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: budget})[0].ID
 	for attempt := 1; attempt <= budget; attempt++ {
 		c := startChild(t, "kill", s)
 		var gotID, gen, att int64

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )
@@ -19,7 +20,7 @@ func TestProgressReachesNextAttempt(t *testing.T) {
 	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ctx := context.Background()
-		ids := enqueue(t, s, lease.Event{Kind: "k", EventID: "fails"}, lease.Event{Kind: "k", EventID: "loses"})
+		ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "fails"}, lease.Event{Kind: "k", EventID: "loses"})
 		w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
 		lostOne := make(chan struct{})
 		second := make(chan leasework.Claim, 2)
@@ -64,7 +65,7 @@ func TestProgressReachesNextAttempt(t *testing.T) {
 
 func TestProgressTooLarge(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	enqueue(t, s, lease.Event{Kind: "k"})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
 	w := newWorker(t, s, framework.Config{})
 	errs := make(chan error, 1)
 	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {

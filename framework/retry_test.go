@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )
@@ -20,7 +21,7 @@ func TestRetriesSpacedByPolicy(t *testing.T) {
 	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ctx := context.Background()
-		id := enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: 4})[0].ID
+		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: 4})[0].ID
 		w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
 		policy := framework.RetryPolicy{
 			InitialInterval:     time.Hour,
@@ -67,7 +68,7 @@ func TestRetriesSpacedByPolicy(t *testing.T) {
 
 func TestPermanentErrorAndPolicyBudgetFail(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	ids := enqueue(t, s, lease.Event{Kind: "permanent"}, lease.Event{Kind: "capped"})
+	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "permanent"}, lease.Event{Kind: "capped"})
 	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
 	register(t, w, "permanent", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error {
 		return leasework.Permanent(errors.New("malformed payload"))
@@ -89,7 +90,7 @@ func TestPermanentErrorAndPolicyBudgetFail(t *testing.T) {
 
 func TestPanicIsRecordedAndRetried(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	id := enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
 	second := make(chan leasework.Claim, 1)
 	register(t, w, "k", framework.RetryPolicy{InitialInterval: time.Millisecond}, func(_ context.Context, c *leasework.Claim) error {
@@ -112,7 +113,7 @@ func TestPanicIsRecordedAndRetried(t *testing.T) {
 
 func TestAttemptTimeout(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	id := enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{AttemptTimeout: 50 * time.Millisecond})
 	cause := make(chan error, 1)
 	register(t, w, "k", framework.RetryPolicy{InitialInterval: time.Hour}, func(ctx context.Context, c *leasework.Claim) error {

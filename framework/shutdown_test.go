@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestGracefulStopReleasesClaims(t *testing.T) {
 	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
-		ids := enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
+		ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
 		w := newWorker(t, s, framework.Config{GracePeriod: 10 * time.Millisecond})
 		var started atomic.Int64
 		causes := make(chan error, 3)
@@ -55,7 +56,7 @@ func TestGracefulStopReleasesClaims(t *testing.T) {
 // Handlers that finish within the grace period complete normally.
 func TestGracePeriodLetsHandlersFinish(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	id := enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{GracePeriod: time.Hour})
 	running := make(chan struct{})
 	finish := make(chan struct{})
@@ -86,7 +87,7 @@ func TestGracePeriodLetsHandlersFinish(t *testing.T) {
 // StopNow cuts the grace period short.
 func TestStopNowCancelsAtOnce(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	id := enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{GracePeriod: time.Hour})
 	running := make(chan struct{})
 	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -22,7 +23,7 @@ func TestCompletesRegisteredKindsOnly(t *testing.T) {
 		for i := range 5 {
 			events = append(events, lease.Event{Kind: "other", EventID: fmt.Sprintf("other-%d", i)})
 		}
-		enqueue(t, s, events...)
+		pgtest.Enqueue(t, s, events...)
 
 		w := newWorker(t, s, framework.Config{Concurrency: 4})
 		var mu sync.Mutex
@@ -73,7 +74,7 @@ func TestCompletesRegisteredKindsOnly(t *testing.T) {
 
 func TestZeroRetentionDeletesAtCompletion(t *testing.T) {
 	s := newStore(t, drivers[0].new())
-	ids := enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
+	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
 	cfg := framework.Config{Schema: s.Schema(), Table: s.Table()} // Retention zero
 	w, err := framework.New(s.DB(), s.Driver(), cfg)
 	if err != nil {
@@ -97,7 +98,7 @@ func TestWorkersShareTheWork(t *testing.T) {
 	for i := range n {
 		events = append(events, lease.Event{Kind: "k", EventID: fmt.Sprint(i)})
 	}
-	enqueue(t, s, events...)
+	pgtest.Enqueue(t, s, events...)
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var workers []*framework.Worker
@@ -139,7 +140,7 @@ func TestClaimFromContext(t *testing.T) {
 		t.Errorf("RecordProgress(Background) = %v; want ErrNoClaim", err)
 	}
 	s := newStore(t, drivers[0].new())
-	enqueue(t, s, lease.Event{Kind: "k", EventID: "e1", Key: "agg-7", Payload: []byte("body")})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e1", Key: "agg-7", Payload: []byte("body")})
 	w := newWorker(t, s, framework.Config{})
 	got := make(chan leasework.Claim, 1)
 	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {

@@ -32,7 +32,7 @@ func TestClaimPlanIgnoresFinishedRows(t *testing.T) {
 	for i := range events {
 		events[i] = lease.Event{Kind: "k"}
 	}
-	enqueue(t, s, events...)
+	pgtest.Enqueue(t, s, events...)
 	if _, err := s.DB().ExecContext(ctx, "ANALYZE "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func BenchmarkClaim(b *testing.B) {
 						for i := range events {
 							events[i] = lease.Event{Kind: "k"}
 						}
-						enqueueB(b, s, events)
+						pgtest.Enqueue(b, s, events...)
 						backlog += len(events)
 						b.StartTimer()
 					}
@@ -153,20 +153,5 @@ func BenchmarkClaim(b *testing.B) {
 				}
 			})
 		}
-	}
-}
-
-func enqueueB(b *testing.B, s *lease.Store, events []lease.Event) {
-	ctx := context.Background()
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := s.Enqueue(ctx, tx, events...); err != nil {
-		b.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		b.Fatal(err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 func TestCompleteAndDeleteIsGuarded(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
-	enqueue(t, s, lease.Event{Kind: "k", EventID: "a"}, lease.Event{Kind: "k", EventID: "b"})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "a"}, lease.Event{Kind: "k", EventID: "b"})
 	claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 2, Lease: time.Minute})
 	if err != nil || len(claims) != 2 {
 		t.Fatalf("claim = %v, %v; want 2 claims", claims, err)

@@ -19,24 +19,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var drv = pgxdriver.New()
 
-func enqueue(t *testing.T, s *lease.Store, events ...lease.Event) []lease.Enqueued {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	out, err := s.Enqueue(ctx, tx, events...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func TestNewRejectsBadConfiguration(t *testing.T) {
 	db, err := sql.Open("pgx", "postgres://unused")
 	if err != nil {
@@ -99,7 +81,7 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second Migrate = %v, %v; want nothing applied", again, err)
 	}
-	enqueue(t, s, lease.Event{Kind: "k"})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM ` + s.QualifiedTable()).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("count = %d, %v; want 1 row in the mixed-case table", n, err)
@@ -120,7 +102,7 @@ func TestEnqueueInCallerTransaction(t *testing.T) {
 		t.Fatalf("rolled-back event: err = %v, want ErrNotFound", err)
 	}
 
-	out := enqueue(t, s, lease.Event{Kind: "k", EventID: "a", Key: "order-1", Payload: []byte("p")}, lease.Event{Kind: "k"})
+	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "a", Key: "order-1", Payload: []byte("p")}, lease.Event{Kind: "k"})
 	if out[0].EventID != "a" || out[0].ID == 0 || out[1].EventID == "" || out[1].Duplicate {
 		t.Fatalf("enqueued = %+v", out)
 	}
@@ -204,7 +186,7 @@ func TestClaimRejectsBadRequests(t *testing.T) {
 func TestClaimFiltersKindsAndScheduling(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
-	enqueue(t, s,
+	pgtest.Enqueue(t, s,
 		lease.Event{Kind: "a", EventID: "a1"},
 		lease.Event{Kind: "b", EventID: "b1"},
 		lease.Event{Kind: "a", EventID: "later", RunAt: time.Now().Add(time.Hour)},
@@ -225,7 +207,7 @@ func TestClaimFiltersKindsAndScheduling(t *testing.T) {
 func TestStatsAndRetention(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
-	enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
 	claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 2, Lease: time.Minute})
 	if err != nil || len(claims) != 2 {
 		t.Fatalf("claim = %v, %v", claims, err)

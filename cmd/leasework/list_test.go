@@ -17,7 +17,7 @@ func TestListFailedShowsLastError(t *testing.T) {
 	st := pgtest.Store(t, drivers[0].new(), lease.Options{})
 	reason := "handler panicked: connection reset by peer\n\tgoroutine 7 [running]:\n" + strings.Repeat("frame ", 40)
 	id := failed(t, st, "email", reason)
-	enqueue(t, st, lease.Event{Kind: "email"}) // READY, not listed
+	pgtest.Enqueue(t, st, lease.Event{Kind: "email"}) // READY, not listed
 
 	r := must(t, exitOK, on(t, st, "pgx", "list", "-status", "FAILED", "-json")...)
 	var got listJSON
@@ -71,7 +71,7 @@ func TestListFiltersAndPages(t *testing.T) {
 		if i%2 == 1 {
 			kind = "b"
 		}
-		ids = append(ids, enqueue(t, st, lease.Event{Kind: kind, EventID: "ev-" + strconv.Itoa(i)})[0].ID)
+		ids = append(ids, pgtest.Enqueue(t, st, lease.Event{Kind: kind, EventID: "ev-" + strconv.Itoa(i)})[0].ID)
 	}
 	claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Hour})
 	if err != nil || len(claims) != 1 {

@@ -72,30 +72,12 @@ func on(t *testing.T, st *lease.Store, driver string, args ...string) []string {
 	return append(args, "-dsn", pgtest.DSN(t), "-driver", driver, "-schema", st.Schema(), "-table", st.Table())
 }
 
-func enqueue(t *testing.T, st *lease.Store, events ...lease.Event) []lease.Enqueued {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := st.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	out, err := st.Enqueue(ctx, tx, events...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // failed makes a FAILED row of kind with reason as its last error: enqueued
 // with a budget of one attempt, claimed, failed.
 func failed(t *testing.T, st *lease.Store, kind, reason string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	id := enqueue(t, st, lease.Event{Kind: kind, MaxAttempts: 1})[0].ID
+	id := pgtest.Enqueue(t, st, lease.Event{Kind: kind, MaxAttempts: 1})[0].ID
 	claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Kinds: []string{kind}})
 	if err != nil || len(claims) != 1 || claims[0].ID != id {
 		t.Fatalf("claim row %d: %+v, %v", id, claims, err)

@@ -76,7 +76,7 @@ func TestRequeueByKindAndAll(t *testing.T) {
 	mail1, mail2 := failed(t, st, "mail", "x"), failed(t, st, "mail", "x")
 	sms := failed(t, st, "sms", "x")
 	push := failed(t, st, "push", "x")
-	ready := enqueue(t, st, lease.Event{Kind: "mail"})[0].ID
+	ready := pgtest.Enqueue(t, st, lease.Event{Kind: "mail"})[0].ID
 
 	got := requeueJSONOf(t, must(t, exitOK, on(t, st, "pq", "requeue", "-kind", "mail", "-json")...))
 	if !slices.Equal(got.Requeued, []int64{mail1, mail2}) {
@@ -102,7 +102,7 @@ func TestRequeueNothingMatchedExitsZero(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := pgtest.Store(t, drivers[0].new(), lease.Options{})
-	done := enqueue(t, st, lease.Event{Kind: "k"})[0].ID
+	done := pgtest.Enqueue(t, st, lease.Event{Kind: "k"})[0].ID
 	claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %+v, %v", claims, err)

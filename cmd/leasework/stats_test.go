@@ -21,7 +21,7 @@ func TestStats(t *testing.T) {
 
 			// Two claimed rows (one completed, one abandoned with an expired
 			// lease), one FAILED, two READY and due, one READY for later.
-			enqueue(t, st, lease.Event{Kind: "a"}, lease.Event{Kind: "a"})
+			pgtest.Enqueue(t, st, lease.Event{Kind: "a"}, lease.Event{Kind: "a"})
 			claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 2, Lease: time.Minute})
 			if err != nil || len(claims) != 2 {
 				t.Fatalf("claim = %+v, %v", claims, err)
@@ -33,7 +33,7 @@ func TestStats(t *testing.T) {
 				t.Fatal(err)
 			}
 			failed(t, st, "b", "boom")
-			enqueue(t, st, lease.Event{Kind: "c"}, lease.Event{Kind: "c"},
+			pgtest.Enqueue(t, st, lease.Event{Kind: "c"}, lease.Event{Kind: "c"},
 				lease.Event{Kind: "c", RunAt: time.Now().Add(time.Hour)})
 
 			r := must(t, exitOK, on(t, st, d.name, "stats", "-json")...)

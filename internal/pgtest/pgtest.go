@@ -106,3 +106,23 @@ func Store(t testing.TB, drv leasework.Driver, opts lease.Options) *lease.Store 
 	})
 	return s
 }
+
+// Enqueue enqueues events in a transaction of their own and commits it,
+// failing the test on any error.
+func Enqueue(t testing.TB, s *lease.Store, events ...lease.Event) []lease.Enqueued {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	out, err := s.Enqueue(ctx, tx, events...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
