@@ -88,7 +88,7 @@ func StartWith(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "leasework-pg-")
+	dir, err := os.MkdirTemp(tempBase(cred != nil), "leasework-pg-")
 	if err != nil {
 		return nil, fmt.Errorf("pgserver: %w", err)
 	}
@@ -202,6 +202,25 @@ func serverUser() (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// tempBase is where the cluster's directory goes: the usual temporary
+// directory, unless the server runs as another user who could not reach it
+// (a private $TMPDIR of root's), then /tmp.
+func tempBase(otherUser bool) string {
+	base := os.TempDir()
+	if !otherUser {
+		return base
+	}
+	for dir := base; ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return "/tmp"
+		}
+		if dir == filepath.Dir(dir) {
+			return base
+		}
+	}
 }
 
 func freePort() (int, error) {
