@@ -18,7 +18,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childModeEnv); mode != "" {
+		os.Exit(childWorker(mode)) // a worker process of the process tests
+	}
+	pgtest.Main(m)
+}
 
 // drivers builds a fresh instance of each shipped driver.
 var drivers = []struct {

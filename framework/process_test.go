@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgserver"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
@@ -37,7 +38,7 @@ type child struct {
 
 func startChild(t *testing.T, mode string, s *lease.Store) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChildWorker$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), childModeEnv+"="+mode, childSchemaEnv+"="+s.Schema())
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -83,85 +84,6 @@ func (c *child) expect(t *testing.T, prefix string) string {
 		case <-timeout:
 			t.Fatalf("timed out waiting for the child's %q line", prefix)
 		}
-	}
-}
-
-// waitStopped waits until the kernel reports the process stopped.
-func waitStopped(t *testing.T, pid int) {
-	t.Helper()
-	waitFor(t, "the child to stop", func() bool {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The state follows the parenthesized command name.
-		i := strings.LastIndexByte(string(stat), ')')
-		return i > 0 && strings.HasPrefix(string(stat[i+1:]), " T")
-	})
-}
-
-// A worker process stopped past its lease and resumed after another worker
-// claimed its rows cannot complete, retry or renew them.
-func TestPausedWorkerCannotCompleteRetryOrRenew(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("needs /proc to see that the child is stopped")
-	}
-	s := newStore(t, drivers[0].new())
-	ctx := context.Background()
-	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "complete"}, lease.Event{Kind: "retry"})
-	c := startChild(t, "stop", s)
-	for range 2 {
-		c.expect(t, "claimed ")
-	}
-	pid := c.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	waitStopped(t, pid)
-	for _, e := range ids {
-		if err := leasetest.ExpireLease(ctx, s, e.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 2, Lease: time.Minute, Worker: "rival"})
-	if err != nil || len(claims) != 2 || claims[0].Generation != 2 || claims[1].Generation != 2 {
-		t.Fatalf("rival claim = %+v, %v; want both rows at generation 2", claims, err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintln(c.stdin, "resume")
-
-	var res childResult
-	if err := json.Unmarshal([]byte(c.expect(t, "result ")), &res); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Wait(); err != nil {
-		t.Fatalf("child: %v", err)
-	}
-	t.Logf("child: context causes %v, counters %+v", res.Causes, res.Counters)
-	for kind, cause := range res.Causes {
-		if cause != leasework.ErrLeaseLost.Error() {
-			t.Errorf("child's %s handler: context cause %q; want %q", kind, cause, leasework.ErrLeaseLost)
-		}
-	}
-	k := res.Counters
-	if len(res.Causes) != 2 || k.StaleRejections != 2 || k.LeasesLost != 2 || k.LocalLeaseTimeouts != 0 ||
-		k.Completed != 0 || k.Retried != 0 || k.Failed != 0 || k.Released != 0 {
-		t.Errorf("child: causes %v, counters %+v; want 2 renewals rejected (leases lost), 2 stale outcome writes, nothing written", res.Causes, k)
-	}
-	for _, cl := range claims {
-		r, err := s.Get(ctx, cl.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Status != leasework.StatusInProgress || r.Generation != 2 || r.Worker != "rival" || r.LastError != "" {
-			t.Errorf("row %d: %s generation %d worker %q error %q; want the rival's untouched claim", r.ID, r.Status, r.Generation, r.Worker, r.LastError)
-		}
-	}
-	res2, err := s.CompleteMany(ctx, []leasework.Ref{claims[0].Ref(), claims[1].Ref()})
-	if err != nil || res2[0].Err != nil || res2[1].Err != nil {
-		t.Fatalf("the rival's completion = %+v, %v; want accepted", res2, err)
 	}
 }
 
@@ -214,22 +136,27 @@ type childResult struct {
 	Counters framework.Counters
 }
 
-// TestChildWorker is the worker process of the tests above; it does
-// nothing in a normal test run.
-func TestChildWorker(t *testing.T) {
-	mode := os.Getenv(childModeEnv)
-	if mode == "" {
-		t.Skip("runs only as a child process of the process tests")
+// childWorker is the worker process of the tests above: the test binary
+// run again with childModeEnv set, dispatched from TestMain. It returns the
+// process's exit status.
+func childWorker(mode string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "child worker:", err)
+		return 1
 	}
 	drv := drivers[0].new()
-	db := pgtest.Open(t, drv)
+	db, err := drv.Open(os.Getenv(pgserver.EnvDSN))
+	if err != nil {
+		return fail(err)
+	}
+	defer db.Close()
 	cfg := framework.Config{
 		Schema: os.Getenv(childSchemaEnv), Retention: -1, Concurrency: 2,
 		PollInterval: 20 * time.Millisecond, RenewEvery: 50 * time.Millisecond,
 	}
 	w, err := framework.New(db, drv, cfg)
 	if err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
 	var out sync.Mutex
 	say := func(format string, args ...any) {
@@ -238,17 +165,19 @@ func TestChildWorker(t *testing.T) {
 		fmt.Printf(format+"\n", args...)
 	}
 	if mode == "kill" {
-		register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+		err := w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
 			say("claimed %d %d %d", c.ID, c.Generation, c.Attempt)
 			select {} // until killed
-		})
-		_ = w.Run(context.Background())
-		return
+		}), framework.RetryPolicy{})
+		if err != nil {
+			return fail(err)
+		}
+		return fail(fmt.Errorf("Run returned before the kill: %v", w.Run(context.Background())))
 	}
 
 	resume := make(chan struct{})
 	causes := map[string]string{}
-	handler := func(ctx context.Context, c *leasework.Claim) error {
+	handler := leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
 		say("claimed %s %d %d", c.Kind, c.ID, c.Generation)
 		<-resume
 		select {
@@ -262,21 +191,38 @@ func TestChildWorker(t *testing.T) {
 			return errors.New("late failure")
 		}
 		return nil
+	})
+	for _, kind := range []string{"complete", "retry"} {
+		if err := w.Register(kind, handler, framework.RetryPolicy{}); err != nil {
+			return fail(err)
+		}
 	}
-	register(t, w, "complete", framework.RetryPolicy{}, handler)
-	register(t, w, "retry", framework.RetryPolicy{}, handler)
-	stop := start(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		t.Fatal(err)
+		cancel()
+		return fail(err)
 	}
 	close(resume)
-	waitFor(t, "both late outcomes to be rejected", func() bool { return w.Counters().StaleRejections == 2 })
-	stop()
+	deadline := time.Now().Add(waitTimeout)
+	for w.Counters().StaleRejections < 2 {
+		if time.Now().After(deadline) {
+			cancel()
+			return fail(fmt.Errorf("both late outcomes not rejected within %v: %+v", waitTimeout, w.Counters()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		return fail(err)
+	}
 	out.Lock()
 	defer out.Unlock()
 	b, err := json.Marshal(childResult{Causes: causes, Counters: w.Counters()})
 	if err != nil {
-		t.Fatal(err)
+		return fail(err)
 	}
 	fmt.Printf("result %s\n", b)
+	return 0
 }
