@@ -25,7 +25,7 @@ type Row struct {
 	NextAttemptAt time.Time
 	LastError     string
 	Progress      []byte
-	Worker        string
+	Worker        string // the worker holding the claim; for a DONE or FAILED row, the last one that held it
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	FinishedAt    *time.Time

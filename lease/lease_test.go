@@ -202,6 +202,13 @@ func TestClaimFiltersKindsAndScheduling(t *testing.T) {
 	if row.Worker != "w" || row.Status != leasework.StatusInProgress {
 		t.Fatalf("claimed row = %+v", row)
 	}
+	// The worker that finished a row stays on it, for operators.
+	if err := s.Complete(ctx, got[0].Ref()); err != nil {
+		t.Fatal(err)
+	}
+	if row, _ := s.Get(ctx, got[0].ID); row.Worker != "w" || row.Status != leasework.StatusDone {
+		t.Fatalf("completed row: worker %q status %s; want w and DONE", row.Worker, row.Status)
+	}
 }
 
 func TestStatsAndRetention(t *testing.T) {

@@ -16,7 +16,7 @@ WITH exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
     -- row in FAILED instead of granting another attempt.
     UPDATE {{table}} AS o
-    SET status = 'FAILED', lease_until = NULL, worker = NULL,
+    SET status = 'FAILED', lease_until = NULL,
         finished_at = statement_timestamp(), updated_at = statement_timestamp(),
         last_error = format('lease expired on attempt %s of %s', o.attempt, o.max_attempts)
     WHERE o.id IN (
@@ -70,7 +70,7 @@ RETURNING id, event_id`
 
 const completeSQL = `
 UPDATE {{table}} AS o
-SET status = 'DONE', lease_until = NULL, worker = NULL, last_error = NULL,
+SET status = 'DONE', lease_until = NULL, last_error = NULL,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
 WHERE ` + guard + `
@@ -89,7 +89,8 @@ RETURNING o.id, o.generation, 'DONE'::text`
 const retrySQL = `
 UPDATE {{table}} AS o
 SET status = CASE WHEN o.attempt >= o.max_attempts THEN 'FAILED' ELSE 'READY' END,
-    lease_until = NULL, worker = NULL, last_error = r.error,
+    lease_until = NULL, last_error = r.error,
+    worker = CASE WHEN o.attempt >= o.max_attempts THEN o.worker END,
     next_attempt_at = statement_timestamp() + r.delay * interval '1 microsecond',
     finished_at = CASE WHEN o.attempt >= o.max_attempts THEN statement_timestamp() END,
     updated_at = statement_timestamp()
@@ -99,7 +100,7 @@ RETURNING o.id, o.generation, o.status`
 
 const failSQL = `
 UPDATE {{table}} AS o
-SET status = 'FAILED', lease_until = NULL, worker = NULL, last_error = r.error,
+SET status = 'FAILED', lease_until = NULL, last_error = r.error,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
 FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, generation, error)
 WHERE ` + guard + `

@@ -179,7 +179,7 @@ func summarize(ctx context.Context, store *lease.Store, o options, workers []*wo
 	}
 	fmt.Fprintln(o.out)
 	fmt.Fprintln(o.out, "summary")
-	fmt.Fprintf(o.out, "  %-10s %-36s %-6s %-10s %s\n", "order", "event id", "status", "generation", "attempts")
+	fmt.Fprintf(o.out, "  %-10s %-36s %-6s %-10s %-8s %s\n", "order", "event id", "status", "generation", "attempts", "done by")
 	recovered := 0
 	for _, r := range rows {
 		note := ""
@@ -187,7 +187,7 @@ func summarize(ctx context.Context, store *lease.Store, o options, workers []*wo
 			recovered++
 			note = "  <- claimed again after its worker crashed"
 		}
-		fmt.Fprintf(o.out, "  %-10s %-36s %-6s %-10d %d%s\n", r.Key, r.EventID, r.Status, r.Generation, r.Attempt, note)
+		fmt.Fprintf(o.out, "  %-10s %-36s %-6s %-10d %-8d %s%s\n", r.Key, r.EventID, r.Status, r.Generation, r.Attempt, r.Worker, note)
 	}
 	done := 0
 	for _, r := range rows {
