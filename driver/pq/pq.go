@@ -2,8 +2,8 @@
 //
 // lib/pq binds slices as arrays through pq.Array, and waits for
 // LISTEN/NOTIFY wakeups with a pq.Listener on a connection of its own. That
-// connection needs the DSN, so [Driver.Listen] works for pools opened with
-// [Driver.Open]; for any other pool it returns an error and workers fall back
+// connection needs the DSN, which a pool opened with [Driver.Open] carries;
+// for any other pool [Driver.Listen] returns an error and workers fall back
 // to polling.
 package pq
 
@@ -15,19 +15,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/lib/pq"
 )
 
-// Driver is the lib/pq binding. Use [New]; a Driver must not be copied after
-// first use.
-type Driver struct {
-	mu   sync.Mutex
-	dsns map[*sql.DB]string
-}
+// Driver is the lib/pq binding. Its zero value is ready to use.
+type Driver struct{}
 
 var (
 	_ leasework.Driver   = (*Driver)(nil)
@@ -41,7 +36,7 @@ func New() *Driver { return &Driver{} }
 func (*Driver) Name() string { return "pq" }
 
 // Open opens a pool for dsn, a URL or key=value connection string.
-func (d *Driver) Open(dsn string) (*sql.DB, error) {
+func (*Driver) Open(dsn string) (*sql.DB, error) {
 	if dsn == "" {
 		return nil, errors.New("pq: Open: dsn is empty")
 	}
@@ -49,14 +44,21 @@ func (d *Driver) Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pq: open: %w", err)
 	}
-	db := sql.OpenDB(conn)
-	d.mu.Lock()
-	if d.dsns == nil {
-		d.dsns = map[*sql.DB]string{}
-	}
-	d.dsns[db] = dsn
-	d.mu.Unlock()
-	return db, nil
+	return sql.OpenDB(connector{Connector: conn, dsn: dsn}), nil
+}
+
+// connector is lib/pq's, remembering the DSN for [Driver.Listen], which
+// finds it through (*sql.DB).Driver.
+type connector struct {
+	*pq.Connector
+	dsn string
+}
+
+func (c connector) Driver() driver.Driver { return dsnDriver{Driver: c.Connector.Driver(), dsn: c.dsn} }
+
+type dsnDriver struct {
+	driver.Driver
+	dsn string
 }
 
 // Array wraps slice with pq.Array.
@@ -85,14 +87,12 @@ func (*Driver) IsConnectionError(err error) bool {
 }
 
 // Listen opens a pq.Listener on channel, with the DSN db was opened with.
-func (d *Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
-	d.mu.Lock()
-	dsn, ok := d.dsns[db]
-	d.mu.Unlock()
+func (*Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
+	dd, ok := db.Driver().(dsnDriver)
 	if !ok {
-		return nil, errors.New("pq: listen: this pool was not opened with this driver's Open; its DSN is unknown")
+		return nil, errors.New("pq: listen: the pool was not opened with this package's Driver.Open; its DSN is unknown")
 	}
-	l := pq.NewListener(dsn, 100*time.Millisecond, 10*time.Second, nil)
+	l := pq.NewListener(dd.dsn, 100*time.Millisecond, 10*time.Second, nil)
 	done := make(chan error, 1)
 	go func() { done <- l.Listen(channel) }()
 	select {
