@@ -2,8 +2,10 @@ package framework_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,6 +100,60 @@ func BenchmarkThroughput(b *testing.B) {
 			stop()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
 			b.ReportMetric(float64(b.N)/float64(w.Counters().ClaimQueries), "jobs/claim")
+		})
+	}
+}
+
+// BenchmarkThroughputReference is the reference for BenchmarkThroughput,
+// measured in the same run: b.N events through the lease store alone, with
+// no runtime around it. Each of "loops" goroutines claims 100 rows and
+// completes them, one statement each, as fast as it can. Compare jobs/s
+// with BenchmarkThroughput/keep as a ratio.
+func BenchmarkThroughputReference(b *testing.B) {
+	for _, loops := range []int{1, 2} {
+		b.Run(fmt.Sprintf("loops=%d", loops), func(b *testing.B) {
+			s := pgtest.Store(b, drivers[0].new(), lease.Options{})
+			for i := 0; i < b.N; i += 1000 {
+				events := make([]lease.Event, min(1000, b.N-i))
+				for j := range events {
+					events[j] = lease.Event{Kind: "k"}
+				}
+				pgtest.Enqueue(b, s, events...)
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			begin := time.Now()
+			var wg sync.WaitGroup
+			errs := make(chan error, loops)
+			for range loops {
+				wg.Go(func() {
+					for {
+						claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 100, Lease: time.Minute})
+						if err != nil || len(claims) == 0 {
+							errs <- err
+							return
+						}
+						refs := make([]leasework.Ref, len(claims))
+						for i, c := range claims {
+							refs[i] = c.Ref()
+						}
+						if _, err := s.CompleteMany(ctx, refs); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(begin)
+			b.StopTimer()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
 		})
 	}
 }
