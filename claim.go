@@ -41,7 +41,7 @@ type Claim struct {
 	Generation  int64     // grows with every claim of the row; the fencing token
 	Attempt     int       // 1 for the first claim; counts every claim, crashed ones included
 	MaxAttempts int       // the attempt budget of the row
-	LeaseUntil  time.Time // lease deadline as decided by the database clock
+	LeaseUntil  time.Time // lease deadline set by the claim (database clock); renewals extend the lease in the database, not this copy
 	Reclaimed   bool      // true when the previous owner's lease expired unfinished
 	Progress    []byte    // the last progress recorded by an earlier attempt, or nil
 	LastError   string    // the error recorded by the previous attempt, or ""
