@@ -78,6 +78,7 @@ const (
 	ClassConnection                      // the connection failed or was lost: retry on another
 )
 
+// String names the class, for logs.
 func (c ErrorClass) String() string {
 	switch c {
 	case ClassNone:

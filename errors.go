@@ -33,6 +33,7 @@ type PermanentError struct {
 	Err error
 }
 
+// Error returns the wrapped error's text.
 func (e *PermanentError) Error() string {
 	if e.Err == nil {
 		return "permanent error"
@@ -65,6 +66,7 @@ type PanicError struct {
 	Stack []byte // the goroutine's stack at the panic
 }
 
+// Error returns the panic value and the stack.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("handler panicked: %v\n%s", e.Value, e.Stack)
 }
