@@ -77,6 +77,20 @@ Matching no row is not an error: it prints "requeued 0 rows" and exits 0.
 Rows named by -id that were not requeued are reported with the reason.`,
 		new: func() action { return &requeueCmd{} },
 	},
+	{
+		name:     "explain",
+		synopsis: "[-limit N] [-kind K ...]",
+		summary:  "show the claim's query plan: scans and rows it throws away",
+		doc: `Explain runs the claim statement under EXPLAIN (ANALYZE, BUFFERS) inside a
+transaction that is rolled back, so nothing is claimed (the rows it would
+claim are locked for that moment, and other claimers skip them). It prints
+the plan, the number of sequential scans in it and the rows it read only to
+discard them. On a large table the claim should read only the READY and
+INPROGRESS partial indexes and the primary key, whatever the number of
+finished rows: a sequential scan there usually means stale statistics (run
+ANALYZE) or a missing index.`,
+		new: func() action { return &explainCmd{} },
+	},
 }
 
 func findCommand(name string) (command, bool) {

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	pgxdriver "github.com/leasework/leasework/driver/pgx"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// On a table with a history (and fresh statistics), explain shows the
+// claim reading indexes only, and the explained claim is rolled back.
+func TestExplainShowsAnIndexDrivenClaimAndClaimsNothing(t *testing.T) {
+	st := pgtest.Store(t, pgxdriver.New(), lease.Options{})
+	if err := leasetest.InsertFinished(t.Context(), st, 20000); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Enqueue(t, st, lease.Event{Kind: "a"}, lease.Event{Kind: "b"})
+
+	r := must(t, exitOK, on(t, st, "pgx", "explain", "-limit", "10")...)
+	for _, want := range []string{"Index Scan using events_ready_idx", "sequential scans: none", "rows read and discarded by filters: 0"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	var got explainJSON
+	decode(t, must(t, exitOK, on(t, st, "pgx", "explain", "-kind", "a", "-json")...), &got)
+	// Restricted to kind a, the claim reads the READY row of kind b in due
+	// order and discards it: eligible rows of other kinds cost, finished
+	// rows do not.
+	if got.SeqScans != 0 || got.RowsDiscarded != 1 || got.ClaimLimit != 100 || len(got.ClaimedKinds) != 1 || got.ClaimedKinds[0] != "a" || !strings.Contains(got.Plan, "LockRows") {
+		t.Fatalf("explain -json = %+v", got)
+	}
+
+	// The explained claims were rolled back: both rows are still READY at
+	// generation 0.
+	rows, err := st.List(t.Context(), lease.ListRequest{Status: "READY"})
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("READY rows after explain: %d, %v; want 2", len(rows), err)
+	}
+	for _, r := range rows {
+		if r.Status != "READY" || r.Generation != 0 {
+			t.Fatalf("row %d is %s generation %d after explain; want READY 0", r.ID, r.Status, r.Generation)
+		}
+	}
+
+	if r := must(t, exitUsage, on(t, st, "pgx", "explain", "-limit", "0")...); !strings.Contains(r.stderr, "-limit") {
+		t.Fatalf("explain -limit 0: stderr %q; want a usage error naming -limit", r.stderr)
+	}
+}
