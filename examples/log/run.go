@@ -208,7 +208,7 @@ func summarize(ctx context.Context, store *lease.Store, o options, workers []*wo
 		}
 	}
 	if keep {
-		fmt.Fprintf(o.out, "  the tables stay in schema %q; look at them with: go run ./cmd/leasework list -schema %s\n", o.schema, o.schema)
+		fmt.Fprintf(o.out, "  the tables stay in schema %q; look at them with: go run ./cmd/leasework list -schema %s (same -dsn or $%s)\n", o.schema, o.schema, pgserver.EnvDSN)
 	}
 	if done != o.events {
 		return fmt.Errorf("%d of %d events DONE", done, o.events)
