@@ -27,7 +27,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 	const interval = 100 * time.Millisecond
 	for _, mode := range []string{"notify", "poll"} {
 		b.Run(mode, func(b *testing.B) {
-			var drv leasework.Driver = drivers[0].new()
+			var drv leasework.Driver = pgtest.Drivers[0].New()
 			if mode == "poll" {
 				drv = pollOnly{drv}
 			}
@@ -70,7 +70,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 func BenchmarkThroughput(b *testing.B) {
 	for _, mode := range []string{"keep", "delete"} {
 		b.Run(mode, func(b *testing.B) {
-			s := pgtest.Store(b, drivers[0].new(), lease.Options{})
+			s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
 			for i := 0; i < b.N; i += 1000 {
 				events := make([]lease.Event, min(1000, b.N-i))
 				for j := range events {
@@ -112,7 +112,7 @@ func BenchmarkThroughput(b *testing.B) {
 func BenchmarkThroughputReference(b *testing.B) {
 	for _, loops := range []int{1, 2} {
 		b.Run(fmt.Sprintf("loops=%d", loops), func(b *testing.B) {
-			s := pgtest.Store(b, drivers[0].new(), lease.Options{})
+			s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
 			for i := 0; i < b.N; i += 1000 {
 				events := make([]lease.Event, min(1000, b.N-i))
 				for j := range events {

@@ -12,7 +12,7 @@ import (
 )
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	drv := drivers[0].new()
+	drv := pgtest.Drivers[0].New()
 	db := pgtest.Open(t, drv)
 	cases := []struct {
 		cfg  framework.Config
@@ -45,7 +45,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestRegisterAndRunRejectMisuse(t *testing.T) {
-	drv := drivers[0].new()
+	drv := pgtest.Drivers[0].New()
 	w, err := framework.New(pgtest.Open(t, drv), drv, framework.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 // expired, has its context cancelled with ErrLeaseLost, and the completion it
 // returns late is rejected, counted and changes nothing.
 func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ctx := context.Background()
 		row := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e"})[0]
@@ -85,7 +85,7 @@ func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
 // own before its lease can have expired, and gives up the outcome it cannot
 // write.
 func TestUnreachableDatabaseCancelsBeforeLeaseDeadline(t *testing.T) {
-	drv := drivers[0].new()
+	drv := pgtest.Drivers[0].New()
 	s := newStore(t, drv)
 	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
 	db := pgtest.Open(t, drv) // the worker's own pool, closed under it

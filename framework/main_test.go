@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	pgxdriver "github.com/leasework/leasework/driver/pgx"
-	pqdriver "github.com/leasework/leasework/driver/pq"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
@@ -23,22 +21,6 @@ func TestMain(m *testing.M) {
 		os.Exit(childWorker(mode)) // a worker process of the process tests
 	}
 	pgtest.Main(m)
-}
-
-// drivers builds a fresh instance of each shipped driver.
-var drivers = []struct {
-	name string
-	new  func() leasework.Driver
-}{
-	{"pgx", func() leasework.Driver { return pgxdriver.New() }},
-	{"pq", func() leasework.Driver { return pqdriver.New() }},
-}
-
-// eachDriver runs f as a subtest per driver.
-func eachDriver(t *testing.T, f func(t *testing.T, drv leasework.Driver)) {
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) { f(t, d.new()) })
-	}
 }
 
 // newStore returns a migrated store in a fresh schema, and arranges for the

@@ -15,7 +15,7 @@ import (
 )
 
 func TestCountersStatsAndMetrics(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	pgtest.Enqueue(t, s, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "bad"}, lease.Event{Kind: "idle", RunAt: time.Now().Add(time.Hour)})
 	w := newWorker(t, s, framework.Config{WorkerID: `w"1`})
 	register(t, w, "ok", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
@@ -58,7 +58,7 @@ func TestCountersStatsAndMetrics(t *testing.T) {
 }
 
 func TestRetentionDeletesOldDoneRows(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "bad"})
 	w := newWorker(t, s, framework.Config{Retention: time.Millisecond, RetentionInterval: 20 * time.Millisecond, RetentionBatch: 2})
 	register(t, w, "ok", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })

@@ -18,14 +18,14 @@ type pollOnly struct{ leasework.Driver }
 // An idle worker sends at most one claim per poll interval, plus the one at
 // start and the one after LISTEN takes effect.
 func TestIdleWorkerPollsNoFasterThanItsInterval(t *testing.T) {
-	for _, d := range drivers {
+	for _, d := range pgtest.Drivers {
 		for _, notify := range []bool{true, false} {
-			name := d.name + "/notify"
+			name := d.Name + "/notify"
 			if !notify {
-				name = d.name + "/poll-only"
+				name = d.Name + "/poll-only"
 			}
 			t.Run(name, func(t *testing.T) {
-				drv := d.new()
+				drv := d.New()
 				if !notify {
 					drv = pollOnly{drv}
 				}
@@ -50,7 +50,7 @@ func TestIdleWorkerPollsNoFasterThanItsInterval(t *testing.T) {
 // With a poll interval of an hour, only a notification can wake an idle
 // worker: an event enqueued after it went idle is picked up at once.
 func TestNotificationWakesIdleWorker(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		w := newWorker(t, s, framework.Config{PollInterval: time.Hour})
 		got := make(chan string, 2)

@@ -35,7 +35,7 @@ func waitStopped(t *testing.T, pid int) {
 // A worker process stopped past its lease and resumed after another worker
 // claimed its rows cannot complete, retry or renew them.
 func TestPausedWorkerCannotCompleteRetryOrRenew(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	ctx := context.Background()
 	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "complete"}, lease.Event{Kind: "retry"})
 	c := startChild(t, "stop", s)

@@ -91,7 +91,7 @@ func (c *child) expect(t *testing.T, prefix string) string {
 // after exactly max_attempts claims the row is FAILED with a reason naming
 // the expired lease, and nobody runs it again.
 func TestWorkerKilledOnEveryAttemptEndsFailed(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	ctx := context.Background()
 	const budget = 3
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: budget})[0].ID
@@ -144,7 +144,7 @@ func childWorker(mode string) int {
 		fmt.Fprintln(os.Stderr, "child worker:", err)
 		return 1
 	}
-	drv := drivers[0].new()
+	drv := pgtest.Drivers[0].New()
 	db, err := drv.Open(os.Getenv(pgserver.EnvDSN))
 	if err != nil {
 		return fail(err)

@@ -17,7 +17,7 @@ import (
 // Progress recorded by attempt 1 is in the claim of attempt 2, whether
 // attempt 1 failed or lost its lease.
 func TestProgressReachesNextAttempt(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ctx := context.Background()
 		ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "fails"}, lease.Event{Kind: "k", EventID: "loses"})
@@ -64,7 +64,7 @@ func TestProgressReachesNextAttempt(t *testing.T) {
 }
 
 func TestProgressTooLarge(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
 	w := newWorker(t, s, framework.Config{})
 	errs := make(chan error, 1)

@@ -18,7 +18,7 @@ import (
 // is the retry statement's time plus exactly the policy's delay, and the row
 // ends FAILED on its last allowed attempt.
 func TestRetriesSpacedByPolicy(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ctx := context.Background()
 		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: 4})[0].ID
@@ -67,7 +67,7 @@ func TestRetriesSpacedByPolicy(t *testing.T) {
 }
 
 func TestPermanentErrorAndPolicyBudgetFail(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "permanent"}, lease.Event{Kind: "capped"})
 	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
 	register(t, w, "permanent", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error {
@@ -89,7 +89,7 @@ func TestPermanentErrorAndPolicyBudgetFail(t *testing.T) {
 }
 
 func TestPanicIsRecordedAndRetried(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
 	second := make(chan leasework.Claim, 1)
@@ -112,7 +112,7 @@ func TestPanicIsRecordedAndRetried(t *testing.T) {
 }
 
 func TestAttemptTimeout(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{AttemptTimeout: 50 * time.Millisecond})
 	cause := make(chan error, 1)

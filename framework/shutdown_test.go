@@ -17,7 +17,7 @@ import (
 // ErrShutdown and releases their claims: READY, no lease, the attempt given
 // back. No goroutine outlives Run (newStore checks it).
 func TestGracefulStopReleasesClaims(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
 		w := newWorker(t, s, framework.Config{GracePeriod: 10 * time.Millisecond})
@@ -55,7 +55,7 @@ func TestGracefulStopReleasesClaims(t *testing.T) {
 
 // Handlers that finish within the grace period complete normally.
 func TestGracePeriodLetsHandlersFinish(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{GracePeriod: time.Hour})
 	running := make(chan struct{})
@@ -86,7 +86,7 @@ func TestGracePeriodLetsHandlersFinish(t *testing.T) {
 
 // StopNow cuts the grace period short.
 func TestStopNowCancelsAtOnce(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
 	w := newWorker(t, s, framework.Config{GracePeriod: time.Hour})
 	running := make(chan struct{})

@@ -14,7 +14,7 @@ import (
 )
 
 func TestCompletesRegisteredKindsOnly(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		var events []lease.Event
 		for i := range 40 {
@@ -73,7 +73,7 @@ func TestCompletesRegisteredKindsOnly(t *testing.T) {
 }
 
 func TestZeroRetentionDeletesAtCompletion(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
 	cfg := framework.Config{Schema: s.Schema(), Table: s.Table()} // Retention zero
 	w, err := framework.New(s.DB(), s.Driver(), cfg)
@@ -92,7 +92,7 @@ func TestZeroRetentionDeletesAtCompletion(t *testing.T) {
 }
 
 func TestWorkersShareTheWork(t *testing.T) {
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	const n = 300
 	var events []lease.Event
 	for i := range n {
@@ -139,7 +139,7 @@ func TestClaimFromContext(t *testing.T) {
 	if err := framework.RecordProgress(context.Background(), nil); !errors.Is(err, framework.ErrNoClaim) {
 		t.Errorf("RecordProgress(Background) = %v; want ErrNoClaim", err)
 	}
-	s := newStore(t, drivers[0].new())
+	s := newStore(t, pgtest.Drivers[0].New())
 	pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e1", Key: "agg-7", Payload: []byte("body")})
 	w := newWorker(t, s, framework.Config{})
 	got := make(chan leasework.Claim, 1)

@@ -14,7 +14,7 @@ import (
 
 func TestListFailedShowsLastError(t *testing.T) {
 	t.Parallel()
-	st := pgtest.Store(t, drivers[0].new(), lease.Options{})
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
 	reason := "handler panicked: connection reset by peer\n\tgoroutine 7 [running]:\n" + strings.Repeat("frame ", 40)
 	id := failed(t, st, "email", reason)
 	pgtest.Enqueue(t, st, lease.Event{Kind: "email"}) // READY, not listed
@@ -64,7 +64,7 @@ func TestListFailedShowsLastError(t *testing.T) {
 func TestListFiltersAndPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := pgtest.Store(t, drivers[1].new(), lease.Options{})
+	st := pgtest.Store(t, pgtest.Drivers[1].New(), lease.Options{})
 	var ids []int64
 	for i := range 5 {
 		kind := "a"

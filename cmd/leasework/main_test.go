@@ -11,22 +11,12 @@ import (
 
 	"github.com/leasework/leasework"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
-	pqdriver "github.com/leasework/leasework/driver/pq"
 	"github.com/leasework/leasework/internal/pgserver"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// drivers are the drivers the CLI is tested with, by -driver name.
-var drivers = []struct {
-	name string
-	new  func() leasework.Driver
-}{
-	{"pgx", func() leasework.Driver { return pgxdriver.New() }},
-	{"pq", func() leasework.Driver { return pqdriver.New() }},
-}
 
 type result struct {
 	code           int
@@ -150,12 +140,12 @@ func TestUnreachableServerIsARuntimeError(t *testing.T) {
 
 func TestMissingTableSuggestsMigrate(t *testing.T) {
 	t.Parallel()
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) {
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
-			drv := d.new()
+			drv := d.New()
 			schema := freshSchema(t, pgtest.Open(t, drv), drv)
-			r := must(t, exitError, "stats", "-dsn", pgtest.DSN(t), "-driver", d.name, "-schema", schema)
+			r := must(t, exitError, "stats", "-dsn", pgtest.DSN(t), "-driver", d.Name, "-schema", schema)
 			if !strings.Contains(r.stderr, "leasework migrate -schema "+schema) {
 				t.Fatalf("stderr = %q; want a hint to run migrate", r.stderr)
 			}

@@ -12,13 +12,13 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	t.Parallel()
 	all := lease.Migrations()
 	latest := all[len(all)-1].Version
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) {
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
-			drv := d.new()
+			drv := d.New()
 			schema := freshSchema(t, pgtest.Open(t, drv), drv)
 			args := func(more ...string) []string {
-				return append(more, "-dsn", pgtest.DSN(t), "-driver", d.name, "-schema", schema, "-table", "Jobs")
+				return append(more, "-dsn", pgtest.DSN(t), "-driver", d.Name, "-schema", schema, "-table", "Jobs")
 			}
 
 			r := must(t, exitOK, args("migrate")...)
@@ -52,7 +52,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 
 func TestMigrateJSONListsAppliedMigrations(t *testing.T) {
 	t.Parallel()
-	drv := drivers[0].new()
+	drv := pgtest.Drivers[0].New()
 	schema := freshSchema(t, pgtest.Open(t, drv), drv)
 	r := must(t, exitOK, "migrate", "-json", "-dsn", pgtest.DSN(t), "-schema", schema)
 	var got migrateJSON

@@ -22,15 +22,15 @@ func requeueJSONOf(t *testing.T, r result) requeueJSON {
 
 func TestRequeueByIDResetsAttempts(t *testing.T) {
 	t.Parallel()
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) {
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
-			st := pgtest.Store(t, d.new(), lease.Options{})
+			st := pgtest.Store(t, d.New(), lease.Options{})
 			a, b := failed(t, st, "k", "boom"), failed(t, st, "k", "boom")
 			other := failed(t, st, "k", "boom")
 			before := get(t, st, a)
 
-			r := must(t, exitOK, on(t, st, d.name, "requeue", "-id", strconv.FormatInt(a, 10), "-id", strconv.FormatInt(b, 10), "-json")...)
+			r := must(t, exitOK, on(t, st, d.Name, "requeue", "-id", strconv.FormatInt(a, 10), "-id", strconv.FormatInt(b, 10), "-json")...)
 			got := requeueJSONOf(t, r)
 			if got.Count != 2 || !slices.Equal(got.Requeued, []int64{a, b}) || len(got.Skipped) != 0 {
 				t.Fatalf("requeue -id %d -id %d = %+v", a, b, got)
@@ -58,7 +58,7 @@ func TestRequeueByIDResetsAttempts(t *testing.T) {
 
 func TestRequeueExtraAttempts(t *testing.T) {
 	t.Parallel()
-	st := pgtest.Store(t, drivers[0].new(), lease.Options{})
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
 	id := failed(t, st, "k", "boom")
 	r := must(t, exitOK, on(t, st, "pgx", "requeue", "-id", strconv.FormatInt(id, 10), "-extra-attempts", "3")...)
 	if !strings.Contains(r.stdout, "requeued 1 row (3 more attempts each): "+strconv.FormatInt(id, 10)) {
@@ -72,7 +72,7 @@ func TestRequeueExtraAttempts(t *testing.T) {
 
 func TestRequeueByKindAndAll(t *testing.T) {
 	t.Parallel()
-	st := pgtest.Store(t, drivers[1].new(), lease.Options{})
+	st := pgtest.Store(t, pgtest.Drivers[1].New(), lease.Options{})
 	mail1, mail2 := failed(t, st, "mail", "x"), failed(t, st, "mail", "x")
 	sms := failed(t, st, "sms", "x")
 	push := failed(t, st, "push", "x")
@@ -101,7 +101,7 @@ func TestRequeueByKindAndAll(t *testing.T) {
 func TestRequeueNothingMatchedExitsZero(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := pgtest.Store(t, drivers[0].new(), lease.Options{})
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
 	done := pgtest.Enqueue(t, st, lease.Event{Kind: "k"})[0].ID
 	claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute})
 	if err != nil || len(claims) != 1 {

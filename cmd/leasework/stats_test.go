@@ -13,11 +13,11 @@ import (
 
 func TestStats(t *testing.T) {
 	t.Parallel()
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) {
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			st := pgtest.Store(t, d.new(), lease.Options{})
+			st := pgtest.Store(t, d.New(), lease.Options{})
 
 			// Two claimed rows (one completed, one abandoned with an expired
 			// lease), one FAILED, two READY and due, one READY for later.
@@ -36,7 +36,7 @@ func TestStats(t *testing.T) {
 			pgtest.Enqueue(t, st, lease.Event{Kind: "c"}, lease.Event{Kind: "c"},
 				lease.Event{Kind: "c", RunAt: time.Now().Add(time.Hour)})
 
-			r := must(t, exitOK, on(t, st, d.name, "stats", "-json")...)
+			r := must(t, exitOK, on(t, st, d.Name, "stats", "-json")...)
 			var got statsJSON
 			decode(t, r, &got)
 			age := got.OldestEligibleAge
@@ -51,7 +51,7 @@ func TestStats(t *testing.T) {
 				t.Errorf("oldest eligible age = %vs; want about a second", age)
 			}
 
-			r = must(t, exitOK, on(t, st, d.name, "stats")...)
+			r = must(t, exitOK, on(t, st, d.Name, "stats")...)
 			for _, line := range []string{"READY 3", "INPROGRESS 1", "DONE 1", "FAILED 1", "eligible now 2", "expired claims 1"} {
 				if !strings.Contains(squeeze(r.stdout), line) {
 					t.Errorf("stats table does not show %q:\n%s", line, r.stdout)

@@ -38,7 +38,7 @@ const (
 // same event id, generations 1 and 2; the row is DONE at generation 2; the
 // consumer applies the event once.
 func TestAckedButNotRecorded(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		if os.Getenv(envRole) == roleRelay {
 			relayUntilKilled(t, drv)
 			return

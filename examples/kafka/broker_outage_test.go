@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,7 +22,7 @@ import (
 // broker did not acknowledge, and once the broker is back every event is
 // delivered, each DONE event by a record of its final generation.
 func TestBrokerOutage(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		t.Run("rejecting", func(t *testing.T) { brokerOutage(t, drv, rejectProduce) })
 		t.Run("down", func(t *testing.T) { brokerOutage(t, drv, dropProduce) })
 		t.Run("stop while down", func(t *testing.T) { stopWhileDown(t, drv) })

@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/pgtest"
 )
 
 // The inbox applies an event once, however often and however concurrently
 // it is delivered: of eight transactions applying the same event at once,
 // exactly one adds it to the totals.
 func TestInboxAppliesEachEventOnce(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		e := newEnv(t, drv)
 		o := order{ID: "1", Customer: "customer-1", AmountCents: 999}
 		var wg sync.WaitGroup

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	pgxdriver "github.com/leasework/leasework/driver/pgx"
-	pqdriver "github.com/leasework/leasework/driver/pq"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
@@ -24,21 +22,6 @@ import (
 // throwaway server) and an in-process Kafka broker (kfake), each test in a
 // schema and a broker of its own.
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-var drivers = []struct {
-	name string
-	new  func() leasework.Driver
-}{
-	{"pgx", func() leasework.Driver { return pgxdriver.New() }},
-	{"pq", func() leasework.Driver { return pqdriver.New() }},
-}
-
-// eachDriver runs f as a subtest per shipped driver.
-func eachDriver(t *testing.T, f func(t *testing.T, drv leasework.Driver)) {
-	for _, d := range drivers {
-		t.Run(d.name, func(t *testing.T) { f(t, d.new()) })
-	}
-}
 
 const testTopic = "orders"
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease/leasetest"
 )
 
@@ -17,7 +18,7 @@ import (
 // A's completion is rejected by the generation guard and counted as a stale
 // rejection; the row ends as B left it; the consumer applies the event once.
 func TestPausedOwnerResumesLate(t *testing.T) {
-	eachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		e := newEnv(t, drv)
 		o := order{ID: "1", Customer: "customer-3", AmountCents: 4200}
 		row := e.place(o)

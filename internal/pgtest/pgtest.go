@@ -22,6 +22,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/leasework/leasework"
+	pgxdriver "github.com/leasework/leasework/driver/pgx"
+	pqdriver "github.com/leasework/leasework/driver/pq"
 	"github.com/leasework/leasework/internal/pgserver"
 	"github.com/leasework/leasework/lease"
 )
@@ -125,4 +127,25 @@ func Enqueue(t testing.TB, s *lease.Store, events ...lease.Event) []lease.Enqueu
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Driver is one of the shipped drivers, by the name the CLI and the examples
+// know it by, made fresh for each use.
+type Driver struct {
+	Name string
+	New  func() leasework.Driver
+}
+
+// Drivers are the shipped drivers; tests that must hold for each run
+// through all of them.
+var Drivers = []Driver{
+	{"pgx", func() leasework.Driver { return pgxdriver.New() }},
+	{"pq", func() leasework.Driver { return pqdriver.New() }},
+}
+
+// EachDriver runs f as a subtest per shipped driver.
+func EachDriver(t *testing.T, f func(t *testing.T, drv leasework.Driver)) {
+	for _, d := range Drivers {
+		t.Run(d.Name, func(t *testing.T) { f(t, d.New()) })
+	}
 }
