@@ -13,14 +13,19 @@ import (
 // be confirmed at all (the database is unreachable) is given up by its
 // watchdog at its local deadline, before the lease can have expired.
 func (w *Worker) renewLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.RenewEvery)
+	every(ctx, w.cfg.RenewEvery, w.renew)
+}
+
+// every calls f every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func(context.Context)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			w.renew(ctx)
+			f(ctx)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"time"
 )
 
 // maxRetentionRounds bounds the statements of one retention run, so that a
@@ -17,16 +16,7 @@ func (w *Worker) retain(ctx context.Context) {
 	if w.cfg.Retention <= 0 {
 		return
 	}
-	t := time.NewTicker(w.cfg.RetentionInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.deleteFinished(ctx)
-		}
-	}
+	every(ctx, w.cfg.RetentionInterval, w.deleteFinished)
 }
 
 func (w *Worker) deleteFinished(ctx context.Context) {
