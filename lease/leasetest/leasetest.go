@@ -33,18 +33,28 @@ func exec(ctx context.Context, s *lease.Store, op, query string, args ...any) er
 // ExpireLease moves the lease of an INPROGRESS row one second into the past,
 // as if its owner had stalled or died that long ago.
 func ExpireLease(ctx context.Context, s *lease.Store, id int64) error {
-	return exec(ctx, s, fmt.Sprintf("expire lease of row %d", id),
-		`UPDATE `+s.QualifiedTable()+` SET lease_until = clock_timestamp() - interval '1 second'
-		 WHERE id = $1 AND status = 'INPROGRESS'`, id)
+	what := fmt.Sprintf("lease of row %d", id)
+	n, err := expire(ctx, s, what, "id = $1", id)
+	if err == nil && n != 1 {
+		err = fmt.Errorf("leasetest: expire %s: %d rows matched, want 1 INPROGRESS row", what, n)
+	}
+	return err
 }
 
 // ExpireAllLeases expires every INPROGRESS row's lease and returns how many
 // it changed.
 func ExpireAllLeases(ctx context.Context, s *lease.Store) (int64, error) {
+	return expire(ctx, s, "all leases", "true")
+}
+
+// expire moves the leases of the INPROGRESS rows matching where (an SQL
+// condition on bound parameters) one second into the past.
+func expire(ctx context.Context, s *lease.Store, what, where string, args ...any) (int64, error) {
 	res, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
-		SET lease_until = clock_timestamp() - interval '1 second' WHERE status = 'INPROGRESS'`)
+		SET lease_until = clock_timestamp() - interval '1 second'
+		WHERE status = 'INPROGRESS' AND (`+where+`)`, args...)
 	if err != nil {
-		return 0, fmt.Errorf("leasetest: expire all leases: %w", err)
+		return 0, fmt.Errorf("leasetest: expire %s: %w", what, err)
 	}
 	return res.RowsAffected()
 }
@@ -153,11 +163,5 @@ func SerializationFailure(ctx context.Context, s *lease.Store, id int64) error {
 // worker, as if that worker had died that long ago, and returns how many it
 // changed.
 func ExpireWorkerLeases(ctx context.Context, s *lease.Store, worker string) (int64, error) {
-	res, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
-		SET lease_until = clock_timestamp() - interval '1 second'
-		WHERE status = 'INPROGRESS' AND worker = $1`, worker)
-	if err != nil {
-		return 0, fmt.Errorf("leasetest: expire leases of %s: %w", worker, err)
-	}
-	return res.RowsAffected()
+	return expire(ctx, s, "leases of "+worker, "worker = $1", worker)
 }
