@@ -56,17 +56,11 @@ type Querier interface {
 // scanClaims runs a claim statement (the store's, or the baseline's) and
 // reads the claims it returns.
 func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req ClaimRequest) ([]leasework.Claim, error) {
-	if req.Limit < 1 {
-		return nil, fmt.Errorf("lease: claim: Limit is %d; it must be at least 1", req.Limit)
+	args, err := s.claimArgs(req)
+	if err != nil {
+		return nil, err
 	}
-	if req.Lease < time.Millisecond {
-		return nil, fmt.Errorf("lease: claim: Lease is %v; it must be at least 1ms", req.Lease)
-	}
-	kinds := req.Kinds
-	if kinds == nil {
-		kinds = []string{}
-	}
-	rows, err := q.QueryContext(ctx, query, req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker)
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lease: claim: %w", err)
 	}
@@ -91,20 +85,16 @@ func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req Cla
 // transaction that is rolled back, so nothing is claimed. Use it to check
 // that claims stay index-driven on a large table.
 func (s *Store) ExplainClaim(ctx context.Context, req ClaimRequest) (string, error) {
-	if req.Limit < 1 || req.Lease < time.Millisecond {
-		return "", fmt.Errorf("lease: explain claim: Limit %d and Lease %v must be at least 1 and 1ms", req.Limit, req.Lease)
+	args, err := s.claimArgs(req)
+	if err != nil {
+		return "", err
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return "", fmt.Errorf("lease: explain claim: %w", err)
 	}
 	defer tx.Rollback()
-	kinds := req.Kinds
-	if kinds == nil {
-		kinds = []string{}
-	}
-	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q.claim,
-		req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker)
+	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q.claim, args...)
 	if err != nil {
 		return "", fmt.Errorf("lease: explain claim: %w", err)
 	}
@@ -122,4 +112,19 @@ func (s *Store) ExplainClaim(ctx context.Context, req ClaimRequest) (string, err
 		return "", fmt.Errorf("lease: explain claim: %w", err)
 	}
 	return plan.String(), nil
+}
+
+// claimArgs checks req and returns the claim statement's parameters.
+func (s *Store) claimArgs(req ClaimRequest) ([]any, error) {
+	if req.Limit < 1 {
+		return nil, fmt.Errorf("lease: claim: Limit is %d; it must be at least 1", req.Limit)
+	}
+	if req.Lease < time.Millisecond {
+		return nil, fmt.Errorf("lease: claim: Lease is %v; it must be at least 1ms", req.Lease)
+	}
+	kinds := req.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker}, nil
 }

@@ -172,6 +172,9 @@ func TestClaimRejectsBadRequests(t *testing.T) {
 			t.Errorf("Claim(%+v) succeeded; want an error", req)
 		}
 	}
+	if _, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 0, Lease: time.Second}); err == nil || !strings.Contains(err.Error(), "Limit") {
+		t.Errorf("ExplainClaim with a zero limit: %v; want an error naming Limit", err)
+	}
 	if _, err := s.RenewMany(ctx, []leasework.Ref{{ID: 1, Generation: 1}}, 0); err == nil {
 		t.Error("RenewMany with a zero lease succeeded")
 	}
