@@ -11,9 +11,12 @@ import (
 	"github.com/leasework/leasework"
 )
 
+// MaxClaimLimit is the most rows one claim statement may take.
+const MaxClaimLimit = 10000
+
 // ClaimRequest says what to claim.
 type ClaimRequest struct {
-	// Limit is the most rows to claim; at least 1.
+	// Limit is the most rows to claim; between 1 and [MaxClaimLimit].
 	Limit int
 	// Lease is how long each claim is owned before another worker may take
 	// it; positive, at least a millisecond.
@@ -65,7 +68,7 @@ func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req Cla
 		return nil, fmt.Errorf("lease: claim: %w", err)
 	}
 	defer rows.Close()
-	claims := make([]leasework.Claim, 0, req.Limit)
+	var claims []leasework.Claim // not sized from req.Limit: the table may hold far fewer rows
 	for rows.Next() {
 		var c leasework.Claim
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
@@ -116,8 +119,8 @@ func (s *Store) ExplainClaim(ctx context.Context, req ClaimRequest) (string, err
 
 // claimArgs checks req and returns the claim statement's parameters.
 func (s *Store) claimArgs(req ClaimRequest) ([]any, error) {
-	if req.Limit < 1 {
-		return nil, fmt.Errorf("lease: claim: Limit is %d; it must be at least 1", req.Limit)
+	if req.Limit < 1 || req.Limit > MaxClaimLimit {
+		return nil, fmt.Errorf("lease: claim: Limit is %d; it must be between 1 and %d", req.Limit, MaxClaimLimit)
 	}
 	if req.Lease < time.Millisecond {
 		return nil, fmt.Errorf("lease: claim: Lease is %v; it must be at least 1ms", req.Lease)

@@ -21,6 +21,18 @@ type Result struct {
 	Status leasework.Status
 	// LeaseUntil is the new deadline after an accepted renewal.
 	LeaseUntil time.Time
+	// AlreadyRecorded is set, with Err nil, when the guard rejected the
+	// write but the row shows that this very claim's outcome is already
+	// recorded: an earlier try of the same write committed though its reply
+	// was lost (a statement timeout, a dropped connection). Status is then
+	// the row's status. Such a write succeeded; it is not a stale rejection.
+	AlreadyRecorded bool
+	// Gone is set, with Err matching leasework.ErrLeaseLost, when the row no
+	// longer exists: a completion deleted it (this claim's earlier try, or a
+	// later claim's), or retention did. A caller whose lease cannot have
+	// expired yet (its local deadline has not passed) knows it was its own
+	// earlier try.
+	Gone bool
 }
 
 // RetryRequest is one claim to send back for another attempt.
