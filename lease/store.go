@@ -52,13 +52,15 @@ const (
 
 // Options configures a [Store]. The zero value is valid.
 type Options struct {
-	// Schema holds the table. Zero means "leasework". Letters, digits and
-	// underscores, at most 63 bytes.
+	// Schema holds the table. Zero means "leasework". Lower-case letters,
+	// digits and underscores, not starting with a digit or pg_, at most 63
+	// bytes. Upper case is refused: PostgreSQL folds unquoted names to lower
+	// case, so a schema created as "Jobs" would not be found as Jobs by
+	// someone typing it in psql.
 	Schema string
 
-	// Table is the events table. Zero means "events". Letters, digits and
-	// underscores, at most 40 bytes (index and function names derive from
-	// it).
+	// Table is the events table. Zero means "events". The same rules as
+	// Schema, at most 40 bytes (index and function names derive from it).
 	Table string
 
 	// MaxAttempts is the attempt budget given to events enqueued without

@@ -234,7 +234,8 @@ const commonFlagsText = `	-dsn string      PostgreSQL URL or key=value string (d
 	                 one of the two is required, no server is started)
 	-driver name     pgx or pq (default pgx)
 	-schema name     schema of the events table (default leasework)
-	-table name      events table (default events)
+	-table name      events table (default events); names are lower case
+	                 (letters, digits, underscores), as psql finds them unquoted
 	-json            print JSON instead of a table
 	-timeout d       give up after this long, such as 30s (default 1m; 0: never)
 `

@@ -30,8 +30,8 @@ type connFlags struct {
 func (f *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL URL or key=value `string` (default $"+pgserver.EnvDSN+")")
 	fs.StringVar(&f.driver, "driver", "pgx", "database/sql driver: pgx or pq")
-	fs.StringVar(&f.schema, "schema", lease.DefaultSchema, "`schema` of the events table")
-	fs.StringVar(&f.table, "table", lease.DefaultTable, "events `table`")
+	fs.StringVar(&f.schema, "schema", lease.DefaultSchema, "`schema` of the events table (lower case)")
+	fs.StringVar(&f.table, "table", lease.DefaultTable, "events `table` (lower case)")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long (0: never)")
 }

@@ -18,7 +18,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			drv := d.New()
 			schema := freshSchema(t, pgtest.Open(t, drv), drv)
 			args := func(more ...string) []string {
-				return append(more, "-dsn", pgtest.DSN(t), "-driver", d.Name, "-schema", schema, "-table", "Jobs")
+				return append(more, "-dsn", pgtest.DSN(t), "-driver", d.Name, "-schema", schema, "-table", "jobs")
 			}
 
 			r := must(t, exitOK, args("migrate")...)
@@ -31,7 +31,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			r = must(t, exitOK, args("migrate", "-json")...)
 			var again migrateJSON
 			decode(t, r, &again)
-			if len(again.Applied) != 0 || again.Version != latest || again.Schema != schema || again.Table != "Jobs" {
+			if len(again.Applied) != 0 || again.Version != latest || again.Schema != schema || again.Table != "jobs" {
 				t.Fatalf("second migrate = %+v; want nothing applied, version %d", again, latest)
 			}
 			r = must(t, exitOK, args("migrate")...)
@@ -43,7 +43,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			r = must(t, exitOK, args("stats", "-json")...)
 			var st statsJSON
 			decode(t, r, &st)
-			if st != (statsJSON{Schema: schema, Table: "Jobs"}) {
+			if st != (statsJSON{Schema: schema, Table: "jobs"}) {
 				t.Fatalf("stats of a new table = %+v; want all zero", st)
 			}
 		})

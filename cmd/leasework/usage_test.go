@@ -55,6 +55,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stats", "-driver", "pq", "-dsn", "::bad::"}, "bad -dsn"},
 		{[]string{"stats", "-schema", "bad schema"}, "Options.Schema"},
 		{[]string{"stats", "-table", "a.b"}, "Options.Table"},
+		{[]string{"migrate", "-schema", "Mixed_Case"}, `use lower case: PostgreSQL folds unquoted names to lower case, so Mixed_Case would be created as "Mixed_Case" and not found as Mixed_Case`},
+		{[]string{"stats", "-table", "Events"}, `Options.Table "Events" has upper case`},
 		{[]string{"stats", "-timeout", "-1s"}, "-timeout"},
 		{[]string{"stats", "-timeout", "soon"}, "-timeout"},
 		{[]string{"list", "-status", "WAITING"}, `-status "WAITING"`},
