@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,10 +39,15 @@ type Store interface {
 	ClaimTx(ctx context.Context, tx *sql.Tx, req lease.ClaimRequest) ([]leasework.Claim, error)
 	Complete(ctx context.Context, ref leasework.Ref) error
 	CompleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
+	CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
 	Retry(ctx context.Context, req lease.RetryRequest) (leasework.Status, error)
+	RetryMany(ctx context.Context, reqs []lease.RetryRequest) ([]lease.Result, error)
 	Fail(ctx context.Context, req lease.FailRequest) error
+	FailMany(ctx context.Context, reqs []lease.FailRequest) ([]lease.Result, error)
 	Renew(ctx context.Context, ref leasework.Ref, lease time.Duration) (time.Time, error)
+	RenewMany(ctx context.Context, refs []leasework.Ref, lease time.Duration) ([]lease.Result, error)
 	Release(ctx context.Context, ref leasework.Ref) error
+	ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
 	SetProgress(ctx context.Context, ref leasework.Ref, progress []byte) error
 	Requeue(ctx context.Context, req lease.RequeueRequest) ([]int64, error)
 }
@@ -95,7 +101,7 @@ func Run(t *testing.T, target Target) {
 }
 
 func properties() []property {
-	return append(labProperties(), productProperties()...)
+	return slices.Concat(labProperties(), productProperties(), batchProperties())
 }
 
 // env is one subtest's world: its own schema, the store under test, and the

@@ -92,7 +92,7 @@ func (b *UnsafeBaseline) Complete(ctx context.Context, ref leasework.Ref) error 
 // CompleteMany marks rows DONE by id alone.
 func (b *UnsafeBaseline) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
 	ids, gens := splitRefs(refs)
-	return b.guarded(ctx, "complete", refs, b.completeSQL, b.drv.Array(ids), b.drv.Array(gens))
+	return b.guarded(ctx, "complete", refs, nil, b.completeSQL, b.drv.Array(ids), b.drv.Array(gens))
 }
 
 // Retry sends the row back to READY by id alone.
@@ -112,5 +112,5 @@ func (b *UnsafeBaseline) RetryMany(ctx context.Context, reqs []RetryRequest) ([]
 	}
 	ids, gens := splitRefs(refs)
 	a := b.drv.Array
-	return b.guarded(ctx, "retry", refs, b.retrySQL, a(ids), a(gens), a(delays), a(errs))
+	return b.guarded(ctx, "retry", refs, errs, b.retrySQL, a(ids), a(gens), a(delays), a(errs))
 }

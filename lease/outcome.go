@@ -11,11 +11,41 @@ import (
 )
 
 // Result reports what one guarded write did to one claim.
+//
+// When the guard rejects a write, the store reads the rejected rows again
+// (one more query, by id) to tell three cases apart:
+//
+//   - the row shows this claim's own outcome of the same kind, recorded by an
+//     earlier try whose reply was lost: AlreadyRecorded, Err nil;
+//   - the row no longer exists: Gone, Err matching leasework.ErrLeaseLost;
+//   - anything else (a newer generation, an expired lease, another outcome):
+//     Err matching leasework.ErrLeaseLost only.
+//
+// "This claim's own outcome" is decided from what the write would have
+// left, compared with the row: always its generation, which only claims and
+// requeues change (both raise it), so a finished row at the claim's
+// generation was finished by that claim or by the claim statement expiring
+// it. Then, per write:
+//
+//   - complete: status DONE (only a completion makes DONE);
+//   - retry: status READY or FAILED, and last_error equal to the text this
+//     retry stores (a lease that expired on the last attempt also leaves
+//     FAILED at the same generation, with its own text);
+//   - fail: status FAILED and last_error equal to the reason this write
+//     stores;
+//   - release: status READY. A release also gives back the attempt and
+//     clears the worker, so neither tells anything; a READY row at the
+//     claim's generation was put there by that claim (a retry does too, but
+//     one claim records one outcome);
+//   - renew: never; a renewal leaves nothing to recognise it by.
+//
+// A row that moved on after the earlier try (claimed again, requeued) is
+// plain ErrLeaseLost.
 type Result struct {
 	Ref leasework.Ref
-	// Err is nil when the write was accepted and leasework.ErrLeaseLost when
-	// the guard rejected it (newer generation, expired lease, or a row no
-	// longer INPROGRESS).
+	// Err is nil when the write was accepted or AlreadyRecorded, and matches
+	// leasework.ErrLeaseLost when the guard rejected it (newer generation,
+	// expired lease, a row no longer INPROGRESS, or no row at all).
 	Err error
 	// Status is the row's status after an accepted write.
 	Status leasework.Status
@@ -39,26 +69,41 @@ type Result struct {
 type RetryRequest struct {
 	Ref   leasework.Ref
 	Delay time.Duration // until the next attempt; zero or more
-	Error string        // recorded as the row's last error
+	// Error is recorded as the row's last error, made storable by
+	// [CleanText] with [MaxErrorBytes]: any text is accepted.
+	Error string
 }
 
 // FailRequest is one claim to end as FAILED.
 type FailRequest struct {
-	Ref    leasework.Ref
-	Reason string // recorded as the row's last error
+	Ref leasework.Ref
+	// Reason is recorded as the row's last error, made storable by
+	// [CleanText] with [MaxErrorBytes]: any text is accepted.
+	Reason string
 }
 
-// Complete marks one claim DONE. It returns an error matching
-// leasework.ErrLeaseLost when the claim is no longer owned.
+// Complete marks one claim DONE. It returns nil when the claim's completion
+// is recorded, by this call or by an earlier try of it (see [Result]), and an
+// error matching leasework.ErrLeaseLost when the claim is no longer owned.
 func (s *Store) Complete(ctx context.Context, ref leasework.Ref) error {
 	return single(s.CompleteMany(ctx, []leasework.Ref{ref}))
 }
 
 // CompleteMany marks claims DONE in one statement and reports each one's
 // result, in the order given.
+//
+// Every batched write (CompleteMany, CompleteAndDeleteMany, RetryMany,
+// FailMany, RenewMany, ReleaseMany) locks its rows in id order before it
+// writes them, so concurrent batches over the same rows, in any order, wait
+// for each other instead of deadlocking. A batch may name a row more than
+// once; each entry gets a result.
+//
+// It returns an error, and no results, when the statement fails, or when
+// reading the rows the guard rejected fails (the accepted writes are then
+// committed: writing the same batch again reports them AlreadyRecorded).
 func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
 	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "complete", refs, s.q.complete, s.drv.Array(ids), s.drv.Array(gens))
+	return s.guarded(ctx, "complete", refs, nil, s.q.complete, s.drv.Array(ids), s.drv.Array(gens))
 }
 
 // CompleteAndDeleteMany completes claims of a table that keeps no history:
@@ -68,7 +113,7 @@ func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Resul
 // the same id is no longer a duplicate.
 func (s *Store) CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
 	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "complete", refs, s.q.completeDelete, s.drv.Array(ids), s.drv.Array(gens))
+	return s.guarded(ctx, "complete", refs, nil, s.q.completeDelete, s.drv.Array(ids), s.drv.Array(gens))
 }
 
 // Retry sends one claim back to READY, due after req.Delay. On the row's last
@@ -83,7 +128,8 @@ func (s *Store) Retry(ctx context.Context, req RetryRequest) (leasework.Status, 
 	return res[0].Status, res[0].Err
 }
 
-// RetryMany is [Store.Retry] for many claims in one statement.
+// RetryMany is [Store.Retry] for many claims in one statement. Every error
+// text is cleaned (see [RetryRequest]), so no text can fail the batch.
 func (s *Store) RetryMany(ctx context.Context, reqs []RetryRequest) ([]Result, error) {
 	refs, delays, errs, err := splitRetries(reqs)
 	if err != nil {
@@ -91,7 +137,7 @@ func (s *Store) RetryMany(ctx context.Context, reqs []RetryRequest) ([]Result, e
 	}
 	ids, gens := splitRefs(refs)
 	a := s.drv.Array
-	return s.guarded(ctx, "retry", refs, s.q.retry, a(ids), a(gens), a(delays), a(errs))
+	return s.guarded(ctx, "retry", refs, errs, s.q.retry, a(ids), a(gens), a(delays), a(errs))
 }
 
 // Fail ends one claim as FAILED with reason. It returns an error matching
@@ -100,16 +146,17 @@ func (s *Store) Fail(ctx context.Context, req FailRequest) error {
 	return single(s.FailMany(ctx, []FailRequest{req}))
 }
 
-// FailMany is [Store.Fail] for many claims in one statement.
+// FailMany is [Store.Fail] for many claims in one statement. Every reason is
+// cleaned (see [FailRequest]), so no text can fail the batch.
 func (s *Store) FailMany(ctx context.Context, reqs []FailRequest) ([]Result, error) {
 	refs := make([]leasework.Ref, len(reqs))
 	reasons := make([]string, len(reqs))
 	for i, r := range reqs {
-		refs[i], reasons[i] = r.Ref, r.Reason
+		refs[i], reasons[i] = r.Ref, CleanText(r.Reason, MaxErrorBytes)
 	}
 	ids, gens := splitRefs(refs)
 	a := s.drv.Array
-	return s.guarded(ctx, "fail", refs, s.q.fail, a(ids), a(gens), a(reasons))
+	return s.guarded(ctx, "fail", refs, reasons, s.q.fail, a(ids), a(gens), a(reasons))
 }
 
 // Renew extends one claim's lease to lease from now (database time) and
@@ -124,19 +171,21 @@ func (s *Store) Renew(ctx context.Context, ref leasework.Ref, lease time.Duratio
 	return res[0].LeaseUntil, res[0].Err
 }
 
-// RenewMany renews many claims in one statement.
+// RenewMany renews many claims in one statement. A renewal is never
+// AlreadyRecorded: a rejected one is lost (or Gone).
 func (s *Store) RenewMany(ctx context.Context, refs []leasework.Ref, lease time.Duration) ([]Result, error) {
 	if lease < time.Millisecond {
 		return nil, fmt.Errorf("lease: renew: lease is %v; it must be at least 1ms", lease)
 	}
 	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "renew", refs, s.q.renew, s.drv.Array(ids), s.drv.Array(gens), lease.Microseconds())
+	return s.guarded(ctx, "renew", refs, nil, s.q.renew, s.drv.Array(ids), s.drv.Array(gens), lease.Microseconds())
 }
 
 // Release gives one claim back to READY at once and returns the attempt it
 // consumed, for a graceful shutdown; listening workers are notified. It
-// returns an error matching leasework.ErrLeaseLost when the claim is no
-// longer owned.
+// returns nil when the release is recorded, by this call or an earlier try
+// (which gave the attempt back once), and an error matching
+// leasework.ErrLeaseLost when the claim is no longer owned.
 func (s *Store) Release(ctx context.Context, ref leasework.Ref) error {
 	return single(s.ReleaseMany(ctx, []leasework.Ref{ref}))
 }
@@ -144,7 +193,7 @@ func (s *Store) Release(ctx context.Context, ref leasework.Ref) error {
 // ReleaseMany is [Store.Release] for many claims in one statement.
 func (s *Store) ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
 	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "release", refs, s.q.release, s.drv.Array(ids), s.drv.Array(gens), s.channel)
+	return s.guarded(ctx, "release", refs, nil, s.q.release, s.drv.Array(ids), s.drv.Array(gens), s.channel)
 }
 
 // SetProgress records progress for a claim under the ownership guard. The
@@ -158,20 +207,21 @@ func (s *Store) SetProgress(ctx context.Context, ref leasework.Ref, progress []b
 		return lost("progress", ref)
 	}
 	if err != nil {
-		return fmt.Errorf("lease: progress: %w", err)
+		return s.wrapErr("progress", err)
 	}
 	return nil
 }
 
 // guarded runs one batched outcome statement and matches the rows it
 // returned (id, generation, status or lease_until) to the refs asked for.
-func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, query string, args ...any) ([]Result, error) {
+// texts, when not nil, holds per ref the error text the write stores.
+func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, texts []string, query string, args ...any) ([]Result, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("lease: %s: %w", op, err)
+		return nil, s.wrapErr(op, err)
 	}
 	defer rows.Close()
 	type accepted struct {
@@ -190,23 +240,104 @@ func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, qu
 			err = rows.Scan(&ref.ID, &ref.Generation, &a.status)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("lease: %s: %w", op, err)
+			return nil, s.wrapErr(op, err)
 		}
 		got[ref] = a
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lease: %s: %w", op, err)
+		return nil, s.wrapErr(op, err)
 	}
 	out := make([]Result, len(refs))
+	rejected := false
 	for i, ref := range refs {
 		out[i].Ref = ref
 		if a, ok := got[ref]; ok {
 			out[i].Status, out[i].LeaseUntil = a.status, a.leaseUntil
 		} else {
 			out[i].Err = lost(op, ref)
+			rejected = true
+		}
+	}
+	if rejected {
+		if err := s.settleRejected(ctx, op, out, texts); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// rowState is what settleRejected reads of a row.
+type rowState struct {
+	status     leasework.Status
+	generation int64
+	lastError  string
+}
+
+// settleRejected reads the rows of the rejected results in out, by id, and
+// marks each AlreadyRecorded or Gone as [Result] says.
+func (s *Store) settleRejected(ctx context.Context, op string, out []Result, texts []string) error {
+	var ids []int64
+	for _, r := range out {
+		if r.Err != nil {
+			ids = append(ids, r.Ref.ID)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.rejected, s.drv.Array(ids))
+	if err != nil {
+		return s.wrapErr(op+": read rejected rows", err)
+	}
+	defer rows.Close()
+	states := make(map[int64]rowState, len(ids))
+	for rows.Next() {
+		var id int64
+		var st rowState
+		if err := rows.Scan(&id, &st.status, &st.generation, &st.lastError); err != nil {
+			return s.wrapErr(op+": read rejected rows", err)
+		}
+		states[id] = st
+	}
+	if err := rows.Err(); err != nil {
+		return s.wrapErr(op+": read rejected rows", err)
+	}
+	for i := range out {
+		r := &out[i]
+		if r.Err == nil {
+			continue
+		}
+		st, ok := states[r.Ref.ID]
+		if !ok {
+			r.Gone = true
+			r.Err = fmt.Errorf("lease: %s row %d generation %d: the row no longer exists: %w", op, r.Ref.ID, r.Ref.Generation, leasework.ErrLeaseLost)
+			continue
+		}
+		var text string
+		if texts != nil {
+			text = texts[i]
+		}
+		if recordedBy(op, r.Ref, st, text) {
+			r.Err, r.AlreadyRecorded, r.Status = nil, true, st.status
+		}
+	}
+	return nil
+}
+
+// recordedBy reports whether a row in state st shows that the claim ref
+// already wrote op, storing text as the last error; see [Result].
+func recordedBy(op string, ref leasework.Ref, st rowState, text string) bool {
+	if st.generation != ref.Generation {
+		return false
+	}
+	switch op {
+	case "complete":
+		return st.status == leasework.StatusDone
+	case "retry":
+		return (st.status == leasework.StatusReady || st.status == leasework.StatusFailed) && st.lastError == text
+	case "fail":
+		return st.status == leasework.StatusFailed && st.lastError == text
+	case "release":
+		return st.status == leasework.StatusReady
+	}
+	return false // renew
 }
 
 func lost(op string, ref leasework.Ref) error {
@@ -235,7 +366,7 @@ func splitRetries(reqs []RetryRequest) (refs []leasework.Ref, delays []int64, er
 		if r.Delay < 0 {
 			return nil, nil, nil, fmt.Errorf("lease: retry: row %d generation %d: Delay is %v; it must not be negative", r.Ref.ID, r.Ref.Generation, r.Delay)
 		}
-		refs[i], delays[i], errs[i] = r.Ref, r.Delay.Microseconds(), r.Error
+		refs[i], delays[i], errs[i] = r.Ref, r.Delay.Microseconds(), CleanText(r.Error, MaxErrorBytes)
 	}
 	return refs, delays, errs, nil
 }

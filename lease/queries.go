@@ -11,6 +11,24 @@ import "fmt"
 const guard = `o.id = r.id AND o.status = 'INPROGRESS' AND o.generation = r.generation
   AND o.lease_until > clock_timestamp()`
 
+// Every batched guarded write locks its rows first, in id order, and writes
+// only the rows it locked. Two batches over overlapping rows given in
+// different orders then wait for each other in one order and never
+// deadlock: updating through a join with the given array would lock rows in
+// the array's order. The rows are named by the id array ($1) and read
+// through the primary key, whatever the statistics or the cached plan
+// (invariant 11); the plan is LockRows over an ordered primary-key scan, or
+// over a Sort by id.
+const lockedCTE = `locked AS (
+    SELECT id FROM {{table}}
+    WHERE id = ANY ($1::bigint[]) AND status = 'INPROGRESS'
+    ORDER BY id
+    FOR UPDATE
+)`
+
+// lockedGuard is guard restricted to the rows locked by lockedCTE.
+const lockedGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + guard
+
 const claimSQL = `
 WITH exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
@@ -69,24 +87,27 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::t
 RETURNING id, event_id`
 
 const completeSQL = `
+WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET status = 'DONE', lease_until = NULL, last_error = NULL,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE ` + guard + `
+WHERE ` + lockedGuard + `
 RETURNING o.id, o.generation, o.status`
 
 // completeDeleteSQL completes claims of a table that keeps no history: the
 // row is deleted instead of marked DONE, under the same guard.
 const completeDeleteSQL = `
+WITH ` + lockedCTE + `
 DELETE FROM {{table}} AS o
 USING unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE ` + guard + `
+WHERE ` + lockedGuard + `
 RETURNING o.id, o.generation, 'DONE'::text`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error.
 const retrySQL = `
+WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET status = CASE WHEN o.attempt >= o.max_attempts THEN 'FAILED' ELSE 'READY' END,
     lease_until = NULL, last_error = r.error,
@@ -95,23 +116,25 @@ SET status = CASE WHEN o.attempt >= o.max_attempts THEN 'FAILED' ELSE 'READY' EN
     finished_at = CASE WHEN o.attempt >= o.max_attempts THEN statement_timestamp() END,
     updated_at = statement_timestamp()
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, generation, delay, error)
-WHERE ` + guard + `
+WHERE ` + lockedGuard + `
 RETURNING o.id, o.generation, o.status`
 
 const failSQL = `
+WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET status = 'FAILED', lease_until = NULL, last_error = r.error,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
 FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, generation, error)
-WHERE ` + guard + `
+WHERE ` + lockedGuard + `
 RETURNING o.id, o.generation, o.status`
 
 const renewSQL = `
+WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET lease_until = statement_timestamp() + $3 * interval '1 microsecond',
     updated_at = statement_timestamp()
 FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE ` + guard + `
+WHERE ` + lockedGuard + `
 RETURNING o.id, o.generation, o.lease_until`
 
 // releaseSQL gives a claim back at once, for graceful shutdown. The attempt
@@ -119,13 +142,13 @@ RETURNING o.id, o.generation, o.lease_until`
 // Idle workers are woken on the table's channel ($3), one notification per
 // kind.
 const releaseSQL = `
-WITH released AS (
+WITH ` + lockedCTE + `, released AS (
     UPDATE {{table}} AS o
     SET status = 'READY', lease_until = NULL, worker = NULL,
         attempt = greatest(o.attempt - 1, 0),
         next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
     FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-    WHERE ` + guard + `
+    WHERE ` + lockedGuard + `
     RETURNING o.id, o.generation, o.status, o.kind
 )
 SELECT r.id, r.generation, r.status FROM released AS r, pg_notify($3, r.kind)`
@@ -172,6 +195,12 @@ const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, gene
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
     COALESCE(worker, ''), created_at, updated_at, finished_at`
 
+// rejectedSQL reads the rows whose guarded write was rejected, to tell a
+// write already recorded by the same claim, and a deleted row, from a stale
+// one.
+const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, '')
+FROM {{table}} WHERE id = ANY ($1::bigint[])`
+
 const getSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE id = $1`
 
 const getByEventSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE event_id = $1`
@@ -192,7 +221,7 @@ WHERE id IN (
 
 type queries struct {
 	claim, enqueue, enqueueSkip, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, get, getByEvent, list, deleteFinished string
+	requeue, stats, rejected, get, getByEvent, list, deleteFinished string
 }
 
 func (s *Store) renderQueries() queries {
@@ -209,6 +238,7 @@ func (s *Store) renderQueries() queries {
 		progress:       s.render(progressSQL),
 		requeue:        s.render(requeueSQL),
 		stats:          s.render(statsSQL),
+		rejected:       s.render(rejectedSQL),
 		get:            s.render(getSQL),
 		getByEvent:     s.render(getByEventSQL),
 		list:           s.render(listSQL),

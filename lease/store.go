@@ -17,7 +17,15 @@
 //
 // and reports, per claim, whether the guard held. A rejected write is
 // [leasework.ErrLeaseLost]; it changed nothing, and the caller must not
-// follow it with an unguarded write.
+// follow it with an unguarded write. A rejected write whose row shows that
+// the same claim's outcome is already recorded (an earlier try committed,
+// its reply was lost) is reported as [Result.AlreadyRecorded] instead, and a
+// row that no longer exists as [Result.Gone].
+//
+// A batched write locks its rows first, in id order, then writes them: two
+// batches over the same rows wait for each other in one order and never
+// deadlock. Rows are always named by an id array and read through the
+// primary key, whatever the statistics or a cached generic plan.
 //
 // # Attempt budget
 //
@@ -137,6 +145,23 @@ func (s *Store) QualifiedTable() string { return QuoteIdent(s.schema) + "." + Qu
 // Channel returns the LISTEN/NOTIFY channel on which inserts into the table
 // are announced. The payload of each notification is an event kind.
 func (s *Store) Channel() string { return s.channel }
+
+// SQLSTATE codes of a table or schema that does not exist.
+const (
+	sqlStateUndefinedTable = "42P01"
+	sqlStateInvalidSchema  = "3F000"
+)
+
+// wrapErr wraps the error of a statement on the table. When the table or its
+// schema does not exist, the message names the table and the fix.
+func (s *Store) wrapErr(op string, err error) error {
+	switch s.drv.SQLState(err) {
+	case sqlStateUndefinedTable, sqlStateInvalidSchema:
+		return fmt.Errorf("lease: %s: table %s does not exist: is the table migrated? run `leasework migrate` or Store.Migrate: %w",
+			op, s.QualifiedTable(), err)
+	}
+	return fmt.Errorf("lease: %s: %w", op, err)
+}
 
 var placeholder = regexp.MustCompile(`\{\{(table|schema|channel|name "([a-z_]+)")\}\}`)
 

@@ -1,0 +1,25 @@
+package lease
+
+// Statement is one of the store's statements with the SQL types of its
+// parameters, for tests that look at plans (PREPARE name(types) AS query).
+type Statement struct {
+	Query string
+	Types string
+}
+
+// GuardedWrites returns the store's batched guarded writes by name.
+func GuardedWrites(s *Store) map[string]Statement {
+	return map[string]Statement{
+		"complete":       {s.q.complete, "bigint[], bigint[]"},
+		"completeDelete": {s.q.completeDelete, "bigint[], bigint[]"},
+		"retry":          {s.q.retry, "bigint[], bigint[], bigint[], text[]"},
+		"fail":           {s.q.fail, "bigint[], bigint[], text[]"},
+		"renew":          {s.q.renew, "bigint[], bigint[], bigint"},
+		"release":        {s.q.release, "bigint[], bigint[], text"},
+	}
+}
+
+// DeleteFinished returns the retention statement.
+func DeleteFinished(s *Store) Statement {
+	return Statement{s.q.deleteFinished, "bigint, bigint"}
+}
