@@ -64,7 +64,7 @@ func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
 		return Row{}, fmt.Errorf("lease: get row %d: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Row{}, fmt.Errorf("lease: get row %d: %w", id, err)
+		return Row{}, s.wrapErr(fmt.Sprintf("get row %d", id), err)
 	}
 	return r, nil
 }
@@ -76,7 +76,7 @@ func (s *Store) GetByEventID(ctx context.Context, eventID string) (Row, error) {
 		return Row{}, fmt.Errorf("lease: get event %q: %w", eventID, ErrNotFound)
 	}
 	if err != nil {
-		return Row{}, fmt.Errorf("lease: get event %q: %w", eventID, err)
+		return Row{}, s.wrapErr(fmt.Sprintf("get event %q", eventID), err)
 	}
 	return r, nil
 }
@@ -102,19 +102,19 @@ func (s *Store) List(ctx context.Context, req ListRequest) ([]Row, error) {
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("lease: list: %w", err)
+		return nil, s.wrapErr("list", err)
 	}
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
 		r, err := scanRow(rows)
 		if err != nil {
-			return nil, fmt.Errorf("lease: list: %w", err)
+			return nil, s.wrapErr("list", err)
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lease: list: %w", err)
+		return nil, s.wrapErr("list", err)
 	}
 	return out, nil
 }
@@ -159,19 +159,19 @@ func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.requeue, req.All, s.drv.Array(ids), s.drv.Array(kinds), req.ExtraAttempts, s.channel)
 	if err != nil {
-		return nil, fmt.Errorf("lease: requeue: %w", err)
+		return nil, s.wrapErr("requeue", err)
 	}
 	defer rows.Close()
 	var out []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("lease: requeue: %w", err)
+			return nil, s.wrapErr("requeue", err)
 		}
 		out = append(out, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lease: requeue: %w", err)
+		return nil, s.wrapErr("requeue", err)
 	}
 	return out, nil
 }
@@ -197,7 +197,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Ready, &st.InProgress, &st.Done, &st.Failed,
 		&st.Eligible, &st.ExpiredClaims, &age)
 	if err != nil {
-		return Stats{}, fmt.Errorf("lease: stats: %w", err)
+		return Stats{}, s.wrapErr("stats", err)
 	}
 	st.OldestEligibleAge = time.Duration(age * float64(time.Second))
 	return st, nil
@@ -215,7 +215,7 @@ func (s *Store) DeleteFinished(ctx context.Context, olderThan time.Duration, lim
 	}
 	res, err := s.db.ExecContext(ctx, s.q.deleteFinished, olderThan.Microseconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("lease: delete finished: %w", err)
+		return 0, s.wrapErr("delete finished", err)
 	}
 	return res.RowsAffected()
 }

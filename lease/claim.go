@@ -11,7 +11,11 @@ import (
 	"github.com/leasework/leasework"
 )
 
-// MaxClaimLimit is the most rows one claim statement may take.
+// MaxClaimLimit is the most rows one claim statement may take. A larger
+// [ClaimRequest.Limit] is an error, not a request to be cut down: a limit
+// that large is a mistake (a count of bytes, an unbounded default). Nothing
+// is allocated from the limit; the claims returned grow with the rows
+// actually claimed.
 const MaxClaimLimit = 10000
 
 // ClaimRequest says what to claim.
@@ -34,6 +38,10 @@ type ClaimRequest struct {
 //
 // Expired rows on their last allowed attempt are moved to FAILED by the same
 // statement instead of being returned.
+//
+// It returns an error, and claims nothing, for a request out of range (see
+// [ClaimRequest]), and when the statement fails; when the table or its
+// schema does not exist, the error names the table and says to migrate it.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim, error) {
 	return s.scanClaims(ctx, s.db, s.q.claim, req)
 }
@@ -65,7 +73,7 @@ func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req Cla
 	}
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("lease: claim: %w", err)
+		return nil, s.wrapErr("claim", err)
 	}
 	defer rows.Close()
 	var claims []leasework.Claim // not sized from req.Limit: the table may hold far fewer rows
@@ -73,12 +81,12 @@ func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req Cla
 		var c leasework.Claim
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
 			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError); err != nil {
-			return nil, fmt.Errorf("lease: claim: %w", err)
+			return nil, s.wrapErr("claim", err)
 		}
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lease: claim: %w", err)
+		return nil, s.wrapErr("claim", err)
 	}
 	return claims, nil
 }
@@ -94,25 +102,25 @@ func (s *Store) ExplainClaim(ctx context.Context, req ClaimRequest) (string, err
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return "", fmt.Errorf("lease: explain claim: %w", err)
+		return "", s.wrapErr("explain claim", err)
 	}
 	defer tx.Rollback()
 	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q.claim, args...)
 	if err != nil {
-		return "", fmt.Errorf("lease: explain claim: %w", err)
+		return "", s.wrapErr("explain claim", err)
 	}
 	defer rows.Close()
 	var plan strings.Builder
 	for rows.Next() {
 		var line string
 		if err := rows.Scan(&line); err != nil {
-			return "", fmt.Errorf("lease: explain claim: %w", err)
+			return "", s.wrapErr("explain claim", err)
 		}
 		plan.WriteString(line)
 		plan.WriteByte('\n')
 	}
 	if err := rows.Err(); err != nil {
-		return "", fmt.Errorf("lease: explain claim: %w", err)
+		return "", s.wrapErr("explain claim", err)
 	}
 	return plan.String(), nil
 }

@@ -133,5 +133,5 @@ func (s *Store) enqueueError(err error) error {
 	if s.drv.SQLState(err) == leasework.SQLStateUniqueViolation {
 		return fmt.Errorf("lease: enqueue: %w: %w", leasework.ErrDuplicateEvent, err)
 	}
-	return fmt.Errorf("lease: enqueue: %w", err)
+	return s.wrapErr("enqueue", err)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -245,5 +247,27 @@ func TestStatsAndRetention(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, claims[0].ID); !errors.Is(err, lease.ErrNotFound) {
 		t.Fatalf("deleted row: %v", err)
+	}
+}
+
+// TestClaimLimitIsBounded: a limit above lease.MaxClaimLimit is an error
+// that names the bound, never an allocation sized by the caller (1e9 rows
+// ran out of memory, math.MaxInt panicked); the bound itself is claimable.
+func TestClaimLimitIsBounded(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
+	for _, limit := range []int{lease.MaxClaimLimit + 1, 1e9, math.MaxInt} {
+		got, err := s.Claim(ctx, lease.ClaimRequest{Limit: limit, Lease: time.Minute})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("Limit is %d; it must be between 1 and %d", limit, lease.MaxClaimLimit)) {
+			t.Errorf("Claim with Limit %d = %d claims, %v; want an error naming the bound", limit, len(got), err)
+		}
+		if _, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: limit, Lease: time.Minute}); err == nil {
+			t.Errorf("ExplainClaim with Limit %d succeeded", limit)
+		}
+	}
+	got, err := s.Claim(ctx, lease.ClaimRequest{Limit: lease.MaxClaimLimit, Lease: time.Minute})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Claim with Limit MaxClaimLimit = %d claims, %v; want the one row", len(got), err)
 	}
 }

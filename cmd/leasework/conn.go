@@ -94,8 +94,8 @@ const (
 func explain(st *lease.Store, err error, timeout time.Duration) error {
 	switch st.Driver().SQLState(err) {
 	case sqlStateUndefinedTable, sqlStateInvalidSchema:
-		return fmt.Errorf("%w\n(is %s migrated? run: leasework migrate -schema %s -table %s)",
-			err, st.QualifiedTable(), st.Schema(), st.Table())
+		return fmt.Errorf("%w\n(to migrate this table: leasework migrate -schema %s -table %s)",
+			err, st.Schema(), st.Table())
 	}
 	if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
 		return fmt.Errorf("%w (gave up after -timeout %v)", err, timeout)
