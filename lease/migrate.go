@@ -45,9 +45,10 @@ func Migrations() []Migration {
 }
 
 // Migrate creates the schema, the table and everything it needs, applying
-// the migrations not yet recorded in the table's migrations table. Running it
-// again is a no-op, and processes migrating at once are serialized by an
-// advisory lock, so every process may call it at start-up.
+// the migrations not yet recorded in the table's migrations table, all in one
+// transaction. Running it again is a no-op, and processes migrating tables
+// of one schema at once are serialized by a transaction-scoped advisory lock
+// keyed by the schema, so every process may call it at start-up.
 //
 // It returns the versions it applied.
 func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
@@ -60,11 +61,18 @@ func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 			tx.Rollback()
 		}
 	}()
-	// The lock comes first: CREATE ... IF NOT EXISTS is not safe against a
-	// concurrent CREATE of the same name.
-	lockKey := "leasework:migrate:" + s.schema + "." + s.table
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, lockKey); err != nil {
-		return nil, fmt.Errorf("lease: migrate: lock: %w", err)
+	// The locks come first: CREATE ... IF NOT EXISTS is not safe against a
+	// concurrent CREATE of the same name. CREATE SCHEMA acts on the schema,
+	// so migrations of any table of the schema take the schema's lock; the
+	// table's lock after it (always in this order) also serializes this
+	// version with older ones, which took only the table's.
+	for _, key := range []string{
+		"leasework:migrate-schema:" + s.schema,
+		"leasework:migrate:" + s.schema + "." + s.table,
+	} {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, key); err != nil {
+			return nil, fmt.Errorf("lease: migrate: lock: %w", err)
+		}
 	}
 	stmts := []string{
 		`CREATE SCHEMA IF NOT EXISTS {{schema}}`,

@@ -1,0 +1,84 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// TestConcurrentFirstMigrationsOfOneSchema: 80 first migrations at once,
+// ten for each of eight tables in one schema that does not exist yet, all
+// succeed (they used to collide creating the schema: a unique violation on
+// pg_namespace_nspname_index), each migration is applied once per table,
+// and every table works.
+func TestConcurrentFirstMigrationsOfOneSchema(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		const tables, perTable = 8, 10
+		ctx := context.Background()
+		db := pgtest.Open(t, drv)
+		schema := pgtest.SchemaName()
+		stores := make([]*lease.Store, tables)
+		for i := range stores {
+			s, err := lease.New(db, drv, lease.Options{Schema: schema, Table: fmt.Sprintf("events_%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stores[i] = s
+		}
+		t.Cleanup(func() {
+			if err := stores[0].DropSchema(context.Background()); err != nil {
+				t.Errorf("drop schema: %v", err)
+			}
+		})
+
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		applied := make([][][]int, tables)
+		errs := make([][]error, tables)
+		for i, s := range stores {
+			applied[i], errs[i] = make([][]int, perTable), make([]error, perTable)
+			for j := range perTable {
+				wg.Go(func() {
+					<-start
+					applied[i][j], errs[i][j] = s.Migrate(ctx)
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+
+		failed := 0
+		for i, s := range stores {
+			steps := 0
+			for j := range perTable {
+				if errs[i][j] != nil {
+					failed++
+					t.Errorf("migrate %s (%d of %d): %v", s.QualifiedTable(), j+1, perTable, errs[i][j])
+				}
+				steps += len(applied[i][j])
+			}
+			if want := len(lease.Migrations()); steps != want {
+				t.Errorf("%s: %d migration steps applied in all, want %d (each once)", s.QualifiedTable(), steps, want)
+			}
+		}
+		if failed > 0 {
+			t.Fatalf("%d of %d concurrent migrations failed", failed, tables*perTable)
+		}
+		for _, s := range stores {
+			pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "one"})
+			got, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute})
+			if err != nil || len(got) != 1 || got[0].EventID != "one" {
+				t.Fatalf("claim on %s = %+v, %v; want the one event", s.QualifiedTable(), got, err)
+			}
+			if err := s.Complete(ctx, got[0].Ref()); err != nil {
+				t.Fatalf("complete on %s: %v", s.QualifiedTable(), err)
+			}
+		}
+	})
+}
