@@ -35,6 +35,7 @@ type Target struct {
 // implements it.
 type Store interface {
 	Enqueue(ctx context.Context, tx *sql.Tx, events ...lease.Event) ([]lease.Enqueued, error)
+	EnqueueWith(ctx context.Context, tx *sql.Tx, opts lease.EnqueueOptions, events ...lease.Event) ([]lease.Enqueued, error)
 	Claim(ctx context.Context, req lease.ClaimRequest) ([]leasework.Claim, error)
 	ClaimTx(ctx context.Context, tx *sql.Tx, req lease.ClaimRequest) ([]leasework.Claim, error)
 	Complete(ctx context.Context, ref leasework.Ref) error
@@ -101,7 +102,7 @@ func Run(t *testing.T, target Target) {
 }
 
 func properties() []property {
-	return slices.Concat(labProperties(), productProperties(), batchProperties())
+	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties())
 }
 
 // env is one subtest's world: its own schema, the store under test, and the

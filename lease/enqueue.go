@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,14 +15,16 @@ import (
 // Event is one event to enqueue.
 type Event struct {
 	// EventID is the event's stable identity, unique in the table. Empty
-	// means a new random UUID.
+	// means a new random UUID. Valid UTF-8 without NUL bytes, at most
+	// [MaxEventIDBytes].
 	EventID string
-	// Kind selects the handler. Required.
+	// Kind selects the handler. Required; see [ValidateKind].
 	Kind string
 	// Key is an optional ordering or partition key (an aggregate id, say),
-	// handed to the handler as Claim.Key.
+	// handed to the handler as Claim.Key. Valid UTF-8 without NUL bytes, at
+	// most [MaxKeyBytes].
 	Key string
-	// Payload is the event's body. Nil is stored as empty.
+	// Payload is the event's body, any bytes. Nil is stored as empty.
 	Payload []byte
 	// MaxAttempts is the attempt budget. Zero means the store's default;
 	// negative is an error.
@@ -34,24 +37,36 @@ type Event struct {
 type Enqueued struct {
 	ID        int64  // row id; 0 for a skipped duplicate
 	EventID   string // the event id, generated when the caller gave none
-	Duplicate bool   // the event id existed and the event was skipped
+	Duplicate bool   // the event id existed, or came earlier in the call, and the event was skipped
 }
 
 // EnqueueOptions changes how [Store.EnqueueWith] treats duplicates.
 type EnqueueOptions struct {
-	// SkipDuplicates skips events whose id already exists instead of failing
-	// with leasework.ErrDuplicateEvent. Existing rows are never changed.
+	// SkipDuplicates skips events whose id already exists, or appeared
+	// earlier in the same call, instead of failing with
+	// leasework.ErrDuplicateEvent. Existing rows are never changed; of one
+	// id given twice in a call, the first is inserted.
 	SkipDuplicates bool
 }
 
 // Enqueue inserts events inside the caller's transaction: they become
 // visible to workers when tx commits, and vanish if it rolls back (the
 // transactional outbox). Workers listening for notifications are woken at
-// commit.
+// commit. It returns one [Enqueued] per event, in the order given.
 //
-// An event id that already exists fails the whole call with an error
-// matching leasework.ErrDuplicateEvent; like any failed statement it aborts
-// tx, so roll it back. Use [Store.EnqueueWith] to skip duplicates instead.
+// Every event is checked before anything is sent (Kind, EventID, Key,
+// MaxAttempts); an invalid one fails the call with an error naming its
+// index and field, and leaves tx untouched.
+//
+// An event id that already exists, or appears twice in the call, fails the
+// whole call with an error matching leasework.ErrDuplicateEvent; an id that
+// exists fails the statement, which aborts tx, so roll it back. Use
+// [Store.EnqueueWith] to skip duplicates instead.
+//
+// Enqueue checks that every event sent was inserted, or (skipping
+// duplicates) already exists; any other outcome, such as a trigger on the
+// table that silently drops rows, is an error, never a gap in the result.
+// After an error from the database, roll tx back.
 func (s *Store) Enqueue(ctx context.Context, tx *sql.Tx, events ...Event) ([]Enqueued, error) {
 	return s.EnqueueWith(ctx, tx, EnqueueOptions{}, events...)
 }
@@ -65,39 +80,41 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 		return nil, nil
 	}
 	n := len(events)
-	ids, kinds, keys, runAt := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	payloads, maxAtt := make([][]byte, n), make([]int64, n)
-	seen := make(map[string]int, n)
+	var ids, kinds, keys, runAt []string
+	var payloads [][]byte
+	var maxAtt []int64
+	first := make(map[string]int, n) // event id -> index of its first event
 	out := make([]Enqueued, n)
 	for i, e := range events {
-		if e.Kind == "" {
-			return nil, fmt.Errorf("lease: enqueue: event %d: Kind is empty", i)
-		}
-		if e.MaxAttempts < 0 {
-			return nil, fmt.Errorf("lease: enqueue: event %d: MaxAttempts is %d; it must be positive, or zero for the default", i, e.MaxAttempts)
+		if err := s.checkEvent(e); err != nil {
+			return nil, fmt.Errorf("lease: enqueue: event %d: %w", i, err)
 		}
 		if e.EventID == "" {
 			e.EventID = uuid.NewString()
 		}
-		if j, dup := seen[e.EventID]; dup {
+		out[i].EventID = e.EventID
+		if j, dup := first[e.EventID]; dup {
 			if !opts.SkipDuplicates {
 				return nil, fmt.Errorf("lease: enqueue: events %d and %d share event id %q: %w", j, i, e.EventID, leasework.ErrDuplicateEvent)
 			}
+			out[i].Duplicate = true // the first of the call is the one sent
+			continue
 		}
-		seen[e.EventID] = i
-		ids[i], kinds[i], keys[i] = e.EventID, e.Kind, e.Key
-		payloads[i] = e.Payload
-		if payloads[i] == nil {
-			payloads[i] = []byte{}
+		first[e.EventID] = i
+		payload := e.Payload
+		if payload == nil {
+			payload = []byte{}
 		}
-		maxAtt[i] = int64(e.MaxAttempts)
-		if maxAtt[i] == 0 {
-			maxAtt[i] = int64(s.maxAtt)
+		attempts := int64(e.MaxAttempts)
+		if attempts == 0 {
+			attempts = int64(s.maxAtt)
 		}
+		var at string
 		if !e.RunAt.IsZero() {
-			runAt[i] = e.RunAt.UTC().Format(time.RFC3339Nano)
+			at = e.RunAt.UTC().Format(time.RFC3339Nano)
 		}
-		out[i] = Enqueued{EventID: e.EventID, Duplicate: true}
+		ids, kinds, keys = append(ids, e.EventID), append(kinds, e.Kind), append(keys, e.Key)
+		payloads, maxAtt, runAt = append(payloads, payload), append(maxAtt, attempts), append(runAt, at)
 	}
 	q := s.q.enqueue
 	if opts.SkipDuplicates {
@@ -109,24 +126,87 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 		return nil, s.enqueueError(err)
 	}
 	defer rows.Close()
-	inserted := make(map[string]int64, n)
 	for rows.Next() {
 		var id int64
 		var eventID string
 		if err := rows.Scan(&id, &eventID); err != nil {
-			return nil, fmt.Errorf("lease: enqueue: %w", err)
+			return nil, s.wrapErr("enqueue", err)
 		}
-		inserted[eventID] = id
+		i, sent := first[eventID]
+		if !sent || out[i].ID != 0 {
+			return nil, fmt.Errorf("lease: enqueue: the database reported event id %q inserted, which was not sent once", eventID)
+		}
+		out[i].ID = id
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.enqueueError(err)
 	}
-	for i := range out {
-		if id, ok := inserted[out[i].EventID]; ok && seen[out[i].EventID] == i {
-			out[i].ID, out[i].Duplicate = id, false
-		}
+	if err := s.accountForSkipped(ctx, tx, opts, out, first); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// checkEvent checks one event before anything is sent.
+func (s *Store) checkEvent(e Event) error {
+	if e.Kind == "" {
+		return errors.New("Kind is empty")
+	}
+	if err := validateText("Kind", e.Kind, MaxKindBytes); err != nil {
+		return err
+	}
+	if err := validateText("EventID", e.EventID, MaxEventIDBytes); err != nil {
+		return err
+	}
+	if err := validateText("Key", e.Key, MaxKeyBytes); err != nil {
+		return err
+	}
+	if e.MaxAttempts < 0 {
+		return fmt.Errorf("MaxAttempts is %d; it must be positive, or zero for the default", e.MaxAttempts)
+	}
+	return nil
+}
+
+// accountForSkipped checks the events sent but not inserted: skipping
+// duplicates, each must exist in the table (it is then reported Duplicate);
+// otherwise there must be none.
+func (s *Store) accountForSkipped(ctx context.Context, tx *sql.Tx, opts EnqueueOptions, out []Enqueued, first map[string]int) error {
+	var missing []string
+	for id, i := range first {
+		if out[i].ID == 0 {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	exists := map[string]bool{}
+	if opts.SkipDuplicates {
+		rows, err := tx.QueryContext(ctx, s.q.existing, s.drv.Array(missing))
+		if err != nil {
+			return s.wrapErr("enqueue", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return s.wrapErr("enqueue", err)
+			}
+			exists[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return s.wrapErr("enqueue", err)
+		}
+	}
+	sort.Strings(missing)
+	for _, id := range missing {
+		i := first[id]
+		if !exists[id] {
+			return fmt.Errorf("lease: enqueue: event %d (event id %q) was neither inserted nor found in the table, and the database reported no error (does a trigger or rule drop rows?)", i, id)
+		}
+		out[i].Duplicate = true
+	}
+	return nil
 }
 
 func (s *Store) enqueueError(err error) error {

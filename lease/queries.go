@@ -86,6 +86,10 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::t
 %s
 RETURNING id, event_id`
 
+// existingSQL reads which of the event ids $1 exist, for an enqueue that
+// skipped them as duplicates.
+const existingSQL = `SELECT event_id FROM {{table}} WHERE event_id = ANY ($1::text[])`
+
 const completeSQL = `
 WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
@@ -220,7 +224,7 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED)`
 
 type queries struct {
-	claim, enqueue, enqueueSkip, complete, completeDelete, retry, fail, renew, release, progress,
+	claim, enqueue, enqueueSkip, existing, complete, completeDelete, retry, fail, renew, release, progress,
 	requeue, stats, rejected, get, getByEvent, list, deleteFinished string
 }
 
@@ -229,6 +233,7 @@ func (s *Store) renderQueries() queries {
 		claim:          s.render(claimSQL),
 		enqueue:        s.render(fmt.Sprintf(enqueueSQL, "")),
 		enqueueSkip:    s.render(fmt.Sprintf(enqueueSQL, "ON CONFLICT (event_id) DO NOTHING")),
+		existing:       s.render(existingSQL),
 		complete:       s.render(completeSQL),
 		completeDelete: s.render(completeDeleteSQL),
 		retry:          s.render(retrySQL),

@@ -31,19 +31,22 @@ func ValidateKind(kind string) error {
 	if kind == "" {
 		return fmt.Errorf("lease: kind is empty")
 	}
-	return validateText("kind", kind, MaxKindBytes)
+	if err := validateText("kind", kind, MaxKindBytes); err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	return nil
 }
 
 // validateText checks a text value given by a caller: valid UTF-8, no NUL
-// byte, at most maxBytes.
+// byte, at most maxBytes. The error starts with field.
 func validateText(field, s string, maxBytes int) error {
 	switch {
 	case len(s) > maxBytes:
-		return fmt.Errorf("lease: %s is %d bytes long; at most %d are allowed", field, len(s), maxBytes)
+		return fmt.Errorf("%s is %d bytes long; at most %d are allowed", field, len(s), maxBytes)
 	case !utf8.ValidString(s):
-		return fmt.Errorf("lease: %s %q is not valid UTF-8", field, s)
+		return fmt.Errorf("%s %q is not valid UTF-8", field, s)
 	case strings.IndexByte(s, 0) >= 0:
-		return fmt.Errorf("lease: %s %q contains a NUL byte, which PostgreSQL text cannot hold", field, s)
+		return fmt.Errorf("%s %q contains a NUL byte, which PostgreSQL text cannot hold", field, s)
 	}
 	return nil
 }

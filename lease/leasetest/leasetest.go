@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leasework/leasework"
@@ -164,4 +165,30 @@ func SerializationFailure(ctx context.Context, s *lease.Store, id int64) error {
 // changed.
 func ExpireWorkerLeases(ctx context.Context, s *lease.Store, worker string) (int64, error) {
 	return expire(ctx, s, "leases of "+worker, "worker = $1", worker)
+}
+
+// DropInsertsOfKind installs a BEFORE INSERT trigger on the table that
+// silently drops every row of kind, as a user's trigger might: the insert
+// reports no error and returns no row for it. It shows that an enqueue
+// accounts for every event it was given.
+func DropInsertsOfKind(ctx context.Context, s *lease.Store, kind string) error {
+	fn := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_drop_kind")
+	for _, q := range []string{
+		`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.kind = TG_ARGV[0] THEN RETURN NULL; END IF;
+			RETURN NEW;
+		END $$`,
+		`CREATE TRIGGER drop_kind BEFORE INSERT ON ` + s.QualifiedTable() + `
+		FOR EACH ROW EXECUTE FUNCTION ` + fn + `(` + quoteLiteral(kind) + `)`,
+	} {
+		if _, err := s.DB().ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("leasetest: drop inserts of kind %q: %w", kind, err)
+		}
+	}
+	return nil
+}
+
+func quoteLiteral(s string) string {
+	return `'` + strings.ReplaceAll(s, `'`, `''`) + `'`
 }
