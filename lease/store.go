@@ -40,6 +40,8 @@
 // Claim reads two partial indexes, one over READY rows in due order and one
 // over INPROGRESS rows in lease order. Finished rows are in neither, so the
 // cost of a claim does not grow with the number of DONE and FAILED rows.
+// Retention ([Store.DeleteFinished]) reads a third, over DONE rows only in
+// finish order: FAILED rows, kept until repaired, are in none of them.
 package lease
 
 import (

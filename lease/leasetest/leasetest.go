@@ -95,14 +95,26 @@ func ForceState(ctx context.Context, s *lease.Store, id int64, status leasework.
 }
 
 // InsertFinished inserts n DONE rows of kind "history" in one statement, as
-// a table with a long history has. It is for benchmarks and plan tests.
+// a table with a long history has, and analyzes the table. It is for
+// benchmarks and plan tests.
 func InsertFinished(ctx context.Context, s *lease.Store, n int) error {
+	return insertFinished(ctx, s, n, leasework.StatusDone)
+}
+
+// InsertFailed inserts n FAILED rows of kind "history" in one statement, as
+// a table whose failures nobody repaired has (retention keeps them), and
+// analyzes the table. It is for plan tests.
+func InsertFailed(ctx context.Context, s *lease.Store, n int) error {
+	return insertFinished(ctx, s, n, leasework.StatusFailed)
+}
+
+func insertFinished(ctx context.Context, s *lease.Store, n int, status leasework.Status) error {
 	_, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+`
 		(event_id, kind, status, generation, attempt, finished_at)
-		SELECT 'history-' || g, 'history', 'DONE', 1, 1, statement_timestamp()
-		FROM generate_series(1, $1::int) AS g`, n)
+		SELECT 'history-' || lower($2) || '-' || g, 'history', $2, 1, 1, statement_timestamp()
+		FROM generate_series(1, $1::int) AS g`, n, string(status))
 	if err != nil {
-		return fmt.Errorf("leasetest: insert finished rows: %w", err)
+		return fmt.Errorf("leasetest: insert %s rows: %w", status, err)
 	}
 	_, err = s.DB().ExecContext(ctx, `ANALYZE `+s.QualifiedTable())
 	if err != nil {

@@ -1,0 +1,16 @@
+-- Retention deletes DONE rows, oldest first, and keeps FAILED rows until an
+-- operator repairs them. The index it reads holds DONE rows only: the old
+-- index also held every FAILED row, so on a table with many failures the
+-- retention statement read them all (or the whole table) to find the few
+-- DONE rows.
+--
+-- Safe while workers run? It takes a lock that blocks writes to the table
+-- (enqueues, claims, outcome writes) while the index builds: Migrate runs
+-- every step in one transaction, so this is a plain CREATE INDEX, not
+-- CONCURRENTLY. The build reads the table once; on a large table run it at a
+-- quiet time, or first run by hand, outside a transaction:
+--   CREATE INDEX CONCURRENTLY <table>_done_idx ON <schema>.<table> (finished_at) WHERE status = 'DONE';
+-- and this step then only drops the old index. Rerunning it is a no-op.
+CREATE INDEX IF NOT EXISTS {{name "done_idx"}} ON {{table}} (finished_at) WHERE status = 'DONE';
+
+DROP INDEX IF EXISTS {{schema}}.{{name "finished_idx"}};

@@ -1,0 +1,78 @@
+package lease_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// TestRetentionPlanSkipsFailedRows: retention deletes DONE rows and keeps
+// FAILED ones forever, so its index must hold only DONE rows. With 50,000
+// FAILED rows and a few DONE ones, the DeleteFinished statement reads an
+// index, never the whole table, with custom and with generic plans, and
+// deletes only the DONE rows.
+func TestRetentionPlanSkipsFailedRows(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	if err := leasetest.InsertFailed(ctx, s, 50_000); err != nil {
+		t.Fatal(err)
+	}
+	if err := leasetest.InsertFinished(ctx, s, 20); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		plan := explainPrepared(t, conn, mode, lease.DeleteFinished(s), "0, 1000")
+		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index Scan using "+s.Table()+"_done_idx") {
+			t.Errorf("%s: retention does not read the index of DONE rows:\n%s", mode, plan)
+		}
+	}
+	n, err := s.DeleteFinished(ctx, 0, 1000)
+	if err != nil || n != 20 {
+		t.Fatalf("DeleteFinished = %d, %v; want the 20 DONE rows", n, err)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Failed != 50_000 || st.Done != 0 {
+		t.Fatalf("stats after retention = %+v, %v; want 50,000 FAILED rows kept and no DONE row", st, err)
+	}
+}
+
+// TestRetentionIndexMigrationIsRerunnable: the migration that replaces the
+// retention index can run again on a table that has it (as after a manual
+// CREATE INDEX CONCURRENTLY), and leaves one index over DONE rows only.
+func TestRetentionIndexMigrationIsRerunnable(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	if _, err := s.DB().ExecContext(ctx, `DELETE FROM `+lease.QuoteIdent(s.Schema())+`.`+lease.QuoteIdent(s.Table()+"_migrations")+` WHERE version = 3`); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := s.Migrate(ctx)
+	if err != nil || len(applied) != 1 || applied[0] != 3 {
+		t.Fatalf("Migrate again = %v, %v; want migration 3 applied again", applied, err)
+	}
+	var defs []string
+	rows, err := s.DB().QueryContext(ctx, `SELECT indexdef FROM pg_indexes
+		WHERE schemaname = $1 AND tablename = $2 AND indexdef LIKE '%(finished_at)%'`, s.Schema(), s.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		defs = append(defs, d)
+	}
+	if len(defs) != 1 || !strings.Contains(defs[0], "WHERE (status = 'DONE'::text)") {
+		t.Fatalf("retention indexes = %q; want one, over DONE rows only", defs)
+	}
+}
