@@ -4,22 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
 	"github.com/sourcegraph/conc/panics"
 )
 
 // attempt is one claim held by this worker, from the claim until its
-// outcome is written.
+// outcome is written (or, for a handler that never returns, until the
+// worker stops).
 type attempt struct {
-	w      *Worker
-	ref    leasework.Ref
-	claim  leasework.Claim // handed to the handler
-	kind   *kind
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	w         *Worker
+	ref       leasework.Ref
+	claim     leasework.Claim // handed to the handler
+	kind      *kind
+	ctx       context.Context // the handler's: ends on lease loss, timeout, shutdown, return
+	cancel    context.CancelCauseFunc
+	stopTimer context.CancelFunc // releases the attempt timeout's timer
 
 	mu        sync.Mutex
 	deadline  time.Time   // local instant at which the worker gives the claim up
@@ -28,15 +32,18 @@ type attempt struct {
 	lost      bool        // the handler was cancelled with ErrLeaseLost
 	stale     bool        // the database said the claim is no longer ours
 	ended     bool        // the handler returned
+	endedAt   time.Time
+	hung      bool // counted as a handler that ignored its cancelled context
 }
 
 // errAttemptOver ends an attempt's context after its handler returned.
 var errAttemptOver = errors.New("framework: attempt over")
 
-// startAttempt registers a claim and hands it to the handler pool. sent is
-// the local time taken before the claim statement was sent: the database's
-// lease cannot have started earlier.
-func (w *Worker) startAttempt(c leasework.Claim, sent time.Time) {
+// startAttempt registers a claim and starts its handler. sent is the local
+// time taken before the claim statement was sent: the database's lease
+// cannot have started earlier. It reports false, and starts nothing, when
+// the worker has stopped.
+func (w *Worker) startAttempt(c leasework.Claim, sent time.Time) bool {
 	a := &attempt{
 		w:         w,
 		ref:       c.Ref(),
@@ -44,54 +51,70 @@ func (w *Worker) startAttempt(c leasework.Claim, sent time.Time) {
 		kind:      w.kinds[c.Kind],
 		deadline:  sent.Add(w.cfg.Lease - w.cfg.margin()),
 		confirmed: sent,
+		stopTimer: func() {},
 	}
 	ctx, cancel := context.WithCancelCause(w.handlerCtx)
+	if w.cfg.AttemptTimeout > 0 {
+		ctx, a.stopTimer = context.WithTimeoutCause(ctx, w.cfg.AttemptTimeout, leasework.ErrAttemptTimeout)
+	}
 	a.ctx, a.cancel = context.WithValue(ctx, claimKey{}, a), cancel
+
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		a.stopTimer()
+		cancel(leasework.ErrShutdown)
+		return false
+	}
 	a.mu.Lock()
 	a.watchdog = time.AfterFunc(time.Until(a.deadline), a.expire)
 	a.mu.Unlock()
-
-	w.mu.Lock()
 	w.live[a.ref] = a
 	w.running++
 	w.mu.Unlock()
+
 	w.count.claimed.Add(1)
 	if c.Reclaimed {
 		w.count.reclaimed.Add(1)
 		w.log.Info("reclaimed an expired claim", "id", c.ID, "event_id", c.EventID, "generation", c.Generation, "attempt", c.Attempt)
 	}
-	w.handlers.Go(func() { w.runAttempt(a) })
+	go w.runAttempt(a)
+	return true
 }
 
-// runAttempt runs the handler and passes its result to the outcome writer.
+// runAttempt runs the handler and queues its outcome. Whatever happens, the
+// handler's slot is freed when it returns.
 func (w *Worker) runAttempt(a *attempt) {
-	ctx := a.ctx
-	if w.cfg.AttemptTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, w.cfg.AttemptTimeout, leasework.ErrAttemptTimeout)
-		defer cancel()
-	}
+	defer w.attemptDone()
 	var err error
 	if a.kind == nil { // cannot happen: claims are restricted to registered kinds
 		err = fmt.Errorf("framework: no handler for kind %q", a.claim.Kind)
 	} else {
-		err = w.call(ctx, a)
+		err = w.call(a)
 	}
-	cause := context.Cause(ctx)
+	cause := context.Cause(a.ctx)
 	a.end()
 	a.cancel(errAttemptOver)
-	w.outcomes <- w.decide(a, err, cause)
+	a.stopTimer()
+	if !w.outcomes.push(w.outcomeOf(a, err, cause)) {
+		w.log.Warn("handler returned after the worker stopped; its outcome is not recorded and its claim is left to expire",
+			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+	}
+}
 
+// attemptDone frees a handler's slot.
+func (w *Worker) attemptDone() {
 	w.mu.Lock()
 	w.running--
 	w.mu.Unlock()
 	signal(w.slotFreed)
+	signal(w.handlerReturned)
 }
 
 // call runs the handler, turning a panic into a *leasework.PanicError.
-func (w *Worker) call(ctx context.Context, a *attempt) (err error) {
+func (w *Worker) call(a *attempt) (err error) {
 	var pc panics.Catcher
-	pc.Try(func() { err = a.kind.handler.Handle(ctx, &a.claim) })
+	pc.Try(func() { err = a.kind.handler.Handle(a.ctx, &a.claim) })
 	if r := pc.Recovered(); r != nil {
 		w.count.panics.Add(1)
 		err = &leasework.PanicError{Value: r.Value, Stack: r.Stack}
@@ -100,10 +123,39 @@ func (w *Worker) call(ctx context.Context, a *attempt) (err error) {
 	return err
 }
 
-// maxErrorText bounds the error text stored in a row.
-const maxErrorText = 64 << 10
+// outcomeOf turns a handler's result into the outcome to write. The error
+// is the handler's own value: its methods (Error, Is, As, Unwrap) may
+// panic, most often because it is a nil pointer returned as a non-nil
+// error. Such a panic is contained like a handler's: the attempt is
+// recorded as failed with a text that says what went wrong.
+func (w *Worker) outcomeOf(a *attempt, err, cause error) (o outcome) {
+	if isNilPointer(err) {
+		err = fmt.Errorf("framework: the handler returned a nil %T as a non-nil error", err)
+	}
+	var pc panics.Catcher
+	pc.Try(func() { o = w.decide(a, err, cause) })
+	if r := pc.Recovered(); r != nil {
+		w.count.panics.Add(1)
+		w.log.Error("panic while reading the handler's error", "id", a.ref.ID, "generation", a.ref.Generation,
+			"kind", a.claim.Kind, "type", fmt.Sprintf("%T", err), "panic", fmt.Sprint(r.Value))
+		text := fmt.Sprintf("framework: the handler's error (a %T) panicked when read: %v\n%s", err, r.Value, r.Stack)
+		o = w.decide(a, errors.New(text), cause)
+	}
+	return o
+}
 
-// decide turns a handler's result into the outcome to write.
+// isNilPointer reports whether err is a nil pointer in a non-nil interface:
+// `var e *MyErr; return e`.
+func isNilPointer(err error) bool {
+	if err == nil {
+		return false
+	}
+	v := reflect.ValueOf(err)
+	return (v.Kind() == reflect.Pointer || v.Kind() == reflect.UnsafePointer) && v.IsNil()
+}
+
+// decide turns a handler's result into the outcome to write. The text is
+// stored as it is: the store makes every text valid and bounded.
 func (w *Worker) decide(a *attempt, err, cause error) outcome {
 	o := outcome{a: a}
 	if err == nil {
@@ -134,27 +186,42 @@ func (w *Worker) decide(a *attempt, err, cause error) outcome {
 		o.op = opRetry
 		o.delay = policy.delay(a.claim.Attempt)
 	}
-	if len(o.text) > maxErrorText {
-		o.text = o.text[:maxErrorText] + "…"
-	}
 	return o
 }
+
+// maxLogText bounds an error text written to the log.
+const maxLogText = 8 << 10
+
+// logText makes an error text fit for a log line.
+func logText(s string) string { return lease.CleanText(s, maxLogText) }
 
 // end marks the handler returned; from now on only the outcome writer
 // cares about the claim.
 func (a *attempt) end() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.ended = true
+	a.ended, a.endedAt = true, time.Now()
 	a.watchdog.Stop()
 }
 
 // expire runs when the local deadline passes without a confirmed renewal:
-// past it another worker may own the row, so the handler must stop.
+// past it another worker may own the row, so the handler must stop. A
+// handler whose context had already ended (attempt timeout, shutdown) and
+// that has still not returned is not renewed any more: its claim is left to
+// expire, and it is counted as hung rather than as a lost lease.
 func (a *attempt) expire() {
 	a.mu.Lock()
-	if a.lost || a.ended || time.Now().Before(a.deadline) {
+	if a.lost || a.ended || a.hung || time.Now().Before(a.deadline) {
 		a.mu.Unlock()
+		return
+	}
+	if a.ctx.Err() != nil {
+		a.hung = true
+		a.mu.Unlock()
+		a.w.count.hungHandlers.Add(1)
+		a.w.log.Warn("handler has not returned since its context ended; its claim was not renewed and is left to expire",
+			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID, "kind", a.claim.Kind,
+			"cause", context.Cause(a.ctx))
 		return
 	}
 	a.lost = true
@@ -163,6 +230,21 @@ func (a *attempt) expire() {
 	a.w.count.localLeaseTimeouts.Add(1)
 	a.cancel(leasework.ErrLeaseLost)
 	a.w.log.Warn("lease not confirmed in time; handler cancelled", "id", a.ref.ID, "generation", a.ref.Generation, "kind", a.claim.Kind)
+}
+
+// abandon gives up the claim of a handler still running when the worker
+// stops: its claim is neither renewed nor released, and expires.
+func (a *attempt) abandon() {
+	a.mu.Lock()
+	a.watchdog.Stop()
+	counted := a.hung
+	a.hung = true
+	a.mu.Unlock()
+	if !counted {
+		a.w.count.hungHandlers.Add(1)
+	}
+	a.w.log.Warn("handler still running as the worker stops; its claim is left to expire",
+		"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID, "kind", a.claim.Kind)
 }
 
 // lose records that the database rejected a write for this claim, and
@@ -192,7 +274,7 @@ func (a *attempt) extend(sent time.Time) {
 		return
 	}
 	a.deadline, a.confirmed = d, sent
-	if !a.lost && !a.ended {
+	if !a.lost && !a.ended && !a.hung {
 		a.watchdog.Reset(time.Until(d))
 	}
 }
@@ -202,4 +284,23 @@ func (a *attempt) state() (deadline, confirmed time.Time, stale bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.deadline, a.confirmed, a.stale
+}
+
+// renewable reports whether the claim is still worth renewing: the
+// database has not refused it, and either its handler runs with a live
+// context, or the handler returned less than a lease ago and its outcome
+// is still to be written. A handler whose context ended (lease lost,
+// attempt timeout, shutdown) but that has not returned is not renewed: its
+// claim expires and another worker may take the event over.
+func (a *attempt) renewable(now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.stale || a.hung:
+		return false
+	case a.ended:
+		return now.Sub(a.endedAt) < a.w.cfg.Lease
+	default:
+		return a.ctx.Err() == nil
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/leasework/leasework/lease"
 )
 
 // Defaults of [Config]; a zero field takes the value here.
@@ -15,16 +17,27 @@ const (
 	DefaultLease             = 30 * time.Second
 	DefaultPollInterval      = time.Second
 	DefaultGracePeriod       = 10 * time.Second
+	DefaultStopTimeout       = 5 * time.Second
 	DefaultRetentionInterval = time.Minute
 	DefaultRetentionBatch    = 1000
 )
 
-// Limits of [Config] fields.
+// Limits of [Config] fields. Every duration has a maximum, so that no
+// arithmetic on it (a jitter, a deadline, a sum of phases) can overflow.
 const (
-	MaxConcurrency  = 10000
-	MinLease        = 100 * time.Millisecond
-	MinPollInterval = 10 * time.Millisecond
-	MinRenewEvery   = 10 * time.Millisecond
+	MaxConcurrency       = lease.MaxClaimLimit // one claim statement fills every slot
+	MinLease             = 100 * time.Millisecond
+	MaxLease             = 24 * time.Hour
+	MinRenewEvery        = 10 * time.Millisecond
+	MinPollInterval      = 10 * time.Millisecond
+	MaxPollInterval      = 24 * time.Hour
+	MaxGracePeriod       = 24 * time.Hour
+	MinStopTimeout       = 100 * time.Millisecond
+	MaxStopTimeout       = 10 * time.Minute
+	MaxAttemptTimeout    = 7 * 24 * time.Hour
+	MaxRetention         = 10 * 365 * 24 * time.Hour
+	MaxRetentionInterval = 24 * time.Hour
+	MaxRetentionBatch    = 100000
 )
 
 // Config configures a [Worker]. Its zero value is valid: every zero field
@@ -40,50 +53,62 @@ type Config struct {
 	WorkerID string
 
 	// Concurrency is the most handlers running at once, and so the most
-	// rows this worker claims at once. Zero means 10; at most 10000.
+	// rows this worker claims at once. Zero means 10; at most 10000
+	// (lease.MaxClaimLimit).
 	Concurrency int
 
 	// Lease is how long a claim is owned without renewal before another
-	// worker may take the row. Zero means 30s; at least 100ms.
+	// worker may take the row. Zero means 30s; between 100ms and 24h.
 	Lease time.Duration
 
-	// RenewEvery is how often live claims are renewed, all of them with one
-	// statement. Zero means Lease/3; between 10ms and Lease/2, so that a
-	// claim is renewed at least once before the worker gives it up.
+	// RenewEvery is the longest a live claim goes without a renewal: each
+	// claim is renewed once its last confirmed claim or renewal statement
+	// is RenewEvery old (claims falling due together share one statement).
+	// Zero means Lease/3; between 10ms and Lease/2, so that a renewal is
+	// sent well before the worker gives the claim up at 0.9 × Lease.
 	RenewEvery time.Duration
 
 	// PollInterval is how long an idle worker waits before it looks for
 	// work again when no notification wakes it. Each wait adds a random
 	// jitter of up to a fifth of it, so a worker never polls faster than
-	// PollInterval. Zero means 1s; at least 10ms.
+	// PollInterval. Zero means 1s; between 10ms and 24h.
 	PollInterval time.Duration
 
 	// GracePeriod is how long a stopping worker lets running handlers
 	// finish before it cancels their contexts with leasework.ErrShutdown.
-	// Zero means 10s; negative means no grace: cancel at once.
+	// Zero means 10s; negative means no grace: cancel at once; at most
+	// 24h.
 	GracePeriod time.Duration
 
+	// StopTimeout bounds the end of a stop: after cancelling the handlers
+	// still running, the worker waits at most this long for them to return
+	// and for the last outcomes and releases to be written, then [Worker.Run]
+	// returns. A handler that ignores its context is left running and its
+	// claim is left to expire. Zero means 5s; between 100ms and 10m.
+	StopTimeout time.Duration
+
 	// AttemptTimeout bounds one attempt: past it the handler's context is
-	// cancelled with leasework.ErrAttemptTimeout. Zero means no timeout;
-	// negative is an error.
+	// cancelled with leasework.ErrAttemptTimeout, and its claim is no longer
+	// renewed. Zero means no timeout; at most 7 days; negative is an error.
 	AttemptTimeout time.Duration
 
 	// Retention is how long a DONE row is kept. Zero means none: the
 	// completion deletes the row in the same guarded statement. Negative
-	// means forever. Positive rows are deleted by a background loop every
-	// RetentionInterval, in batches of RetentionBatch. FAILED rows are
-	// always kept, for repair.
+	// means forever. Positive rows (at most 10 years) are deleted by a
+	// background loop every RetentionInterval, in batches of RetentionBatch.
+	// FAILED rows are always kept, for repair.
 	Retention time.Duration
 
 	// RetentionInterval is how often the retention loop runs when Retention
-	// is positive. Zero means 1m; negative is an error.
+	// is positive. Zero means 1m; at most 24h; negative is an error.
 	RetentionInterval time.Duration
 
 	// RetentionBatch is the most rows one retention statement deletes. Zero
-	// means 1000; negative is an error.
+	// means 1000; at most 100000; negative is an error.
 	RetentionBatch int
 
-	// Logger receives the worker's structured logs. Nil means none.
+	// Logger receives the worker's structured logs. Nil means
+	// slog.Default(); pass slog.New(slog.DiscardHandler) for none.
 	Logger *slog.Logger
 }
 
@@ -99,8 +124,8 @@ func (c Config) normalize() (Config, error) {
 		c.Concurrency = DefaultConcurrency
 	}
 	switch {
-	case c.Lease != 0 && c.Lease < MinLease:
-		return c, bad("Lease", c.Lease, fmt.Sprintf("it must be at least %v, or zero for %v", MinLease, DefaultLease))
+	case c.Lease != 0 && (c.Lease < MinLease || c.Lease > MaxLease):
+		return c, bad("Lease", c.Lease, fmt.Sprintf("it must be between %v and %v, or zero for %v", MinLease, MaxLease, DefaultLease))
 	case c.Lease == 0:
 		c.Lease = DefaultLease
 	}
@@ -111,29 +136,40 @@ func (c Config) normalize() (Config, error) {
 		return c, bad("RenewEvery", c.RenewEvery, fmt.Sprintf("it must be between %v and Lease/2 (%v), or zero for Lease/3", MinRenewEvery, c.Lease/2))
 	}
 	switch {
-	case c.PollInterval != 0 && c.PollInterval < MinPollInterval:
-		return c, bad("PollInterval", c.PollInterval, fmt.Sprintf("it must be at least %v, or zero for %v", MinPollInterval, DefaultPollInterval))
+	case c.PollInterval != 0 && (c.PollInterval < MinPollInterval || c.PollInterval > MaxPollInterval):
+		return c, bad("PollInterval", c.PollInterval, fmt.Sprintf("it must be between %v and %v, or zero for %v", MinPollInterval, MaxPollInterval, DefaultPollInterval))
 	case c.PollInterval == 0:
 		c.PollInterval = DefaultPollInterval
 	}
 	switch {
+	case c.GracePeriod > MaxGracePeriod:
+		return c, bad("GracePeriod", c.GracePeriod, fmt.Sprintf("it must be at most %v; zero means %v, negative none", MaxGracePeriod, DefaultGracePeriod))
 	case c.GracePeriod == 0:
 		c.GracePeriod = DefaultGracePeriod
 	case c.GracePeriod < 0:
 		c.GracePeriod = 0
 	}
-	if c.AttemptTimeout < 0 {
-		return c, bad("AttemptTimeout", c.AttemptTimeout, "it must be positive, or zero for none")
+	switch {
+	case c.StopTimeout != 0 && (c.StopTimeout < MinStopTimeout || c.StopTimeout > MaxStopTimeout):
+		return c, bad("StopTimeout", c.StopTimeout, fmt.Sprintf("it must be between %v and %v, or zero for %v", MinStopTimeout, MaxStopTimeout, DefaultStopTimeout))
+	case c.StopTimeout == 0:
+		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.AttemptTimeout < 0 || c.AttemptTimeout > MaxAttemptTimeout {
+		return c, bad("AttemptTimeout", c.AttemptTimeout, fmt.Sprintf("it must be between 0 (no timeout) and %v", MaxAttemptTimeout))
+	}
+	if c.Retention > MaxRetention {
+		return c, bad("Retention", c.Retention, fmt.Sprintf("it must be at most %v; zero means none, negative forever", MaxRetention))
 	}
 	switch {
-	case c.RetentionInterval < 0:
-		return c, bad("RetentionInterval", c.RetentionInterval, fmt.Sprintf("it must be positive, or zero for %v", DefaultRetentionInterval))
+	case c.RetentionInterval < 0 || c.RetentionInterval > MaxRetentionInterval:
+		return c, bad("RetentionInterval", c.RetentionInterval, fmt.Sprintf("it must be between 0 and %v; zero means %v", MaxRetentionInterval, DefaultRetentionInterval))
 	case c.RetentionInterval == 0:
 		c.RetentionInterval = DefaultRetentionInterval
 	}
 	switch {
-	case c.RetentionBatch < 0:
-		return c, bad("RetentionBatch", c.RetentionBatch, fmt.Sprintf("it must be positive, or zero for %d", DefaultRetentionBatch))
+	case c.RetentionBatch < 0 || c.RetentionBatch > MaxRetentionBatch:
+		return c, bad("RetentionBatch", c.RetentionBatch, fmt.Sprintf("it must be between 1 and %d, or zero for %d", MaxRetentionBatch, DefaultRetentionBatch))
 	case c.RetentionBatch == 0:
 		c.RetentionBatch = DefaultRetentionBatch
 	}
@@ -141,7 +177,7 @@ func (c Config) normalize() (Config, error) {
 		c.WorkerID = defaultWorkerID()
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	return c, nil
 }
@@ -150,6 +186,16 @@ func (c Config) normalize() (Config, error) {
 // worker gives a claim up on its own: room for clock-rate differences and
 // for the handler to notice its cancelled context.
 func (c Config) margin() time.Duration { return c.Lease / 10 }
+
+// maxStatementTimeout caps the timeout of one statement, whatever the
+// lease: a statement that has not answered in that time is not going to.
+const maxStatementTimeout = 30 * time.Second
+
+// statementTimeout bounds one statement, so that a hung connection is
+// noticed well within a lease: RenewEvery, between 1s and 30s.
+func (c Config) statementTimeout() time.Duration {
+	return min(max(c.RenewEvery, time.Second), maxStatementTimeout)
+}
 
 func defaultWorkerID() string {
 	host, err := os.Hostname()

@@ -2,6 +2,7 @@ package framework_test
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +21,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}{
 		{framework.Config{Concurrency: -1}, "Config.Concurrency is -1; it must be between 1 and 10000"},
 		{framework.Config{Concurrency: 10001}, "Config.Concurrency"},
-		{framework.Config{Lease: time.Millisecond}, "Config.Lease is 1ms; it must be at least 100ms"},
+		{framework.Config{Lease: time.Millisecond}, "Config.Lease is 1ms; it must be between 100ms and 24h0m0s"},
 		{framework.Config{Lease: -time.Second}, "Config.Lease"},
 		{framework.Config{Lease: time.Second, RenewEvery: 600 * time.Millisecond}, "Config.RenewEvery is 600ms; it must be between 10ms and Lease/2 (500ms)"},
 		{framework.Config{RenewEvery: time.Millisecond}, "Config.RenewEvery"},
-		{framework.Config{PollInterval: time.Millisecond}, "Config.PollInterval is 1ms; it must be at least 10ms"},
+		{framework.Config{PollInterval: time.Millisecond}, "Config.PollInterval is 1ms; it must be between 10ms and 24h0m0s"},
+		{framework.Config{PollInterval: math.MaxInt64}, "Config.PollInterval is 2562047h47m16.854775807s; it must be between 10ms and 24h0m0s"},
+		{framework.Config{Lease: 25 * time.Hour}, "Config.Lease is 25h0m0s; it must be between 100ms and 24h0m0s"},
+		{framework.Config{GracePeriod: math.MaxInt64}, "Config.GracePeriod"},
+		{framework.Config{StopTimeout: time.Millisecond}, "Config.StopTimeout is 1ms; it must be between 100ms and 10m0s"},
+		{framework.Config{StopTimeout: time.Hour}, "Config.StopTimeout"},
+		{framework.Config{StopTimeout: -1}, "Config.StopTimeout"},
+		{framework.Config{AttemptTimeout: math.MaxInt64}, "Config.AttemptTimeout"},
+		{framework.Config{Retention: math.MaxInt64}, "Config.Retention"},
+		{framework.Config{RetentionInterval: 25 * time.Hour}, "Config.RetentionInterval"},
+		{framework.Config{RetentionBatch: framework.MaxRetentionBatch + 1}, "Config.RetentionBatch"},
 		{framework.Config{AttemptTimeout: -1}, "Config.AttemptTimeout"},
 		{framework.Config{RetentionInterval: -1}, "Config.RetentionInterval"},
 		{framework.Config{RetentionBatch: -1}, "Config.RetentionBatch"},
@@ -44,6 +55,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// nilHandler is a handler type whose nil pointer panics when called.
+type nilHandler struct{ next leasework.Handler }
+
+func (h *nilHandler) Handle(ctx context.Context, c *leasework.Claim) error { return h.next.Handle(ctx, c) }
+
 func TestRegisterAndRunRejectMisuse(t *testing.T) {
 	drv := pgtest.Drivers[0].New()
 	w, err := framework.New(pgtest.Open(t, drv), drv, framework.Config{})
@@ -62,6 +78,11 @@ func TestRegisterAndRunRejectMisuse(t *testing.T) {
 	}{
 		{"", ok, framework.RetryPolicy{}, "kind is empty"},
 		{"k", nil, framework.RetryPolicy{}, "handler is nil"},
+		{"k", leasework.HandlerFunc(nil), framework.RetryPolicy{}, "handler is nil (leasework.HandlerFunc)"},
+		{"k", (*nilHandler)(nil), framework.RetryPolicy{}, "handler is nil (*framework_test.nilHandler)"},
+		{"bad\x00kind", ok, framework.RetryPolicy{}, "NUL byte"},
+		{"bad\xffkind", ok, framework.RetryPolicy{}, "not valid UTF-8"},
+		{strings.Repeat("k", 256), ok, framework.RetryPolicy{}, "at most 255"},
 		{"k", ok, framework.RetryPolicy{InitialInterval: -1}, "RetryPolicy.InitialInterval"},
 		{"k", ok, framework.RetryPolicy{Multiplier: 0.5}, "RetryPolicy.Multiplier is 0.5; it must be at least 1"},
 		{"k", ok, framework.RetryPolicy{InitialInterval: time.Minute, MaxInterval: time.Second}, "RetryPolicy.MaxInterval"},

@@ -48,7 +48,7 @@ func (w *Worker) claim(limit int) (int, error) {
 	// A claim in flight is allowed to finish even when the worker stops,
 	// so that its rows are started (and, on a stop, released) rather than
 	// left to wait out their lease.
-	ctx, cancel := context.WithTimeout(w.dbCtx, w.statementTimeout())
+	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
 	defer cancel()
 	w.count.claimQueries.Add(1)
 	sent := time.Now() // before the statement: the lease cannot start earlier
@@ -59,11 +59,19 @@ func (w *Worker) claim(limit int) (int, error) {
 		Worker: w.cfg.WorkerID,
 	})
 	if err != nil {
+		w.count.claimErrors.Add(1)
 		w.log.Warn("claim failed", "err", err)
 		return 0, err
 	}
+	var dropped []int64
 	for _, c := range claims {
-		w.startAttempt(c, sent)
+		if !w.startAttempt(c, sent) {
+			dropped = append(dropped, c.ID)
+		}
+	}
+	if len(dropped) > 0 {
+		// The stop's time ran out while the claim was in flight.
+		w.log.Warn("claimed as the worker stopped; the claims are left to expire", "ids", dropped)
 	}
 	return len(claims), nil
 }
@@ -78,8 +86,12 @@ func (w *Worker) freeSlots() int {
 // that idle workers started together drift apart.
 func (w *Worker) pollWait() time.Duration {
 	d := w.cfg.PollInterval
-	return d + rand.N(d/5+1)
+	return jittered(d, rand.N(d/5+1))
 }
+
+// jittered adds jitter j (between 0 and d/5) to a poll interval d of at
+// most MaxPollInterval: the sum cannot overflow.
+func jittered(d, j time.Duration) time.Duration { return d + j }
 
 // listen turns LISTEN/NOTIFY notifications into wakeups of the claim loop,
 // when the driver can listen. A notification for a kind this worker does

@@ -92,7 +92,7 @@ func TestUnreachableDatabaseCancelsBeforeLeaseDeadline(t *testing.T) {
 	const leaseLen = 2 * time.Second
 	w, err := framework.New(db, drv, framework.Config{
 		Schema: s.Schema(), Table: s.Table(), Retention: -1,
-		Lease: leaseLen, RenewEvery: 100 * time.Millisecond,
+		Lease: leaseLen, RenewEvery: 100 * time.Millisecond, Logger: testLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -127,5 +127,44 @@ func TestUnreachableDatabaseCancelsBeforeLeaseDeadline(t *testing.T) {
 	waitFor(t, "the outcome to be abandoned", func() bool { return w.Counters().OutcomesAbandoned == 1 })
 	if c := w.Counters(); c.LocalLeaseTimeouts != 1 || c.LeasesLost != 1 || c.Retried != 0 {
 		t.Errorf("counters %+v; want 1 local lease timeout, 1 lease lost, no retry", c)
+	}
+}
+
+// With RenewEvery at its maximum, Lease/2, a handler running for several
+// leases keeps its claim: no renewal is late enough for the watchdog to
+// give the claim up.
+func TestLongHandlerKeepsItsLeaseAtLongestRenewEvery(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	const leaseLen = time.Second
+	w := newWorker(t, s, framework.Config{Lease: leaseLen, RenewEvery: leaseLen / 2})
+	running, finish := make(chan struct{}), make(chan struct{})
+	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+		close(running)
+		select {
+		case <-finish:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	start(t, w)
+	recv(t, running, "the handler")
+	seen := map[time.Time]bool{}
+	waitFor(t, "four renewals", func() bool {
+		r, err := s.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != leasework.StatusInProgress {
+			t.Fatalf("row %s while its handler runs", r.Status)
+		}
+		seen[*r.LeaseUntil] = true
+		return len(seen) >= 5 // the claim's lease and four renewals
+	})
+	close(finish)
+	waitRow(t, s, id, "completion", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+	if c := w.Counters(); c.LocalLeaseTimeouts != 0 || c.LeasesLost != 0 || c.Completed != 1 {
+		t.Errorf("counters %+v; want the claim kept and completed", c)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,8 +42,8 @@ func newWorker(t testing.TB, s *lease.Store, cfg framework.Config) *framework.Wo
 	if cfg.Retention == 0 {
 		cfg.Retention = -1
 	}
-	if cfg.Logger == nil && testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
 	}
 	w, err := framework.New(s.DB(), s.Driver(), cfg)
 	if err != nil {
@@ -50,6 +51,26 @@ func newWorker(t testing.TB, s *lease.Store, cfg framework.Config) *framework.Wo
 	}
 	return w
 }
+
+// testLogger returns a logger for a test's workers: debug logs on stderr
+// with -v, none otherwise.
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// execSQL runs statements on s's database, failing the test on error.
+func execSQL(t testing.TB, s *lease.Store, query string, args ...any) {
+	t.Helper()
+	if _, err := s.DB().ExecContext(context.Background(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// ident quotes a name as an SQL identifier.
+func ident(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
 
 // register registers h for kind with p, failing the test on error.
 func register(t testing.TB, w *framework.Worker, kind string, p framework.RetryPolicy, h leasework.HandlerFunc) {

@@ -16,6 +16,7 @@ import (
 // field only grows.
 type Counters struct {
 	ClaimQueries       int64 // claim statements sent
+	ClaimErrors        int64 // of ClaimQueries, those that failed (logged with the store's error)
 	Claimed            int64 // claims taken
 	Reclaimed          int64 // claims of rows whose previous owner's lease had expired
 	Completed          int64 // events completed (DONE, or deleted with a zero Retention)
@@ -23,17 +24,19 @@ type Counters struct {
 	Failed             int64 // events ended FAILED: permanent error or spent budget
 	Released           int64 // claims given back to READY at shutdown
 	StaleRejections    int64 // outcome writes the database rejected: the claim was no longer owned
+	OutcomesReplayed   int64 // outcome writes found already recorded by an earlier try whose reply was lost (also counted as Completed, Retried, ...)
 	LeasesLost         int64 // handlers cancelled with leasework.ErrLeaseLost
 	LocalLeaseTimeouts int64 // of LeasesLost, those given up because no renewal was confirmed in time
 	Panics             int64 // handler panics, recorded as the attempt's error
-	OutcomesAbandoned  int64 // outcomes never written because of database errors
+	OutcomesAbandoned  int64 // outcomes never written because of database errors or the stop's timeout
+	HungHandlers       int64 // handlers that had not returned when their claim was given up after their context ended (attempt timeout, shutdown): left to expire
 	RetentionDeleted   int64 // finished rows deleted by the retention loop
 }
 
 type counters struct {
-	claimQueries, claimed, reclaimed, completed, retried, failed, released,
-	staleRejections, leasesLost, localLeaseTimeouts, panics, outcomesAbandoned,
-	retentionDeleted atomic.Int64
+	claimQueries, claimErrors, claimed, reclaimed, completed, retried, failed, released,
+	staleRejections, outcomesReplayed, leasesLost, localLeaseTimeouts, panics,
+	outcomesAbandoned, hungHandlers, retentionDeleted atomic.Int64
 }
 
 // Counters returns a snapshot of the worker's counters.
@@ -41,6 +44,7 @@ func (w *Worker) Counters() Counters {
 	c := &w.count
 	return Counters{
 		ClaimQueries:       c.claimQueries.Load(),
+		ClaimErrors:        c.claimErrors.Load(),
 		Claimed:            c.claimed.Load(),
 		Reclaimed:          c.reclaimed.Load(),
 		Completed:          c.completed.Load(),
@@ -48,10 +52,12 @@ func (w *Worker) Counters() Counters {
 		Failed:             c.failed.Load(),
 		Released:           c.released.Load(),
 		StaleRejections:    c.staleRejections.Load(),
+		OutcomesReplayed:   c.outcomesReplayed.Load(),
 		LeasesLost:         c.leasesLost.Load(),
 		LocalLeaseTimeouts: c.localLeaseTimeouts.Load(),
 		Panics:             c.panics.Load(),
 		OutcomesAbandoned:  c.outcomesAbandoned.Load(),
+		HungHandlers:       c.hungHandlers.Load(),
 		RetentionDeleted:   c.retentionDeleted.Load(),
 	}
 }
@@ -105,6 +111,7 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		v          int64
 	}{
 		{"claim_queries", "Claim statements sent.", c.ClaimQueries},
+		{"claim_errors", "Claim statements that failed.", c.ClaimErrors},
 		{"claimed", "Claims taken.", c.Claimed},
 		{"reclaimed", "Claims of rows whose previous owner's lease had expired.", c.Reclaimed},
 		{"completed", "Events completed.", c.Completed},
@@ -112,10 +119,12 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		{"failed", "Events ended FAILED.", c.Failed},
 		{"released", "Claims given back at shutdown.", c.Released},
 		{"stale_rejections", "Outcome writes rejected because the claim was no longer owned.", c.StaleRejections},
+		{"outcomes_replayed", "Outcome writes found already recorded by an earlier try.", c.OutcomesReplayed},
 		{"leases_lost", "Handlers cancelled because their lease was lost.", c.LeasesLost},
 		{"local_lease_timeouts", "Leases given up because no renewal was confirmed in time.", c.LocalLeaseTimeouts},
 		{"panics", "Handler panics.", c.Panics},
-		{"outcomes_abandoned", "Outcomes never written because of database errors.", c.OutcomesAbandoned},
+		{"outcomes_abandoned", "Outcomes never written because of database errors or the stop's timeout.", c.OutcomesAbandoned},
+		{"hung_handlers", "Handlers that ignored their ended context; their claims were left to expire.", c.HungHandlers},
 		{"retention_deleted", "Finished rows deleted by retention.", c.RetentionDeleted},
 	} {
 		metric("leasework_"+m.name+"_total", "counter", m.help, worker, m.v)

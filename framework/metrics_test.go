@@ -1,10 +1,14 @@
 package framework_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
+	"go.uber.org/goleak"
 )
 
 func TestCountersStatsAndMetrics(t *testing.T) {
@@ -45,6 +50,9 @@ func TestCountersStatsAndMetrics(t *testing.T) {
 		`leasework_events{table="` + s.Schema() + `.events",status="DONE"} 2` + "\n",
 		"leasework_expired_claims{",
 		"leasework_oldest_eligible_age_seconds{",
+		`leasework_claim_errors_total{worker="w\"1"} 0` + "\n",
+		`leasework_outcomes_replayed_total{worker="w\"1"} 0` + "\n",
+		`leasework_hung_handlers_total{worker="w\"1"} 0` + "\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
@@ -66,7 +74,12 @@ func TestRetentionDeletesOldDoneRows(t *testing.T) {
 		return leasework.Permanent(context.Canceled)
 	})
 	start(t, w)
-	waitFor(t, "three DONE rows deleted", func() bool { return w.Counters().RetentionDeleted == 3 })
+	// The FAILED row is read once its failure is recorded, not merely once
+	// the DONE rows are gone: outcomes are written in batches of their own.
+	waitFor(t, "three DONE rows deleted and the failure recorded", func() bool {
+		c := w.Counters()
+		return c.RetentionDeleted == 3 && c.Failed == 1
+	})
 	st, err := w.Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -76,5 +89,56 @@ func TestRetentionDeletesOldDoneRows(t *testing.T) {
 	}
 	if r, err := s.Get(context.Background(), ids[3].ID); err != nil || r.Status != leasework.StatusFailed {
 		t.Errorf("failed row = %+v, %v; want kept", r, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the worker's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A worker on a table that was never migrated says so: with no Logger it
+// logs to slog.Default() a claim error naming the fix, and counts claim
+// errors in its metrics.
+func TestUnmigratedTableIsReported(t *testing.T) {
+	drv := pgtest.Drivers[0].New()
+	db := pgtest.Open(t, drv)
+	var logs syncBuffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	ignore := goleak.IgnoreCurrent()
+	w, err := framework.New(db, drv, framework.Config{Schema: pgtest.SchemaName(), PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, w, "k", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
+	stop := start(t, w)
+	waitFor(t, "two claim errors", func() bool { return w.Counters().ClaimErrors >= 2 })
+	stop()
+	goleak.VerifyNone(t, ignore)
+	if c := w.Counters(); c.ClaimErrors != c.ClaimQueries || c.Claimed != 0 {
+		t.Errorf("counters %+v; want every claim counted as failed", c)
+	}
+	if !strings.Contains(logs.String(), "claim failed") || !strings.Contains(logs.String(), "leasework migrate") {
+		t.Errorf("default logger got:\n%s\nwant a claim failure naming leasework migrate", logs.String())
+	}
+	rec := httptest.NewRecorder()
+	w.MetricsHandler(time.Second).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want := fmt.Sprintf("leasework_claim_errors_total{worker=%q} %d\n", w.ID(), w.Counters().ClaimErrors)
+	if !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +27,7 @@ import (
 
 // The child worker process: the test binary run again with these set.
 const (
-	childModeEnv   = "LEASEWORK_FRAMEWORK_CHILD" // "kill" or "stop"
+	childModeEnv   = "LEASEWORK_FRAMEWORK_CHILD" // "kill", "stop" or "hang"
 	childSchemaEnv = "LEASEWORK_FRAMEWORK_CHILD_SCHEMA"
 )
 
@@ -153,6 +155,8 @@ func childWorker(mode string) int {
 	cfg := framework.Config{
 		Schema: os.Getenv(childSchemaEnv), Retention: -1, Concurrency: 2,
 		PollInterval: 20 * time.Millisecond, RenewEvery: 50 * time.Millisecond,
+		GracePeriod: hangGrace, StopTimeout: hangStopTimeout,
+		Logger: slog.New(slog.DiscardHandler),
 	}
 	w, err := framework.New(db, drv, cfg)
 	if err != nil {
@@ -163,6 +167,9 @@ func childWorker(mode string) int {
 		out.Lock()
 		defer out.Unlock()
 		fmt.Printf(format+"\n", args...)
+	}
+	if mode == "hang" {
+		return hangingChild(w, say)
 	}
 	if mode == "kill" {
 		err := w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
@@ -225,4 +232,106 @@ func childWorker(mode string) int {
 	}
 	fmt.Printf("result %s\n", b)
 	return 0
+}
+
+// The stop settings of the child workers, and so the bound within which a
+// child must return from Run after SIGTERM: GracePeriod + StopTimeout.
+const (
+	hangGrace       = 100 * time.Millisecond
+	hangStopTimeout = 300 * time.Millisecond
+)
+
+type hangResult struct {
+	Counters framework.Counters
+	Stop     time.Duration // from SIGTERM to Run's return
+}
+
+// hangingChild runs a worker whose handler ignores its context until
+// SIGTERM, then reports how long Run took to return.
+func hangingChild(w *framework.Worker, say func(string, ...any)) int {
+	err := w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+		say("claimed %d %d %d", c.ID, c.Generation, c.Attempt)
+		select {} // ignores its context
+	}), framework.RetryPolicy{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child worker:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	signalled := make(chan time.Time, 1)
+	go func() {
+		<-ctx.Done()
+		signalled <- time.Now()
+	}()
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "child worker:", err)
+		return 1
+	}
+	b, err := json.Marshal(hangResult{Counters: w.Counters(), Stop: time.Since(<-signalled)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child worker:", err)
+		return 1
+	}
+	say("stopped %s", b)
+	return 0
+}
+
+// A worker process whose handler ignores its context stops on SIGTERM
+// within GracePeriod + StopTimeout, with status 0. Its claim is not
+// released: the row stays INPROGRESS until its lease expires, and the next
+// claim counts the hung attempt against the budget.
+func TestSIGTERMStopsWorkerWithHungHandler(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	ctx := context.Background()
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", MaxAttempts: 3})[0].ID
+	c := startChild(t, "hang", s)
+	var gotID, gen, att int64
+	if _, err := fmt.Sscan(c.expect(t, "claimed "), &gotID, &gen, &att); err != nil {
+		t.Fatal(err)
+	}
+	if gotID != id || gen != 1 || att != 1 {
+		t.Fatalf("child claimed row %d generation %d attempt %d; want row %d at 1, 1", gotID, gen, att, id)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var res hangResult
+	if err := json.Unmarshal([]byte(c.expect(t, "stopped ")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("child after SIGTERM: %v; want exit status 0", err)
+	}
+	// The bound is made of timers; the slack covers a loaded machine's
+	// scheduling, not work.
+	const bound = hangGrace + hangStopTimeout
+	t.Logf("Run returned %v after SIGTERM (documented bound %v); counters %+v", res.Stop, bound, res.Counters)
+	if res.Stop > bound+2*time.Second {
+		t.Errorf("Run returned %v after SIGTERM; the documented bound is %v", res.Stop, bound)
+	}
+	if k := res.Counters; k.HungHandlers != 1 || k.Released != 0 || k.Claimed != 1 {
+		t.Errorf("child's counters %+v; want 1 claim, 1 hung handler, nothing released", k)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != leasework.StatusInProgress || r.Generation != 1 {
+		t.Fatalf("row after the child stopped: %s generation %d; want INPROGRESS at generation 1 until its lease expires", r.Status, r.Generation)
+	}
+	if err := leasetest.ExpireLease(ctx, s, id); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+	next := make(chan leasework.Claim, 1)
+	register(t, w, "k", framework.RetryPolicy{}, func(_ context.Context, c *leasework.Claim) error {
+		next <- *c
+		return nil
+	})
+	start(t, w)
+	if c := recv(t, next, "the next claim"); c.Generation != 2 || c.Attempt != 2 || !c.Reclaimed {
+		t.Errorf("next claim: generation %d attempt %d reclaimed %v; want 2, 2, true", c.Generation, c.Attempt, c.Reclaimed)
+	}
+	waitRow(t, s, id, "completion", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
 }

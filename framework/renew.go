@@ -7,14 +7,21 @@ import (
 	"github.com/leasework/leasework"
 )
 
-// renewLoop renews every live claim of the worker with one statement per
-// tick. A claim whose renewal the database rejects has its handler
-// cancelled with leasework.ErrLeaseLost at once; a claim whose renewal cannot
-// be confirmed at all (the database is unreachable) is given up by its
-// watchdog at its local deadline, before the lease can have expired.
+// renewLoop renews the worker's live claims, each once its last confirmed
+// claim or renewal is RenewEvery old; the claims falling due at one tick
+// share one statement. A claim whose renewal the database rejects has its
+// handler cancelled with leasework.ErrLeaseLost at once; a claim whose
+// renewal cannot be confirmed at all (the database is unreachable) is given
+// up by its watchdog at its local deadline, before the lease can have
+// expired.
 func (w *Worker) renewLoop(ctx context.Context) {
-	every(ctx, w.cfg.RenewEvery, w.renew)
+	every(ctx, w.renewTick(), w.renew)
 }
+
+// renewTick is the period of the renewal loop: half of RenewEvery, so that
+// a claim is renewed at an age between RenewEvery/2 and RenewEvery, however
+// its claim falls between two ticks.
+func (w *Worker) renewTick() time.Duration { return w.cfg.RenewEvery / 2 }
 
 // every calls f every period until ctx ends.
 func every(ctx context.Context, period time.Duration, f func(context.Context)) {
@@ -39,7 +46,7 @@ func (w *Worker) renew(ctx context.Context) {
 	for i, a := range due {
 		refs[i] = a.ref
 	}
-	sctx, cancel := context.WithTimeout(ctx, w.statementTimeout())
+	sctx, cancel := context.WithTimeout(ctx, w.cfg.statementTimeout())
 	defer cancel()
 	sent := time.Now() // before the statement: the new lease cannot start earlier
 	res, err := w.store.RenewMany(sctx, refs, w.cfg.Lease)
@@ -58,17 +65,19 @@ func (w *Worker) renew(ctx context.Context) {
 	}
 }
 
-// dueForRenewal returns the live claims worth renewing now: those whose
-// lease was last confirmed at least half a renewal period ago (a claim taken
-// just before a tick waits for the next), and that the database has not
-// already refused.
+// dueForRenewal returns the live claims to renew at a tick at now: those
+// still worth renewing (see attempt.renewable) whose last confirmation
+// would be older than RenewEvery at the next tick. Renewing them now
+// rather than at that tick keeps every claim's age at its renewal at most
+// RenewEvery (at most Lease/2), far from the local deadline at 0.9 × Lease.
 func (w *Worker) dueForRenewal(now time.Time) []*attempt {
+	tick := w.renewTick()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var due []*attempt
 	for _, a := range w.live {
-		_, confirmed, stale := a.state()
-		if !stale && now.Sub(confirmed) >= w.cfg.RenewEvery/2 {
+		_, confirmed, _ := a.state()
+		if now.Sub(confirmed)+tick > w.cfg.RenewEvery && a.renewable(now) {
 			due = append(due, a)
 		}
 	}

@@ -21,7 +21,7 @@ func (w *Worker) retain(ctx context.Context) {
 
 func (w *Worker) deleteFinished(ctx context.Context) {
 	for range maxRetentionRounds {
-		sctx, cancel := context.WithTimeout(ctx, w.statementTimeout())
+		sctx, cancel := context.WithTimeout(ctx, w.cfg.statementTimeout())
 		n, err := w.store.DeleteFinished(sctx, w.cfg.Retention, w.cfg.RetentionBatch)
 		cancel()
 		if err != nil {

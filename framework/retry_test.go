@@ -3,6 +3,8 @@ package framework_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +130,56 @@ func TestAttemptTimeout(t *testing.T) {
 	r := waitRow(t, s, id, "the retry", func(r lease.Row) bool { return r.Status == leasework.StatusReady })
 	if !strings.Contains(r.LastError, leasework.ErrAttemptTimeout.Error()) {
 		t.Errorf("last error %q; want it to name the timeout", r.LastError)
+	}
+}
+
+// A retry policy whose delays could overflow is refused at Register with an
+// error naming the field, and a sane kind registered beside it runs its
+// failures and retries as usual.
+func TestRegisterRefusesOverflowingPolicy(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+	fail := func(context.Context, *leasework.Claim) error { return errors.New("down") }
+	for _, c := range []struct {
+		policy framework.RetryPolicy
+		want   string
+	}{
+		{framework.RetryPolicy{InitialInterval: math.MaxInt64 / 2}, "RetryPolicy.InitialInterval"},
+		{framework.RetryPolicy{InitialInterval: 31 * 24 * time.Hour}, "RetryPolicy.InitialInterval"},
+		{framework.RetryPolicy{MaxInterval: math.MaxInt64}, "RetryPolicy.MaxInterval"},
+		{framework.RetryPolicy{Multiplier: math.NaN()}, "RetryPolicy.Multiplier is NaN"},
+		{framework.RetryPolicy{Multiplier: math.Inf(1)}, "RetryPolicy.Multiplier is +Inf"},
+		{framework.RetryPolicy{Multiplier: 1e6}, "RetryPolicy.Multiplier"},
+		{framework.RetryPolicy{RandomizationFactor: math.NaN()}, "RetryPolicy.RandomizationFactor is NaN"},
+		{framework.RetryPolicy{RandomizationFactor: math.Inf(-1)}, "RetryPolicy.RandomizationFactor is -Inf"},
+	} {
+		err := w.Register("overflowing", leasework.HandlerFunc(fail), c.policy)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Register(%+v) = %v; want an error containing %q", c.policy, err, c.want)
+		}
+	}
+
+	var events []lease.Event
+	for i := range 20 {
+		events = append(events, lease.Event{Kind: "sane", EventID: fmt.Sprint("sane-", i)}, lease.Event{Kind: "overflowing", EventID: fmt.Sprint("overflowing-", i)})
+	}
+	pgtest.Enqueue(t, s, events...)
+	register(t, w, "sane", framework.RetryPolicy{InitialInterval: time.Millisecond}, func(_ context.Context, c *leasework.Claim) error {
+		if c.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+	start(t, w)
+	waitFor(t, "every sane event to complete", func() bool { return w.Counters().Completed == 20 })
+	if c := w.Counters(); c.Retried != 20 || c.OutcomesAbandoned != 0 {
+		t.Errorf("counters %+v; want 20 retried, 20 completed", c)
+	}
+	st, err := w.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Done != 20 || st.Ready != 20 || st.InProgress != 0 {
+		t.Errorf("stats %+v; want the 20 sane events DONE and the 20 others untouched", st)
 	}
 }

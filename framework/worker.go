@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/lease"
 	"github.com/sourcegraph/conc"
-	"github.com/sourcegraph/conc/pool"
 )
 
 // Worker claims events of its registered kinds and runs their handlers. Make
@@ -28,22 +28,23 @@ type Worker struct {
 	mu      sync.Mutex
 	kinds   map[string]*kind
 	started bool
+	stopped bool                       // Run is returning: no attempt starts any more
 	live    map[leasework.Ref]*attempt // claims held, until their outcome is written
 	running int                        // handlers running
 
-	stopNow     chan struct{} // closed by StopNow
-	stopNowOnce sync.Once
-	listening   chan struct{} // closed once notifications are being received
-	listenOnce  sync.Once
-	wake        chan struct{} // a notification or a freed slot; capacity 1
-	slotFreed   chan struct{} // capacity 1
-	outcomes    chan outcome  // handler results for the outcome writer
+	stopNow         chan struct{} // closed by StopNow
+	stopNowOnce     sync.Once
+	listening       chan struct{} // closed once notifications are being received
+	listenOnce      sync.Once
+	wake            chan struct{} // a notification or a freed slot; capacity 1
+	slotFreed       chan struct{} // for the claim loop; capacity 1
+	handlerReturned chan struct{} // for the stop; capacity 1
+	outcomes        *outcomeQueue // handler results for the outcome writer
 
 	// Set by Run before any of its goroutines start.
 	dbCtx          context.Context // for statements: ends only when Run returns
 	handlerCtx     context.Context // parent of every attempt's context
 	cancelHandlers context.CancelCauseFunc
-	handlers       *pool.Pool
 	kindList       []string
 }
 
@@ -68,16 +69,17 @@ func New(db *sql.DB, drv leasework.Driver, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("framework: %w", err)
 	}
 	return &Worker{
-		cfg:       cfg,
-		store:     store,
-		log:       cfg.Logger.With("worker", cfg.WorkerID),
-		kinds:     map[string]*kind{},
-		live:      map[leasework.Ref]*attempt{},
-		stopNow:   make(chan struct{}),
-		listening: make(chan struct{}),
-		wake:      make(chan struct{}, 1),
-		slotFreed: make(chan struct{}, 1),
-		outcomes:  make(chan outcome, cfg.Concurrency),
+		cfg:             cfg,
+		store:           store,
+		log:             cfg.Logger.With("worker", cfg.WorkerID),
+		kinds:           map[string]*kind{},
+		live:            map[leasework.Ref]*attempt{},
+		stopNow:         make(chan struct{}),
+		listening:       make(chan struct{}),
+		wake:            make(chan struct{}, 1),
+		slotFreed:       make(chan struct{}, 1),
+		handlerReturned: make(chan struct{}, 1),
+		outcomes:        newOutcomeQueue(),
 	}, nil
 }
 
@@ -90,14 +92,17 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 
 // Register sets the handler and retry policy for events of one kind. The
 // zero RetryPolicy takes the defaults documented on its fields. It returns
-// an error, and registers nothing, when kind is empty or already
-// registered, h is nil, the policy is invalid, or Run has started.
+// an error, and registers nothing, when the kind is not one that events
+// can carry (see lease.ValidateKind: empty, not UTF-8, a NUL byte, too
+// long) or is already registered, when h is nil or holds a nil func or
+// pointer (a nil HandlerFunc, say), when the policy is out of its limits,
+// or when Run has started.
 func (w *Worker) Register(kindName string, h leasework.Handler, policy RetryPolicy) error {
-	if kindName == "" {
-		return errors.New("framework: Register: kind is empty")
+	if err := lease.ValidateKind(kindName); err != nil {
+		return fmt.Errorf("framework: Register %q: %w", kindName, err)
 	}
-	if h == nil {
-		return fmt.Errorf("framework: Register %q: handler is nil", kindName)
+	if isNilHandler(h) {
+		return fmt.Errorf("framework: Register %q: handler is nil (%T)", kindName, h)
 	}
 	policy, err := policy.normalize()
 	if err != nil {
@@ -115,21 +120,48 @@ func (w *Worker) Register(kindName string, h leasework.Handler, policy RetryPoli
 	return nil
 }
 
-// Run claims and handles events until ctx ends, then stops gracefully:
+// isNilHandler reports whether h is nil, or a nil value of a type that
+// could only panic when called: a nil func (HandlerFunc(nil)), pointer,
+// map, channel, slice or interface.
+func isNilHandler(h leasework.Handler) bool {
+	if h == nil {
+		return true
+	}
+	v := reflect.ValueOf(h)
+	switch v.Kind() {
+	case reflect.Func, reflect.Pointer, reflect.UnsafePointer, reflect.Map, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// Run claims and handles events until ctx ends, then stops:
 //
 //  1. it stops claiming;
 //  2. it lets running handlers finish for up to Config.GracePeriod (or
 //     until [Worker.StopNow] is called);
 //  3. it cancels the contexts of handlers still running, with cause
-//     leasework.ErrShutdown, and waits for them to return;
-//  4. it records every outcome, and releases the claims of handlers that
-//     gave up because of the shutdown back to READY (giving back the attempt),
-//     so another worker picks them up at once instead of waiting out the
-//     lease.
+//     leasework.ErrShutdown, and waits up to Config.StopTimeout for them
+//     to return and for every outcome to be written; the claims of
+//     handlers that gave up because of the shutdown are released back to
+//     READY (giving back the attempt), so another worker picks them up at
+//     once instead of waiting out the lease;
+//  4. it returns, even if a handler has not returned by then: such a
+//     handler ignores its context, and its claim is neither renewed nor
+//     released. The claim expires and another worker takes the event over,
+//     with the attempt counted against the row's budget. Such handlers are
+//     counted in Counters.HungHandlers and logged with their ids.
 //
-// Run returns nil after a stop, and no goroutine it started outlives it. It
-// returns an error at once when no handler is registered or when called a
-// second time. Database errors do not end Run: it logs them and tries
+// So Run returns at most GracePeriod + StopTimeout after ctx ends, and at
+// most StopTimeout after StopNow, whatever the handlers and the database do.
+// A Go goroutine cannot be killed: a handler that ignores its context is
+// still running after Run returns, and so is any goroutine stuck in a
+// driver that ignores its context. Whatever such a handler does later is
+// harmless: its outcome is dropped, and its claim is past its lease. In
+// every other case no goroutine Run started outlives it.
+//
+// Run returns an error at once when no handler is registered or when called
+// a second time. Database errors do not end Run: it logs them and tries
 // again, and a claim it cannot renew is given up before its lease expires.
 //
 // Values of ctx reach the handlers' contexts; its cancellation does not
@@ -141,7 +173,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
 	w.dbCtx = base
 	w.handlerCtx, w.cancelHandlers = context.WithCancelCause(base)
-	w.handlers = pool.New().WithMaxGoroutines(w.cfg.Concurrency)
 	claimCtx, stopClaiming := context.WithCancel(ctx)
 	renewCtx, stopRenewing := context.WithCancel(base)
 	defer stopClaiming()
@@ -153,29 +184,34 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker started", "kinds", w.kindList, "concurrency", w.cfg.Concurrency, "lease", w.cfg.Lease)
 
-	var claimers, background conc.WaitGroup
-	outcomesDone := make(chan struct{})
-	background.Go(func() { w.renewLoop(renewCtx) })
-	background.Go(func() { defer close(outcomesDone); w.writeOutcomes() })
-	claimers.Go(func() { w.dispatch(claimCtx) })
-	claimers.Go(func() { w.listen(claimCtx) })
-	claimers.Go(func() { w.retain(claimCtx) })
-	claimers.Go(func() {
-		select {
-		case <-w.stopNow:
-			stopClaiming()
-		case <-claimCtx.Done():
-		}
-	})
+	renewed := goDone(func() { w.renewLoop(renewCtx) })
+	written := goDone(w.writeOutcomes)
+	dispatched := goDone(func() { w.dispatch(claimCtx) })
+	var others conc.WaitGroup
+	others.Go(func() { w.listen(claimCtx) })
+	others.Go(func() { w.retain(claimCtx) })
+	othersDone := goDone(others.Wait)
 
-	claimers.Wait() // ctx ended or StopNow: nothing claims any more
+	select {
+	case <-claimCtx.Done():
+	case <-w.stopNow:
+		stopClaiming()
+	}
+	graceEnd := time.Now().Add(w.cfg.GracePeriod)
 	w.log.Info("worker stopping", "running", w.runningCount())
-	w.drain()
-	w.handlers.Wait()
-	close(w.outcomes)
-	<-outcomesDone
+	w.awaitHandlers(dispatched, graceEnd, true)
+	w.cancelHandlers(leasework.ErrShutdown)
+	hardEnd := time.Now().Add(w.cfg.StopTimeout)
+	// The last outcomes need time to be written: a statement's timeout, at
+	// most half of the stop's.
+	w.awaitHandlers(dispatched, hardEnd.Add(-min(w.cfg.statementTimeout(), w.cfg.StopTimeout/2)), false)
+	w.stopAttempts(hardEnd)
+	waitUntil(written, hardEnd)
 	stopRenewing()
-	background.Wait()
+	ok := waitUntil(renewed, hardEnd) && waitUntil(dispatched, hardEnd) && waitUntil(othersDone, hardEnd)
+	if !ok {
+		w.log.Warn("worker stopped with a database call still in flight", "stop_timeout", w.cfg.StopTimeout)
+	}
 	w.log.Info("worker stopped")
 	return nil
 }
@@ -183,8 +219,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // StopNow cancels every running handler at once, with cause
 // leasework.ErrShutdown, and makes Run stop without waiting out the grace
 // period. It returns at once; Run returns when the handlers have returned
-// and their outcomes are written. Calling it before Run, or more than once,
-// is allowed: a Run started after StopNow stops at once.
+// and their outcomes are written, or Config.StopTimeout after StopNow at the
+// latest. Calling it before Run, or more than once, is allowed: a Run
+// started after StopNow stops at once.
 func (w *Worker) StopNow() {
 	w.stopNowOnce.Do(func() { close(w.stopNow) })
 }
@@ -206,36 +243,90 @@ func (w *Worker) start() error {
 	return nil
 }
 
-// drain waits for running handlers for up to the grace period, then cancels
-// those still running.
-func (w *Worker) drain() {
-	if w.cfg.GracePeriod > 0 && w.runningCount() > 0 {
-		grace := time.NewTimer(w.cfg.GracePeriod)
-		defer grace.Stop()
-	wait:
-		for w.runningCount() > 0 {
+// awaitHandlers waits until no handler runs and the claim loop has
+// returned (a claim in flight starts handlers), or until the deadline, or,
+// when stopNow is set, until StopNow is called.
+func (w *Worker) awaitHandlers(dispatched <-chan struct{}, deadline time.Time, stopNow bool) {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	var cut <-chan struct{}
+	if stopNow {
+		cut = w.stopNow
+	}
+	for {
+		if dispatched != nil {
 			select {
-			case <-w.slotFreed:
-			case <-grace.C:
-				break wait
-			case <-w.stopNow:
-				break wait
+			case <-dispatched:
+				dispatched = nil // closed: a nil channel never fires below
+			default:
 			}
 		}
+		if dispatched == nil && w.runningCount() == 0 {
+			return
+		}
+		select {
+		case <-w.handlerReturned:
+		case <-dispatched:
+		case <-t.C:
+			return
+		case <-cut:
+			return
+		}
 	}
-	w.cancelHandlers(leasework.ErrShutdown)
+}
+
+// stopAttempts ends the worker's run: no attempt starts any more, the
+// outcome writer writes what is queued until deadline, and the claims of
+// handlers still running are left to expire.
+func (w *Worker) stopAttempts(deadline time.Time) {
+	w.mu.Lock()
+	w.stopped = true
+	var hung []*attempt
+	for _, a := range w.live {
+		a.mu.Lock()
+		if !a.ended {
+			hung = append(hung, a)
+		}
+		a.mu.Unlock()
+	}
+	w.mu.Unlock()
+	w.outcomes.close(deadline)
+	for _, a := range hung {
+		a.abandon()
+	}
+}
+
+// goDone runs f in a goroutine and returns a channel closed when it returns.
+func goDone(f func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	return done
+}
+
+// waitUntil waits for done until deadline, and reports whether it closed.
+func waitUntil(done <-chan struct{}, deadline time.Time) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 func (w *Worker) runningCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.running
-}
-
-// statementTimeout bounds one statement, so that a hung connection is
-// noticed well within a lease.
-func (w *Worker) statementTimeout() time.Duration {
-	return max(w.cfg.RenewEvery, time.Second)
 }
 
 func signal(ch chan struct{}) {

@@ -75,7 +75,7 @@ func TestCompletesRegisteredKindsOnly(t *testing.T) {
 func TestZeroRetentionDeletesAtCompletion(t *testing.T) {
 	s := newStore(t, pgtest.Drivers[0].New())
 	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
-	cfg := framework.Config{Schema: s.Schema(), Table: s.Table()} // Retention zero
+	cfg := framework.Config{Schema: s.Schema(), Table: s.Table(), Logger: testLogger()} // Retention zero
 	w, err := framework.New(s.DB(), s.Driver(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,133 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// hangingHandler ignores its context: it returns only when the test ends.
+// Its claims arrive on claimed; the cleanup that unblocks it is registered
+// here, after newStore's leak check, so it runs first.
+func hangingHandler(t *testing.T) (h leasework.HandlerFunc, claimed <-chan leasework.Claim) {
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	ch := make(chan leasework.Claim, 16)
+	return func(ctx context.Context, c *leasework.Claim) error {
+		ch <- *c
+		<-unblock
+		return errors.New("returned at the end of the test")
+	}, ch
+}
+
+// expiredInDatabase reports whether row id's lease has expired by the
+// database's clock.
+func expiredInDatabase(t *testing.T, s *lease.Store, id int64) bool {
+	t.Helper()
+	var expired bool
+	err := s.DB().QueryRowContext(context.Background(),
+		`SELECT lease_until < clock_timestamp() FROM `+s.QualifiedTable()+` WHERE id = $1`, id).Scan(&expired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return expired
+}
+
+// A handler that ignores its context after its attempt timed out does not
+// hold its row: its claim is no longer renewed, the lease expires, and
+// another worker takes the event over, with the hung attempt counted.
+func TestTimedOutHandlerIgnoringItsContextLosesItsRow(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	const leaseLen = 500 * time.Millisecond
+	a := newWorker(t, s, framework.Config{
+		WorkerID: "a", Concurrency: 1, Lease: leaseLen, RenewEvery: 50 * time.Millisecond,
+		AttemptTimeout: 50 * time.Millisecond, GracePeriod: -1, StopTimeout: framework.MinStopTimeout,
+	})
+	hang, claimedA := hangingHandler(t)
+	register(t, a, "k", framework.RetryPolicy{}, hang)
+	start(t, a)
+	if c := recv(t, claimedA, "a's claim"); c.Generation != 1 {
+		t.Fatalf("a claimed generation %d; want 1", c.Generation)
+	}
+	// The property under test is that renewal stops: only the lease's own
+	// end can show it.
+	waitFor(t, "the lease to expire in the database", func() bool { return expiredInDatabase(t, s, id) })
+
+	b := newWorker(t, s, framework.Config{WorkerID: "b", PollInterval: 20 * time.Millisecond})
+	claimedB := make(chan leasework.Claim, 1)
+	register(t, b, "k", framework.RetryPolicy{}, func(_ context.Context, c *leasework.Claim) error {
+		claimedB <- *c
+		return nil
+	})
+	start(t, b)
+	c := recv(t, claimedB, "b's claim")
+	if c.Generation != 2 || c.Attempt != 2 || !c.Reclaimed {
+		t.Errorf("b claimed generation %d attempt %d reclaimed %v; want 2, 2, true", c.Generation, c.Attempt, c.Reclaimed)
+	}
+	waitRow(t, s, id, "b's completion", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+	waitFor(t, "a to count its hung handler", func() bool { return a.Counters().HungHandlers == 1 })
+	if k := a.Counters(); k.LocalLeaseTimeouts != 0 || k.LeasesLost != 0 {
+		t.Errorf("a's counters %+v; want the hung handler counted as such, not as a lost lease", k)
+	}
+}
+
+// A stop returns within GracePeriod + StopTimeout even when a handler
+// ignores its context, and does not release that handler's claim: it is
+// left to expire, and the next claim counts the attempt.
+func TestStopIsBoundedByStopTimeout(t *testing.T) {
+	for _, stopNow := range []bool{false, true} {
+		name := "graceful"
+		if stopNow {
+			name = "StopNow"
+		}
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t, pgtest.Drivers[0].New())
+			ctx := context.Background()
+			id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+			cfg := framework.Config{GracePeriod: 20 * time.Millisecond, StopTimeout: 200 * time.Millisecond}
+			if stopNow {
+				cfg.GracePeriod = time.Hour
+			}
+			w := newWorker(t, s, cfg)
+			hang, claimed := hangingHandler(t)
+			register(t, w, "k", framework.RetryPolicy{}, hang)
+			runCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- w.Run(runCtx) }()
+			recv(t, claimed, "the claim")
+			cancel()
+			if stopNow {
+				w.StopNow()
+			}
+			if err := recv(t, done, "Run to return"); err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+			if k := w.Counters(); k.HungHandlers != 1 || k.Released != 0 || k.OutcomesAbandoned != 0 {
+				t.Errorf("counters %+v; want 1 hung handler, nothing released", k)
+			}
+			r, err := s.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != leasework.StatusInProgress || r.Generation != 1 || r.Attempt != 1 {
+				t.Fatalf("row after the stop: %s generation %d attempt %d; want still INPROGRESS at 1, 1", r.Status, r.Generation, r.Attempt)
+			}
+			if err := leasetest.ExpireLease(ctx, s, id); err != nil {
+				t.Fatal(err)
+			}
+			claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "next"})
+			if err != nil || len(claims) != 1 || claims[0].Generation != 2 || claims[0].Attempt != 2 {
+				t.Fatalf("next claim = %+v, %v; want generation 2, attempt 2", claims, err)
+			}
+		})
+	}
+}
