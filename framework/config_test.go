@@ -58,7 +58,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // nilHandler is a handler type whose nil pointer panics when called.
 type nilHandler struct{ next leasework.Handler }
 
-func (h *nilHandler) Handle(ctx context.Context, c *leasework.Claim) error { return h.next.Handle(ctx, c) }
+func (h *nilHandler) Handle(ctx context.Context, c *leasework.Claim) error {
+	return h.next.Handle(ctx, c)
+}
 
 func TestRegisterAndRunRejectMisuse(t *testing.T) {
 	drv := pgtest.Drivers[0].New()
