@@ -1,0 +1,50 @@
+package pgtest
+
+import (
+	"net"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// SocketOptions are the dead-peer settings of a TCP socket.
+type SocketOptions struct {
+	KeepAlive         bool
+	KeepAliveIdle     time.Duration
+	KeepAliveInterval time.Duration
+	KeepAliveCount    int
+	UserTimeout       time.Duration // TCP_USER_TIMEOUT
+}
+
+// ReadSocketOptions reads the dead-peer settings of nc, a TCP connection.
+func ReadSocketOptions(t testing.TB, nc net.Conn) SocketOptions {
+	t.Helper()
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		t.Fatalf("pgtest: the connection is %T, not TCP", nc)
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o SocketOptions
+	var errs []error
+	err = raw.Control(func(fd uintptr) {
+		read := func(level, opt int) int {
+			v, err := syscall.GetsockoptInt(int(fd), level, opt)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			return v
+		}
+		o.KeepAlive = read(syscall.SOL_SOCKET, syscall.SO_KEEPALIVE) != 0
+		o.KeepAliveIdle = time.Duration(read(syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)) * time.Second
+		o.KeepAliveInterval = time.Duration(read(syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL)) * time.Second
+		o.KeepAliveCount = read(syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT)
+		o.UserTimeout = time.Duration(read(syscall.IPPROTO_TCP, 18 /* TCP_USER_TIMEOUT */)) * time.Millisecond
+	})
+	if err != nil || len(errs) > 0 {
+		t.Fatalf("pgtest: read socket options: %v %v", err, errs)
+	}
+	return o
+}

@@ -1,0 +1,172 @@
+package pgtest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Proxy forwards TCP connections from 127.0.0.1 to the test server, and can
+// make the connections it carries go silent: [Proxy.Blackhole] drops every
+// byte they carry, in both directions, and closes neither end, as a failed
+// router or a paused virtual machine would.
+//
+// Through a loopback proxy the kernel still acknowledges every segment, so
+// neither TCP keepalives nor TCP_USER_TIMEOUT notice a blackholed
+// connection: only bounds kept by the application (deadlines, pings) do.
+type Proxy struct {
+	ln      net.Listener
+	network string // of the server: "tcp" or "unix"
+	target  string
+	dsn     string
+
+	mu     sync.Mutex
+	pipes  map[*pipe]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// pipe is one proxied connection.
+type pipe struct {
+	client, server net.Conn
+	silent         atomic.Bool
+}
+
+// NewProxy starts a proxy to the test server and closes it at the end of
+// the test. Its [Proxy.DSN] is the test server's with the proxy's address.
+func NewProxy(t testing.TB) *Proxy {
+	t.Helper()
+	server := DSN(t)
+	cfg, err := pgconn.ParseConfig(server)
+	if err != nil {
+		t.Fatalf("pgtest: proxy: parse the test server's DSN: %v", err)
+	}
+	network, target := "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	if strings.HasPrefix(cfg.Host, "/") {
+		network, target = "unix", filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("pgtest: proxy: %v", err)
+	}
+	p := &Proxy{ln: ln, network: network, target: target, pipes: map[*pipe]struct{}{}}
+	p.dsn = withAddress(server, ln.Addr().(*net.TCPAddr))
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// withAddress returns dsn, a URL or key=value connection string, with its
+// host and port replaced by addr's.
+func withAddress(dsn string, addr *net.TCPAddr) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Host = addr.String()
+		return u.String()
+	}
+	// In a key=value string the last setting of a key wins.
+	return fmt.Sprintf("%s host=%s port=%d", dsn, addr.IP, addr.Port)
+}
+
+// DSN returns the test server's DSN with the proxy's address.
+func (p *Proxy) DSN() string { return p.dsn }
+
+// Blackhole makes every connection open now stop forwarding, in both
+// directions, without closing either end: what either side sends is read
+// and dropped, until [Proxy.Close]. Connections opened afterwards forward
+// normally. It returns how many connections it silenced.
+func (p *Proxy) Blackhole() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.pipes {
+		if !c.silent.Swap(true) {
+			n++
+		}
+	}
+	return n
+}
+
+// Close stops accepting connections, closes every connection, silent or
+// not, and waits for the proxy's goroutines to end. Calling it again does
+// nothing.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	err := p.ln.Close()
+	for c := range p.pipes {
+		c.close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		server, err := net.Dial(p.network, p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		c := &pipe{client: client, server: server}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.close()
+			return
+		}
+		p.pipes[c] = struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.forward(c, server, client)
+		go p.forward(c, client, server)
+	}
+}
+
+// forward copies src to dst until either fails. A silent pipe drops what it
+// reads, and stays open when an end closes: a dead network tells neither
+// end that the other has gone.
+func (p *Proxy) forward(c *pipe, dst, src net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !c.silent.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			if !c.silent.Load() {
+				p.mu.Lock()
+				delete(p.pipes, c)
+				p.mu.Unlock()
+				c.close()
+			}
+			return
+		}
+	}
+}
+
+func (c *pipe) close() {
+	c.client.Close()
+	c.server.Close()
+}
