@@ -1,9 +1,31 @@
 // Package pgx binds leasework to PostgreSQL through
 // github.com/jackc/pgx/v5/stdlib.
 //
-// pgx encodes Go slices as array parameters natively, and waits for
-// LISTEN/NOTIFY wakeups on a dedicated pool connection, so [Driver] supports
-// [leasework.Notifier].
+// pgx encodes Go slices as array parameters natively. [Driver] supports
+// [leasework.Notifier]: it waits for LISTEN/NOTIFY wakeups with
+// WaitForNotification on a connection of its own, outside the pool, so a
+// listener never takes a pooled connection (a pool of one connection works),
+// on any pool of pgx's database/sql driver.
+//
+// # Dead connections
+//
+// A server that stops answering, its packets dropped and its socket left
+// open, is noticed by bounds rather than waited for:
+//
+//   - A statement whose context ends returns at once with an error that
+//     [leasework.Classify] calls a lost connection, and its connection is
+//     discarded: pgx sets a deadline on the socket when the context ends.
+//   - A pool opened by [Driver.Open] dials TCP connections with keepalives
+//     (a first probe after 15s of silence, then one every 5s, the
+//     connection dropped after 3 unanswered) and, on Linux, a
+//     TCP_USER_TIMEOUT of 30s (data left unacknowledged that long drops
+//     the connection, idle or not). A dead peer is so found within about
+//     30s even on a connection no context bounds. A pool opened otherwise
+//     keeps its own dial settings.
+//   - A listener pings its connection after 5s without a notification; a
+//     ping not answered within 5s ends [leasework.Listener.Wait] with an
+//     error, so a dead listener is noticed within about 10s and the caller
+//     listens again. Closing a listener takes at most 5s.
 package pgx
 
 import (
@@ -11,12 +33,27 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"time"
 
 	pgxv5 "github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/leasework/leasework"
+)
+
+// The bounds described in the package documentation.
+const (
+	keepAliveIdle     = 15 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 3
+	userTimeout       = 30 * time.Second // Linux only
+
+	pingAfter     = 5 * time.Second  // of silence on a listener
+	pingTimeout   = 5 * time.Second  // for its answer
+	listenTimeout = 10 * time.Second // to connect a listener and LISTEN
+	closeTimeout  = 5 * time.Second  // to close a listener's connection
 )
 
 // Driver is the pgx binding. Its zero value is ready to use.
@@ -33,16 +70,31 @@ func New() Driver { return Driver{} }
 // Name returns "pgx".
 func (Driver) Name() string { return "pgx" }
 
-// Open opens a pool for dsn, a URL or key=value connection string.
+// Open opens a pool for dsn, a URL or key=value connection string, whose
+// connections are dialled with TCP keepalives and a user timeout (see the
+// package documentation). It fails when dsn does not parse, not when the
+// server is unreachable.
 func (Driver) Open(dsn string) (*sql.DB, error) {
 	if dsn == "" {
 		return nil, errors.New("pgx: Open: dsn is empty")
 	}
-	db, err := sql.Open("pgx", dsn)
+	cfg, err := pgxv5.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("pgx: open: %w", err)
 	}
-	return db, nil
+	cfg.DialFunc = dialer().DialContext
+	return stdlib.OpenDB(*cfg), nil
+}
+
+// dialer dials with the keepalives and user timeout of the package
+// documentation.
+func dialer() *net.Dialer {
+	return &net.Dialer{
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount,
+		},
+		Control: setUserTimeout,
+	}
 }
 
 // Array returns slice as is: pgx encodes slices as arrays itself.
@@ -71,44 +123,91 @@ func (Driver) IsConnectionError(err error) bool {
 	return pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed")
 }
 
-// Listen takes one connection out of db's pool for as long as the listener
-// lives, and listens on channel with it.
+// Listen connects to the database behind db on a connection of its own,
+// outside db's pool, and listens on channel with it. It takes the
+// connection settings from one of db's connections, held only for that, so
+// it works on any pool of pgx's database/sql driver (sql.Open("pgx", …),
+// stdlib.OpenDB, [Driver.Open]); on a pool of another driver it returns an
+// error wrapping errors.ErrUnsupported. Connecting and LISTEN take at most
+// 10s.
 func (Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
-	conn, err := db.Conn(ctx)
+	ctx, cancel := context.WithTimeout(ctx, listenTimeout)
+	defer cancel()
+	cfg, err := connConfig(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("pgx: listen: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, "LISTEN "+pgxv5.Identifier{channel}.Sanitize()); err != nil {
-		conn.Close()
+	conn, err := pgxv5.ConnectConfig(ctx, cfg)
+	if err != nil {
 		return nil, fmt.Errorf("pgx: listen: %w", err)
 	}
-	return &listener{conn: conn}, nil
+	l := &listener{conn: conn}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgxv5.Identifier{channel}.Sanitize()); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("pgx: listen: %w", err)
+	}
+	return l, nil
 }
 
-type listener struct {
-	conn *sql.Conn
-}
-
-func (l *listener) Wait(ctx context.Context) (string, error) {
-	var payload string
-	err := l.conn.Raw(func(dc any) error {
+// connConfig returns the settings of db's connections.
+func connConfig(ctx context.Context, db *sql.DB) (*pgxv5.ConnConfig, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var cfg *pgxv5.ConnConfig
+	err = conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {
-			return fmt.Errorf("pgx: listen: connection is %T, not a pgx stdlib connection", dc)
+			return fmt.Errorf("the pool's connections are %T, not pgx's: %w", dc, errors.ErrUnsupported)
 		}
-		n, err := c.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		payload = n.Payload
+		cfg = c.Conn().Config()
+		// The copy delivers notifications to the pooled connection; unset,
+		// pgx delivers them to the connection it makes.
+		cfg.OnNotification = nil
 		return nil
 	})
-	return payload, err
+	return cfg, err
 }
 
+// listener owns its connection; closing the connection ends its LISTEN.
+type listener struct {
+	conn *pgxv5.Conn
+}
+
+// Wait returns the payload of the next notification. After 5s without one
+// it pings the connection, and returns an error if no answer comes within
+// 5s.
+func (l *listener) Wait(ctx context.Context) (string, error) {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, pingAfter)
+		n, err := l.conn.WaitForNotification(wctx)
+		silent := wctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			return n.Payload, nil
+		case ctx.Err() != nil:
+			return "", ctx.Err()
+		case !silent:
+			return "", fmt.Errorf("pgx: listen: %w", err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		err = l.conn.Ping(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return "", ctx.Err()
+		case err != nil:
+			return "", fmt.Errorf("pgx: listen: no answer to a ping within %v: %w", pingTimeout, err)
+		}
+	}
+}
+
+// Close closes the connection, which ends its LISTEN, within 5s.
 func (l *listener) Close() error {
-	// UNLISTEN before the connection goes back to the pool; a broken
-	// connection is discarded by database/sql instead.
-	_, _ = l.conn.ExecContext(context.Background(), "UNLISTEN *")
-	return l.conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	return l.conn.Close(ctx)
 }
