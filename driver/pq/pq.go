@@ -3,8 +3,33 @@
 // lib/pq binds slices as arrays through pq.Array, and waits for
 // LISTEN/NOTIFY wakeups with a pq.Listener on a connection of its own. That
 // connection needs the DSN, which a pool opened with [Driver.Open] carries;
-// for any other pool [Driver.Listen] returns an error and workers fall back
-// to polling.
+// lib/pq keeps the settings of any other pool to itself, so on such a pool
+// [Driver.Listen] returns an error wrapping errors.ErrUnsupported, every
+// time, and workers poll instead.
+//
+// # Dead connections
+//
+// A server that stops answering, its packets dropped and its socket left
+// open, is noticed by bounds rather than waited for. The first two hold for
+// pools opened by [Driver.Open]:
+//
+//   - When the context of a statement, a transaction or a query whose rows
+//     are being read ends, lib/pq sends the server a cancel request; 1s
+//     later the connection's socket gets a deadline, so the call returns
+//     with an error that [leasework.Classify] calls a lost connection even
+//     when the server never answers, and the connection is discarded. A
+//     cancel request itself is given up after 10s.
+//   - Connections are dialled with TCP keepalives (a first probe after 15s
+//     of silence, then one every 5s, the connection dropped after 3
+//     unanswered) and, on Linux, a TCP_USER_TIMEOUT of 30s (data left
+//     unacknowledged that long drops the connection, idle or not). A dead
+//     peer is so found within about 30s even on a connection no context
+//     bounds.
+//   - A listener pings its connection after 5s without a notification; a
+//     ping not answered within 5s ends [leasework.Listener.Wait] with an
+//     error, as does any loss of its connection, so a dead listener is
+//     noticed within about 10s and the caller listens again. LISTEN is
+//     given 10s, and closing a listener takes at most 5s.
 package pq
 
 import (
@@ -15,10 +40,27 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/lib/pq"
+)
+
+// The bounds described in the package documentation.
+const (
+	cancelGrace   = time.Second      // for the server to answer a cancel request
+	cancelTimeout = 10 * time.Second // for a cancel request to be sent and acknowledged
+
+	keepAliveIdle     = 15 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 3
+	userTimeout       = 30 * time.Second // Linux only
+
+	pingAfter     = 5 * time.Second  // of silence on a listener
+	pingTimeout   = 5 * time.Second  // for its answer
+	listenTimeout = 10 * time.Second // to connect a listener and LISTEN
+	closeTimeout  = 5 * time.Second  // to close a listener
 )
 
 // Driver is the lib/pq binding. Its zero value is ready to use.
@@ -35,30 +77,104 @@ func New() *Driver { return &Driver{} }
 // Name returns "pq".
 func (*Driver) Name() string { return "pq" }
 
-// Open opens a pool for dsn, a URL or key=value connection string.
+// Open opens a pool for dsn, a URL or key=value connection string, whose
+// connections are bounded as the package documentation says. It fails when
+// dsn does not parse, not when the server is unreachable.
 func (*Driver) Open(dsn string) (*sql.DB, error) {
 	if dsn == "" {
 		return nil, errors.New("pq: Open: dsn is empty")
 	}
-	conn, err := pq.NewConnector(dsn)
+	cfg, err := pq.NewConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("pq: open: %w", err)
 	}
-	return sql.OpenDB(connector{Connector: conn, dsn: dsn}), nil
+	return sql.OpenDB(&connector{cfg: cfg, dsn: dsn}), nil
 }
 
-// connector is lib/pq's, remembering the DSN for [Driver.Listen], which
-// finds it through (*sql.DB).Driver.
+// connector opens lib/pq connections that put a deadline on their socket
+// when an operation's context ends (see conn). It remembers the DSN for
+// [Driver.Listen], which finds it through (*sql.DB).Driver.
 type connector struct {
-	*pq.Connector
+	cfg pq.Config
 	dsn string
 }
 
-func (c connector) Driver() driver.Driver { return dsnDriver{Driver: c.Connector.Driver(), dsn: c.dsn} }
+func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	// A lib/pq connector of its own, so that its dialer sees the socket of
+	// this connection only.
+	pc, err := pq.NewConnectorConfig(c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &connDialer{}
+	pc.Dialer(d)
+	dc, err := pc.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return wrapConn(dc, d.connected())
+}
+
+func (c *connector) Driver() driver.Driver { return dsnDriver{Driver: &pq.Driver{}, dsn: c.dsn} }
 
 type dsnDriver struct {
 	driver.Driver
 	dsn string
+}
+
+// connDialer dials the socket of one connection, and then lib/pq's cancel
+// requests for it.
+type connDialer struct {
+	mu     sync.Mutex
+	socket net.Conn // the last dialled while connecting
+	done   bool     // connected: later dials are cancel requests
+}
+
+func (d *connDialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+func (d *connDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.DialContext(ctx, network, address)
+}
+
+func (d *connDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	nc, err := dialer().DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		// lib/pq reads a cancel request's socket until the server closes
+		// it; a server that never does must not hold it forever.
+		nc.SetDeadline(time.Now().Add(cancelTimeout))
+	} else {
+		d.socket = nc
+	}
+	return nc, nil
+}
+
+// connected returns the connection's socket, and makes later dials cancel
+// requests.
+func (d *connDialer) connected() net.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.done = true
+	return d.socket
+}
+
+// dialer dials with the keepalives and user timeout of the package
+// documentation.
+func dialer() *net.Dialer {
+	return &net.Dialer{
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount,
+		},
+		Control: setUserTimeout,
+	}
 }
 
 // Array wraps slice with pq.Array.
@@ -85,48 +201,3 @@ func (*Driver) IsConnectionError(err error) bool {
 	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &netErr)
 }
-
-// Listen opens a pq.Listener on channel, with the DSN db was opened with.
-func (*Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
-	dd, ok := db.Driver().(dsnDriver)
-	if !ok {
-		return nil, errors.New("pq: listen: the pool was not opened with this package's Driver.Open; its DSN is unknown")
-	}
-	l := pq.NewListener(dd.dsn, 100*time.Millisecond, 10*time.Second, nil)
-	done := make(chan error, 1)
-	go func() { done <- l.Listen(channel) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			l.Close()
-			return nil, fmt.Errorf("pq: listen: %w", err)
-		}
-	case <-ctx.Done():
-		l.Close()
-		return nil, fmt.Errorf("pq: listen: %w", ctx.Err())
-	}
-	return &listener{l: l}, nil
-}
-
-type listener struct {
-	l *pq.Listener
-}
-
-// Wait returns on a notification, on a reconnection (payload "": events may
-// have been missed while disconnected), or when ctx ends.
-func (l *listener) Wait(ctx context.Context) (string, error) {
-	select {
-	case n, ok := <-l.l.NotificationChannel():
-		if !ok {
-			return "", errors.New("pq: listener closed")
-		}
-		if n == nil {
-			return "", nil
-		}
-		return n.Extra, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-}
-
-func (l *listener) Close() error { return l.l.Close() }

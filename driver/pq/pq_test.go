@@ -3,13 +3,16 @@ package pq_test
 import (
 	"context"
 	"database/sql"
-	"strings"
+	"database/sql/driver"
+	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/leasework/leasework/conformance"
 	pqdriver "github.com/leasework/leasework/driver/pq"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
+	"github.com/lib/pq"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -20,7 +23,8 @@ func TestConformance(t *testing.T) {
 }
 
 // A pool opened by one Driver value can listen through another; a pool the
-// package did not open is refused with an error, so workers poll instead.
+// package did not open is refused with errors.ErrUnsupported, every time, so
+// that callers poll instead of trying again.
 func TestListenNeedsAPoolOpenedByThePackage(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.Store(t, pqdriver.New(), lease.Options{})
@@ -42,12 +46,92 @@ func TestListenNeedsAPoolOpenedByThePackage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	other, err := sql.Open("postgres", pgtest.DSN(t))
+	connector, err := pq.NewConnector(pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
-	if _, err := pqdriver.New().Listen(ctx, other, s.Channel()); err == nil || !strings.Contains(err.Error(), "DSN is unknown") {
-		t.Fatalf("listen on a foreign pool: %v; want an error about the unknown DSN", err)
+	pools := map[string]func() (*sql.DB, error){
+		"sql.Open":   func() (*sql.DB, error) { return sql.Open("postgres", pgtest.DSN(t)) },
+		"sql.OpenDB": func() (*sql.DB, error) { return sql.OpenDB(connector), nil },
+	}
+	for name, open := range pools {
+		db, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		l, err := pqdriver.New().Listen(ctx, db, s.Channel())
+		if !errors.Is(err, errors.ErrUnsupported) {
+			if l != nil {
+				l.Close()
+			}
+			t.Errorf("listen on a pool opened by %s: %v; want errors.ErrUnsupported", name, err)
+		}
+	}
+}
+
+// A statement, rows being read and a transaction on a connection whose
+// packets are dropped return soon after their context's deadline, although
+// lib/pq itself would wait for the server's answer to its cancel request
+// forever.
+func TestDeadConnStatement(t *testing.T) { pgtest.DeadStatements(t, pqdriver.New()) }
+
+// A listener whose connection is blackholed ends Wait with an error, and
+// Close returns, both within the documented bounds.
+func TestDeadConnListener(t *testing.T) { pgtest.DeadListener(t, pqdriver.New()) }
+
+// The package's connections, statements and rows wrap lib/pq's and implement
+// every optional database/sql/driver interface that lib/pq's do, so that
+// database/sql treats them the same. (A transaction is only ever committed
+// or rolled back.)
+func TestDeadConnWrappersKeepLibPQInterfaces(t *testing.T) {
+	// The deprecated forms (Execer, Queryer, ColumnConverter) are left out:
+	// database/sql prefers the others.
+	ifaces := []any{
+		(*driver.Conn)(nil), (*driver.ConnBeginTx)(nil), (*driver.ConnPrepareContext)(nil),
+		(*driver.ExecerContext)(nil), (*driver.QueryerContext)(nil), (*driver.Pinger)(nil),
+		(*driver.SessionResetter)(nil), (*driver.Validator)(nil), (*driver.NamedValueChecker)(nil),
+		(*driver.Stmt)(nil), (*driver.StmtExecContext)(nil), (*driver.StmtQueryContext)(nil),
+		(*driver.Rows)(nil), (*driver.RowsNextResultSet)(nil), (*driver.RowsColumnTypeScanType)(nil),
+		(*driver.RowsColumnTypeDatabaseTypeName)(nil), (*driver.RowsColumnTypeLength)(nil),
+		(*driver.RowsColumnTypeNullable)(nil), (*driver.RowsColumnTypePrecisionScale)(nil),
+	}
+	check := func(what string, wrapper any) {
+		t.Helper()
+		inner := pqdriver.Inner(wrapper)
+		if inner == nil {
+			t.Fatalf("%s: %T is not this package's", what, wrapper)
+		}
+		for _, p := range ifaces {
+			it := reflect.TypeOf(p).Elem()
+			if reflect.TypeOf(inner).Implements(it) && !reflect.TypeOf(wrapper).Implements(it) {
+				t.Errorf("%s: lib/pq's %T implements %v, this package's %T does not", what, inner, it, wrapper)
+			}
+		}
+	}
+	ctx := context.Background()
+	db := pgtest.Open(t, pqdriver.New())
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		check("connection", dc)
+		s, err := dc.(driver.ConnPrepareContext).PrepareContext(ctx, `SELECT 1`)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		check("statement", s)
+		r, err := s.(driver.StmtQueryContext).QueryContext(ctx, nil)
+		if err != nil {
+			return err
+		}
+		check("rows", r)
+		return r.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

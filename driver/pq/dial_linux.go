@@ -1,0 +1,25 @@
+package pq
+
+import (
+	"strings"
+	"syscall"
+)
+
+// tcpUserTimeout is TCP_USER_TIMEOUT of linux/tcp.h, the same on every
+// architecture; package syscall does not define it.
+const tcpUserTimeout = 18
+
+// setUserTimeout sets TCP_USER_TIMEOUT on TCP sockets: data left
+// unacknowledged for userTimeout drops the connection.
+func setUserTimeout(network, _ string, c syscall.RawConn) error {
+	if !strings.HasPrefix(network, "tcp") {
+		return nil
+	}
+	var err error
+	if cerr := c.Control(func(fd uintptr) {
+		err = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(userTimeout.Milliseconds()))
+	}); cerr != nil {
+		return cerr
+	}
+	return err
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package pq
+
+import "syscall"
+
+// setUserTimeout does nothing: TCP_USER_TIMEOUT is Linux's.
+func setUserTimeout(string, string, syscall.RawConn) error { return nil }
