@@ -45,17 +45,23 @@ type Driver interface {
 // fall back to polling.
 type Notifier interface {
 	// Listen starts listening on channel with a dedicated connection to the
-	// database behind db.
+	// database behind db. It returns an error wrapping errors.ErrUnsupported
+	// when it can never listen on db (a pool whose connection settings the
+	// driver cannot learn, say): callers should then poll and not call
+	// Listen again for that pool. Any other error may be temporary.
 	Listen(ctx context.Context, db *sql.DB, channel string) (Listener, error)
 }
 
 // Listener receives notifications on one channel.
 type Listener interface {
 	// Wait blocks until a notification arrives, ctx ends, or the connection
-	// fails. It returns the notification's payload.
+	// fails. It returns the notification's payload. A driver should notice
+	// a connection that went silent (by pinging it, say) and return an
+	// error within a bound it documents, so that the caller listens again.
 	Wait(ctx context.Context) (payload string, err error)
 
-	// Close releases the listener's connection.
+	// Close releases the listener's connection, within a bound the driver
+	// documents, however dead the connection is.
 	Close() error
 }
 
