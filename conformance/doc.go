@@ -22,7 +22,20 @@
 // StaleOwnerCannotRetry and ExpiredOwnerCannotFinalize. The rest cover what
 // the product adds: renewal, release, progress and failure under the same
 // guard, concurrent claimers, the attempt budget, the schema's own check,
-// requeue and enqueue.
+// requeue and enqueue. Among them, for batches and bad input:
+//
+//   - ConcurrentBatchesNeverDeadlock: renewals, completions and retries of
+//     overlapping claims, given in opposite orders, never deadlock (rows are
+//     locked in id order);
+//   - AnyErrorTextIsStored: a text with a NUL byte, invalid UTF-8 or over
+//     lease.MaxErrorBytes is stored cleaned and never fails its batch;
+//   - ReplayedOutcomeIsAlreadyRecorded and
+//     StaleOrDeletedIsNeverAlreadyRecorded: an outcome written twice by the
+//     same claim is reported AlreadyRecorded, a stale owner's never is, and a
+//     deleted row is Gone;
+//   - InCallDuplicateKeepsTheFirst, EnqueueAccountsForEveryEvent and
+//     EnqueueRefusesTextPostgreSQLCannotStore: enqueue reports every event it
+//     was given, and refuses bad text before sending anything.
 //
 // # Child processes
 //
