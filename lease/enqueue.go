@@ -147,9 +147,11 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 	return out, nil
 }
 
-// checkEvent checks one event before anything is sent.
+// checkEvent checks one event before anything is sent. Its errors start with
+// the field's name, and the caller puts the event's index in front.
 func (s *Store) checkEvent(e Event) error {
 	if e.Kind == "" {
+		//lint:ignore ST1005 the message starts with the field's name, Kind
 		return errors.New("Kind is empty")
 	}
 	if err := validateText("Kind", e.Kind, MaxKindBytes); err != nil {
