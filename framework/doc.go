@@ -25,14 +25,26 @@
 //
 // # Leases and renewal
 //
-// A claim is owned for Config.Lease. One goroutine per worker renews every
-// live claim with one statement every Config.RenewEvery, under the full
-// ownership guard (row id, generation, INPROGRESS, lease not expired). The
-// worker also keeps, for each claim, a local deadline: the local time taken
-// before the last confirmed claim or renewal statement was sent, plus the
-// lease, minus a tenth of it. The database's lease cannot end before that
-// instant, so when the database cannot be reached the worker gives the claim
-// up on its own before another worker can own it.
+// A claim is owned for Config.Lease. One goroutine per worker renews the
+// live claims under the full ownership guard (row id, generation,
+// INPROGRESS, lease not expired): it wakes every Config.RenewEvery/2 and
+// renews, in one statement, every claim whose last confirmed claim or
+// renewal would otherwise be older than RenewEvery at its next wake-up. So
+// each renewal is sent at most RenewEvery (at most Lease/2) after the last
+// confirmation, wherever a claim falls between two wake-ups. The worker also
+// keeps, for each claim, a local deadline: the local time taken before the
+// last confirmed claim or renewal statement was sent, plus the lease, minus
+// a tenth of it. The database's lease cannot end before that instant, so
+// when the database cannot be reached the worker gives the claim up on its
+// own before another worker can own it.
+//
+// A claim is renewed only while its handler can still use it: once the
+// handler's context has ended (lease lost, attempt timeout, shutdown), the
+// claim is no longer renewed unless the handler has returned and its
+// outcome waits to be written. A handler that ignores its context therefore
+// cannot hold its row: the lease expires, another worker claims the event
+// again (the hung attempt counts against the row's budget), and the hung
+// handler is counted in [Counters].HungHandlers.
 //
 // # When a handler's context is cancelled
 //
@@ -63,18 +75,34 @@
 //   - any other error, a panic (recorded as a *leasework.PanicError with its
 //     stack) or a timeout: retried after the delay of the kind's
 //     [RetryPolicy], unless a budget is spent, in which case FAILED;
+//   - a nil pointer returned as a non-nil error (`var e *MyErr; return e`),
+//     or an error whose methods panic when read: retried like any other
+//     error, with a text that says what the handler returned;
 //   - any non-permanent error after the context was cancelled with
 //     leasework.ErrShutdown: the claim is released to READY at once, and the
 //     attempt it consumed is given back.
 //
-// Outcomes are written in batches: while one statement is in flight, the
-// next batch gathers, one statement per kind of outcome. A write the
-// database rejects because the claim is no longer owned is counted in
-// [Counters].StaleRejections and logged; it is never followed by an
-// unguarded write. A write that fails with a database error is tried again
-// with backoff while the claim's local deadline allows; past it, the lease
-// expires and another worker claims the event again (delivery is at least
-// once).
+// Handlers hand their results to a queue that never blocks, so no handler
+// and no claim waits behind a slow or stuck write. Outcomes are written in
+// batches: while one statement is in flight, the next batch gathers, one
+// statement per kind of outcome. A batch that fails because of the
+// connection (or its statement timeout) is tried again whole, with backoff,
+// while the claims' local deadlines allow; past them, the leases expire and
+// other workers claim the events again (delivery is at least once). A batch
+// that fails for any other reason is written again claim by claim, so one
+// value the database refuses never holds back the others; a claim whose own
+// write keeps failing is abandoned after a few tries (counted in
+// [Counters].OutcomesAbandoned and logged with its ids), and its lease
+// expires.
+//
+// A write the database rejects because the claim is no longer owned is
+// counted in [Counters].StaleRejections and logged; it is never followed by
+// an unguarded write. A write found already recorded (an earlier try
+// committed though its reply was lost) counts as done, and in
+// [Counters].OutcomesReplayed. So does a write that finds its row deleted
+// when an earlier try failed and the answer arrives before the claim's
+// local deadline: no other worker can take a row whose lease has not
+// expired, so only that earlier try can have moved it on.
 //
 // # Progress
 //
@@ -86,13 +114,26 @@
 //
 // When Run's context ends, the worker stops claiming, gives running
 // handlers Config.GracePeriod to finish, cancels those still running with
-// leasework.ErrShutdown, waits for them, writes their outcomes, and releases
-// their claims. [Worker.StopNow] cuts the grace period short. No goroutine
-// outlives Run. A handler that ignores its context keeps Run waiting.
+// leasework.ErrShutdown, waits up to Config.StopTimeout for them to return
+// and for the last outcomes to be written, and releases the claims of the
+// handlers that gave up. [Worker.StopNow] cuts the grace period short.
+//
+// Run returns at most GracePeriod + StopTimeout after its context ends (at
+// most StopTimeout after StopNow), whatever the handlers and the database
+// do: with the defaults, 10s + 5s. Every statement of the stop is bounded by
+// the time left. A handler still running at the end ignores its context;
+// its claim is neither renewed nor released, so it expires, and the attempt
+// counts against the row's budget; it is counted in [Counters].HungHandlers
+// and logged with its ids. Go cannot kill a goroutine: such a handler keeps
+// running after Run returns, harmlessly (its outcome is dropped and its
+// claim is past renewal). Otherwise no goroutine outlives Run.
 //
 // # Observability
 //
-// Logs go to Config.Logger (none by default). [Worker.Counters] returns the
+// Logs go to Config.Logger, slog.Default() when nil. A claim that fails (an
+// unreachable database, a table never migrated) is logged with the store's
+// error, which names the fix, and counted in [Counters].ClaimErrors.
+// [Worker.Counters] returns the
 // in-process counters, [Worker.Stats] the table's figures; both are served
 // in the Prometheus text format by [Worker.MetricsHandler] and as JSON by
 // [Worker.Expvar], with the standard library only.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -54,6 +55,8 @@ func workerMain() int {
 		Lease:        leaseFor,
 		PollInterval: 200 * time.Millisecond,
 		Retention:    -1, // keep DONE rows, so the summary can show them
+		// Warnings and errors only: the handler prints each event itself.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "[%s] %v\n", name, err)
