@@ -14,17 +14,17 @@ import (
 )
 
 // Listen opens a pq.Listener on channel, with the DSN db was opened with,
-// and waits at most 10s for its LISTEN to take effect. On a pool not opened
-// by [Driver.Open] it returns an error wrapping errors.ErrUnsupported:
-// lib/pq does not tell the settings of its other pools, and never will for
-// that pool, so the caller should poll instead of trying again.
+// and waits at most 10s for its LISTEN to take effect; a failed connection
+// attempt returns its error at once. On a pool not opened by [Driver.Open]
+// it returns an error wrapping errors.ErrUnsupported: lib/pq does not tell
+// the settings of its other pools, so the caller should poll instead of
+// trying again.
 func (*Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
 	dd, ok := db.Driver().(dsnDriver)
 	if !ok {
 		return nil, fmt.Errorf("pq: listen: cannot listen on a pool not opened by this package's Driver.Open: its DSN is unknown: %w", errors.ErrUnsupported)
 	}
-	l := &listener{d: &listenDialer{}, lost: make(chan error, 1)}
-	l.d.ctx, l.d.cancel = context.WithCancel(context.Background())
+	l := &listener{d: newListenDialer(), lost: make(chan error, 1), failed: make(chan error, 1)}
 	// Reconnections are the caller's business: a lost connection ends Wait.
 	l.pl = pq.NewDialListener(l.d, dd.dsn, 100*time.Millisecond, 100*time.Millisecond, l.event)
 
@@ -39,6 +39,10 @@ func (*Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasewor
 			return nil, fmt.Errorf("pq: listen: %w", err)
 		}
 		return l, nil
+	case err := <-l.failed: // the caller retries as it sees fit
+		l.Close()
+		<-done
+		return nil, fmt.Errorf("pq: listen: %w", err)
 	case <-ctx.Done():
 		l.Close() // ends the Listen call
 		<-done
@@ -49,18 +53,25 @@ func (*Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasewor
 // listener is a pq.Listener that reports the loss of its connection instead
 // of reconnecting, and pings a connection that has gone silent.
 type listener struct {
-	pl   *pq.Listener
-	d    *listenDialer
-	lost chan error // capacity 1
+	pl     *pq.Listener
+	d      *listenDialer
+	lost   chan error // capacity 1: the connection was lost
+	failed chan error // capacity 1: a connection attempt failed
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 func (l *listener) event(ev pq.ListenerEventType, err error) {
-	if ev == pq.ListenerEventDisconnected {
+	switch ev {
+	case pq.ListenerEventDisconnected:
 		select {
 		case l.lost <- err:
+		default:
+		}
+	case pq.ListenerEventConnectionAttemptFailed:
+		select {
+		case l.failed <- err:
 		default:
 		}
 	}
@@ -149,6 +160,12 @@ type listenDialer struct {
 	mu      sync.Mutex
 	sockets []net.Conn
 	closed  bool
+}
+
+func newListenDialer() *listenDialer {
+	d := &listenDialer{}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d
 }
 
 func (d *listenDialer) Dial(network, address string) (net.Conn, error) {

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"net"
 	"reflect"
+	"syscall"
 	"testing"
 
 	"github.com/leasework/leasework/conformance"
@@ -133,5 +135,28 @@ func TestDeadConnWrappersKeepLibPQInterfaces(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// When the listener cannot connect, Listen says why, at once, instead of
+// retrying until its bound.
+func TestListenReportsAFailedConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens there now
+	db, err := pqdriver.New().Open("postgres://postgres@" + addr + "/postgres?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	l, err := pqdriver.New().Listen(context.Background(), db, "leasework")
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("listen on a closed port: %v; want the connection refused", err)
 	}
 }
