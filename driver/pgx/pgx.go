@@ -12,9 +12,10 @@
 // A server that stops answering, its packets dropped and its socket left
 // open, is noticed by bounds rather than waited for:
 //
-//   - A statement whose context ends returns at once with an error that
-//     [leasework.Classify] calls a lost connection, and its connection is
-//     discarded: pgx sets a deadline on the socket when the context ends.
+//   - A statement, a transaction or a query whose rows are being read
+//     returns as soon as its context ends, and its connection is discarded:
+//     pgx sets a deadline on the socket then. When the context's deadline
+//     passed, [leasework.Classify] calls the error a lost connection.
 //   - A pool opened by [Driver.Open] dials TCP connections with keepalives
 //     (a first probe after 15s of silence, then one every 5s, the
 //     connection dropped after 3 unanswered) and, on Linux, a

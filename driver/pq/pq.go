@@ -15,10 +15,10 @@
 //
 //   - When the context of a statement, a transaction or a query whose rows
 //     are being read ends, lib/pq sends the server a cancel request; 1s
-//     later the connection's socket gets a deadline, so the call returns
-//     with an error that [leasework.Classify] calls a lost connection even
-//     when the server never answers, and the connection is discarded. A
-//     cancel request itself is given up after 10s.
+//     later the connection's socket gets a deadline, so that the call
+//     returns even when the server never answers, with an error that
+//     [leasework.Classify] calls a lost connection, and the connection is
+//     discarded. A cancel request itself is given up after 10s.
 //   - Connections are dialled with TCP keepalives (a first probe after 15s
 //     of silence, then one every 5s, the connection dropped after 3
 //     unanswered) and, on Linux, a TCP_USER_TIMEOUT of 30s (data left
