@@ -136,7 +136,7 @@ func TestUnreachableDatabaseCancelsBeforeLeaseDeadline(t *testing.T) {
 func TestLongHandlerKeepsItsLeaseAtLongestRenewEvery(t *testing.T) {
 	s := newStore(t, pgtest.Drivers[0].New())
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
-	const leaseLen = time.Second
+	const leaseLen = 2 * time.Second
 	w := newWorker(t, s, framework.Config{Lease: leaseLen, RenewEvery: leaseLen / 2})
 	running, finish := make(chan struct{}), make(chan struct{})
 	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {

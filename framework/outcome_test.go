@@ -79,7 +79,8 @@ func TestPoisonedOutcomeDoesNotHoldBackItsBatch(t *testing.T) {
 		rows := pgtest.Enqueue(t, s, events...)
 		gateID := rows[0].ID
 
-		w := newWorker(t, s, framework.Config{Concurrency: 2*n + 2})
+		// Renewals (every 30s here) never compete for the gate's lock.
+		w := newWorker(t, s, framework.Config{Concurrency: 2*n + 2, Lease: 2 * time.Minute, RenewEvery: time.Minute})
 		started := make(chan string, len(events))
 		gate, all := make(chan struct{}), make(chan struct{})
 		register(t, w, "done", framework.RetryPolicy{}, func(_ context.Context, c *leasework.Claim) error {
