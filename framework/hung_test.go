@@ -3,6 +3,9 @@ package framework_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,15 +19,16 @@ import (
 // hangingHandler ignores its context: it returns only when the test ends.
 // Its claims arrive on claimed; the cleanup that unblocks it is registered
 // here, after newStore's leak check, so it runs first.
-func hangingHandler(t *testing.T) (h leasework.HandlerFunc, claimed <-chan leasework.Claim) {
-	unblock := make(chan struct{})
-	t.Cleanup(func() { close(unblock) })
-	ch := make(chan leasework.Claim, 16)
+func hangingHandler(t *testing.T) (h leasework.HandlerFunc, claimed <-chan leasework.Claim, unblock func()) {
+	ch, done := make(chan leasework.Claim, 16), make(chan struct{})
+	var once sync.Once
+	unblock = func() { once.Do(func() { close(done) }) }
+	t.Cleanup(unblock)
 	return func(ctx context.Context, c *leasework.Claim) error {
 		ch <- *c
-		<-unblock
-		return errors.New("returned at the end of the test")
-	}, ch
+		<-done
+		return errors.New("returned at last")
+	}, ch, unblock
 }
 
 // expiredInDatabase reports whether row id's lease has expired by the
@@ -51,7 +55,7 @@ func TestTimedOutHandlerIgnoringItsContextLosesItsRow(t *testing.T) {
 		WorkerID: "a", Concurrency: 1, Lease: leaseLen, RenewEvery: 50 * time.Millisecond,
 		AttemptTimeout: 50 * time.Millisecond, GracePeriod: -1, StopTimeout: framework.MinStopTimeout,
 	})
-	hang, claimedA := hangingHandler(t)
+	hang, claimedA, _ := hangingHandler(t)
 	register(t, a, "k", framework.RetryPolicy{}, hang)
 	start(t, a)
 	if c := recv(t, claimedA, "a's claim"); c.Generation != 1 {
@@ -96,8 +100,10 @@ func TestStopIsBoundedByStopTimeout(t *testing.T) {
 			if stopNow {
 				cfg.GracePeriod = time.Hour
 			}
+			var logs syncBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			w := newWorker(t, s, cfg)
-			hang, claimed := hangingHandler(t)
+			hang, claimed, unblock := hangingHandler(t)
 			register(t, w, "k", framework.RetryPolicy{}, hang)
 			runCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -120,6 +126,15 @@ func TestStopIsBoundedByStopTimeout(t *testing.T) {
 			}
 			if r.Status != leasework.StatusInProgress || r.Generation != 1 || r.Attempt != 1 {
 				t.Fatalf("row after the stop: %s generation %d attempt %d; want still INPROGRESS at 1, 1", r.Status, r.Generation, r.Attempt)
+			}
+			// The handler returns after Run did: nothing breaks, nothing is
+			// written, the claim stays as it was.
+			unblock()
+			waitFor(t, "the late handler's return to be logged", func() bool {
+				return strings.Contains(logs.String(), "handler returned after the worker stopped")
+			})
+			if r2, err := s.Get(ctx, id); err != nil || r2.Status != r.Status || r2.Generation != r.Generation || r2.LastError != "" {
+				t.Fatalf("row after the late return = %+v, %v; want it untouched", r2, err)
 			}
 			if err := leasetest.ExpireLease(ctx, s, id); err != nil {
 				t.Fatal(err)
