@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -110,6 +111,13 @@ func (w *Worker) listen(ctx context.Context) {
 	wait.Reset()
 	for ctx.Err() == nil {
 		l, err := n.Listen(ctx, w.store.DB(), w.store.Channel())
+		if errors.Is(err, errors.ErrUnsupported) {
+			// The driver can never listen on this pool: say so once and
+			// poll, instead of warning on every retry.
+			w.log.Info("driver cannot listen for notifications on this pool; polling only",
+				"driver", w.store.Driver().Name(), "err", err)
+			return
+		}
 		if err == nil {
 			wait.Reset()
 			w.listenOnce.Do(func() { close(w.listening) })
