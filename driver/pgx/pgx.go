@@ -34,7 +34,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
@@ -42,15 +41,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/netdial"
 )
 
 // The bounds described in the package documentation.
 const (
-	keepAliveIdle     = 15 * time.Second
-	keepAliveInterval = 5 * time.Second
-	keepAliveCount    = 3
-	userTimeout       = 30 * time.Second // Linux only
-
 	pingAfter     = 5 * time.Second  // of silence on a listener
 	pingTimeout   = 5 * time.Second  // for its answer
 	listenTimeout = 10 * time.Second // to connect a listener and LISTEN
@@ -83,19 +78,8 @@ func (Driver) Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgx: open: %w", err)
 	}
-	cfg.DialFunc = dialer().DialContext
+	cfg.DialFunc = netdial.Dialer().DialContext
 	return stdlib.OpenDB(*cfg), nil
-}
-
-// dialer dials with the keepalives and user timeout of the package
-// documentation.
-func dialer() *net.Dialer {
-	return &net.Dialer{
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount,
-		},
-		Control: setUserTimeout,
-	}
 }
 
 // Array returns slice as is: pgx encodes slices as arrays itself.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/netdial"
 	"github.com/lib/pq"
 )
 
@@ -183,7 +184,7 @@ func (d *listenDialer) DialContext(ctx context.Context, network, address string)
 	defer cancel()
 	stop := context.AfterFunc(d.ctx, cancel)
 	defer stop()
-	nc, err := dialer().DialContext(ctx, network, address)
+	nc, err := netdial.Dialer().DialContext(ctx, network, address)
 	if err != nil {
 		return nil, err
 	}

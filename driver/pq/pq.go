@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/netdial"
 	"github.com/lib/pq"
 )
 
@@ -51,11 +52,6 @@ import (
 const (
 	cancelGrace   = time.Second      // for the server to answer a cancel request
 	cancelTimeout = 10 * time.Second // for a cancel request to be sent and acknowledged
-
-	keepAliveIdle     = 15 * time.Second
-	keepAliveInterval = 5 * time.Second
-	keepAliveCount    = 3
-	userTimeout       = 30 * time.Second // Linux only
 
 	pingAfter     = 5 * time.Second  // of silence on a listener
 	pingTimeout   = 5 * time.Second  // for its answer
@@ -141,7 +137,7 @@ func (d *connDialer) DialTimeout(network, address string, timeout time.Duration)
 }
 
 func (d *connDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	nc, err := dialer().DialContext(ctx, network, address)
+	nc, err := netdial.Dialer().DialContext(ctx, network, address)
 	if err != nil {
 		return nil, err
 	}
@@ -164,17 +160,6 @@ func (d *connDialer) connected() net.Conn {
 	defer d.mu.Unlock()
 	d.done = true
 	return d.socket
-}
-
-// dialer dials with the keepalives and user timeout of the package
-// documentation.
-func dialer() *net.Dialer {
-	return &net.Dialer{
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount,
-		},
-		Control: setUserTimeout,
-	}
 }
 
 // Array wraps slice with pq.Array.

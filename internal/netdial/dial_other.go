@@ -1,6 +1,6 @@
 //go:build !linux
 
-package pq
+package netdial
 
 import "syscall"
 

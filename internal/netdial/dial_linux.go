@@ -1,4 +1,4 @@
-package pq
+package netdial
 
 import (
 	"strings"
@@ -10,14 +10,14 @@ import (
 const tcpUserTimeout = 18
 
 // setUserTimeout sets TCP_USER_TIMEOUT on TCP sockets: data left
-// unacknowledged for userTimeout drops the connection.
+// unacknowledged for UserTimeout drops the connection.
 func setUserTimeout(network, _ string, c syscall.RawConn) error {
 	if !strings.HasPrefix(network, "tcp") {
 		return nil
 	}
 	var err error
 	if cerr := c.Control(func(fd uintptr) {
-		err = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(userTimeout.Milliseconds()))
+		err = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(UserTimeout.Milliseconds()))
 	}); cerr != nil {
 		return cerr
 	}

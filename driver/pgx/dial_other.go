@@ -1,8 +1,0 @@
-//go:build !linux
-
-package pgx
-
-import "syscall"
-
-// setUserTimeout does nothing: TCP_USER_TIMEOUT is Linux's.
-func setUserTimeout(string, string, syscall.RawConn) error { return nil }
