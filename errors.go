@@ -15,7 +15,12 @@ var (
 	ErrLeaseLost = errors.New("leasework: lease lost")
 
 	// ErrDuplicateEvent is returned by enqueue when an event id already exists
-	// in the table (or twice in one call). Nothing was overwritten.
+	// in the table (or twice in one call). Nothing was overwritten. An id
+	// exists while its row does: pending, FAILED, or DONE until retention
+	// deletes it. The framework keeps DONE rows for its dedupe window (24
+	// hours) by default, so a completed event enqueued again within it is
+	// refused; a table whose rows are deleted at completion
+	// (framework.Config.DeleteAtCompletion) accepts it as a new event.
 	ErrDuplicateEvent = errors.New("leasework: duplicate event id")
 
 	// ErrShutdown is the context cause of a handler cancelled because its

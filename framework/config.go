@@ -20,6 +20,18 @@ const (
 	DefaultStopTimeout       = 5 * time.Second
 	DefaultRetentionInterval = time.Minute
 	DefaultRetentionBatch    = 1000
+
+	// DedupeWindow is how long, at least, a completed event's id stays in
+	// the table, so that enqueueing it again is refused as a duplicate
+	// (leasework.ErrDuplicateEvent, or Duplicate with SkipDuplicates) and
+	// its handler does not run twice. Every configuration keeps it but
+	// Config.DeleteAtCompletion: a positive Config.Retention below it is
+	// refused.
+	DedupeWindow = 24 * time.Hour
+
+	// DefaultRetention is how long DONE rows are kept when
+	// Config.Retention is zero: the dedupe window.
+	DefaultRetention = DedupeWindow
 )
 
 // Limits of [Config] fields. Every duration has a maximum, so that no
@@ -92,12 +104,23 @@ type Config struct {
 	// renewed. Zero means no timeout; at most 7 days; negative is an error.
 	AttemptTimeout time.Duration
 
-	// Retention is how long a DONE row is kept. Zero means none: the
-	// completion deletes the row in the same guarded statement. Negative
-	// means forever. Positive rows (at most 10 years) are deleted by a
+	// Retention is how long a DONE row is kept after its completion, and
+	// with it its event id, which enqueue refuses as a duplicate while the
+	// row exists. Zero means 24h (DedupeWindow); negative means forever;
+	// positive must be between DedupeWindow and 10 years: a shorter one
+	// would let a completed event be enqueued and handled again within the
+	// window, and is refused. Kept rows are deleted once that old by a
 	// background loop every RetentionInterval, in batches of RetentionBatch.
 	// FAILED rows are always kept, for repair.
 	Retention time.Duration
+
+	// DeleteAtCompletion deletes each row in its completion's guarded
+	// statement instead of marking it DONE: the fastest completion, and
+	// no history, but it gives up deduplication after completion: once an
+	// event is completed, its id can be enqueued again and its handler runs
+	// again. For tables whose producers never send an event id twice, or
+	// dedupe elsewhere. Retention must then be zero. False by default.
+	DeleteAtCompletion bool
 
 	// RetentionInterval is how often the retention loop runs when Retention
 	// is positive. Zero means 1m; at most 24h; negative is an error.
@@ -158,8 +181,19 @@ func (c Config) normalize() (Config, error) {
 	if c.AttemptTimeout < 0 || c.AttemptTimeout > MaxAttemptTimeout {
 		return c, bad("AttemptTimeout", c.AttemptTimeout, fmt.Sprintf("it must be between 0 (no timeout) and %v", MaxAttemptTimeout))
 	}
-	if c.Retention > MaxRetention {
-		return c, bad("Retention", c.Retention, fmt.Sprintf("it must be at most %v; zero means none, negative forever", MaxRetention))
+	// From here on a zero Retention means DeleteAtCompletion: the worker
+	// deletes rows at completion and runs no retention loop.
+	switch {
+	case c.DeleteAtCompletion && c.Retention != 0:
+		return c, bad("Retention", c.Retention, "it must be zero with DeleteAtCompletion, which keeps no DONE row")
+	case c.DeleteAtCompletion:
+	case c.Retention > MaxRetention || (c.Retention > 0 && c.Retention < DedupeWindow):
+		return c, bad("Retention", c.Retention, fmt.Sprintf(
+			"it must be between %v (DedupeWindow: a completed event's id is refused as a duplicate that long) and %v; "+
+				"zero means %v, negative forever; DeleteAtCompletion deletes rows at completion, giving up deduplication after completion",
+			DedupeWindow, MaxRetention, DefaultRetention))
+	case c.Retention == 0:
+		c.Retention = DefaultRetention
 	}
 	switch {
 	case c.RetentionInterval < 0 || c.RetentionInterval > MaxRetentionInterval:

@@ -19,9 +19,10 @@
 // notification that an event of one of its kinds was inserted, when the
 // driver implements leasework.Notifier, or else for Config.PollInterval plus
 // jitter. Polling also finds what notifications cannot announce: retries
-// coming due and leases that expired. A driver that listens through the
-// worker's pool (driver/pgx) keeps one of its connections for as long as Run
-// runs; size the pool for it.
+// coming due and leases that expired. Both shipped drivers listen on a
+// connection of their own, outside the worker's pool, so the listener takes
+// none of the pool's connections (driver/pgx also on a pool shared with the
+// application through stdlib.OpenDBFromPool).
 //
 // # Leases and renewal
 //
@@ -69,8 +70,9 @@
 // What the handler returns decides the outcome, written under the ownership
 // guard:
 //
-//   - nil: the event is completed (DONE, or deleted when Config.Retention
-//     is zero);
+//   - nil: the event is completed (DONE, kept for Config.Retention, 24h by
+//     default, so that its event id is still refused as a duplicate; or
+//     deleted with Config.DeleteAtCompletion);
 //   - an error made with leasework.Permanent: FAILED with the error's text;
 //   - any other error, a panic (recorded as a *leasework.PanicError with its
 //     stack) or a timeout: retried after the delay of the kind's

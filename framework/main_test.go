@@ -34,12 +34,13 @@ func newStore(t testing.TB, drv leasework.Driver) *lease.Store {
 	return s
 }
 
-// newWorker makes a worker on s's table. Tests keep DONE rows unless they
-// set Retention.
+// newWorker makes a worker on s's table. Its DONE rows are kept forever
+// (Retention -1) unless the test sets Retention or DeleteAtCompletion; tests
+// of the default configuration call framework.New themselves.
 func newWorker(t testing.TB, s *lease.Store, cfg framework.Config) *framework.Worker {
 	t.Helper()
 	cfg.Schema, cfg.Table = s.Schema(), s.Table()
-	if cfg.Retention == 0 {
+	if cfg.Retention == 0 && !cfg.DeleteAtCompletion {
 		cfg.Retention = -1
 	}
 	if cfg.Logger == nil {

@@ -19,7 +19,7 @@ type Counters struct {
 	ClaimErrors        int64 // of ClaimQueries, those that failed (logged with the store's error)
 	Claimed            int64 // claims taken
 	Reclaimed          int64 // claims of rows whose previous owner's lease had expired
-	Completed          int64 // events completed (DONE, or deleted with a zero Retention)
+	Completed          int64 // events completed (DONE, or deleted with DeleteAtCompletion)
 	Retried            int64 // attempts failed and scheduled to run again
 	Failed             int64 // events ended FAILED: permanent error or spent budget
 	Released           int64 // claims given back to READY at shutdown

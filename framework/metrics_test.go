@@ -65,29 +65,41 @@ func TestCountersStatsAndMetrics(t *testing.T) {
 	}
 }
 
+// The retention loop deletes DONE rows once they are older than Retention,
+// in batches, and keeps FAILED rows and younger DONE rows. Age is a fixture
+// (finished_at moved into the past), never a wait.
 func TestRetentionDeletesOldDoneRows(t *testing.T) {
+	ctx := context.Background()
 	s := newStore(t, pgtest.Drivers[0].New())
 	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "ok"}, lease.Event{Kind: "bad"})
-	w := newWorker(t, s, framework.Config{Retention: time.Millisecond, RetentionInterval: 20 * time.Millisecond, RetentionBatch: 2})
+	w := newWorker(t, s, framework.Config{Retention: framework.DedupeWindow, RetentionInterval: 20 * time.Millisecond, RetentionBatch: 2})
 	register(t, w, "ok", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
 	register(t, w, "bad", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error {
 		return leasework.Permanent(context.Canceled)
 	})
 	start(t, w)
-	// The FAILED row is read once its failure is recorded, not merely once
-	// the DONE rows are gone: outcomes are written in batches of their own.
-	waitFor(t, "three DONE rows deleted and the failure recorded", func() bool {
+	waitFor(t, "three completions and the failure recorded", func() bool {
 		c := w.Counters()
-		return c.RetentionDeleted == 3 && c.Failed == 1
+		return c.Completed == 3 && c.Failed == 1
 	})
-	st, err := w.Stats(context.Background())
+	// Two of the DONE rows (and the FAILED one) finished a window and a
+	// minute ago; the third just now.
+	for _, r := range []lease.Enqueued{ids[0], ids[1], ids[3]} {
+		execSQL(t, s, `UPDATE `+s.QualifiedTable()+` SET finished_at = finished_at - $2 * interval '1 microsecond' WHERE id = $1`,
+			r.ID, (framework.DedupeWindow + time.Minute).Microseconds())
+	}
+	waitFor(t, "the two old DONE rows deleted", func() bool { return w.Counters().RetentionDeleted == 2 })
+	st, err := w.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Done != 0 || st.Failed != 1 {
-		t.Errorf("stats %+v; want no DONE row left and the FAILED one kept", st)
+	if st.Done != 1 || st.Failed != 1 {
+		t.Errorf("stats %+v; want the young DONE row and the FAILED one kept", st)
 	}
-	if r, err := s.Get(context.Background(), ids[3].ID); err != nil || r.Status != leasework.StatusFailed {
+	if r, err := s.Get(ctx, ids[2].ID); err != nil || r.Status != leasework.StatusDone {
+		t.Errorf("young DONE row = %+v, %v; want kept", r, err)
+	}
+	if r, err := s.Get(ctx, ids[3].ID); err != nil || r.Status != leasework.StatusFailed {
 		t.Errorf("failed row = %+v, %v; want kept", r, err)
 	}
 }

@@ -220,6 +220,8 @@ func TestCompletionCommittedAfterTimeoutIsCountedOnce(t *testing.T) {
 				cfg := framework.Config{Schema: s.Schema(), Table: s.Table(), RenewEvery: 100 * time.Millisecond, Logger: testLogger()}
 				if keep {
 					cfg.Retention = -1
+				} else {
+					cfg.DeleteAtCompletion = true
 				}
 				w, err := framework.New(s.DB(), s.Driver(), cfg)
 				if err != nil {

@@ -9,9 +9,9 @@ import (
 const maxRetentionRounds = 10
 
 // retain deletes DONE rows older than Config.Retention every
-// RetentionInterval, in batches of RetentionBatch. With a zero Retention
-// completions delete their rows themselves; with a negative one nothing is
-// deleted.
+// RetentionInterval, in batches of RetentionBatch. With DeleteAtCompletion
+// (a zero Retention once normalized) completions delete their rows
+// themselves; with a negative Retention nothing is deleted.
 func (w *Worker) retain(ctx context.Context) {
 	if w.cfg.Retention <= 0 {
 		return

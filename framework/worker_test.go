@@ -72,22 +72,33 @@ func TestCompletesRegisteredKindsOnly(t *testing.T) {
 	})
 }
 
-func TestZeroRetentionDeletesAtCompletion(t *testing.T) {
-	s := newStore(t, pgtest.Drivers[0].New())
-	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
-	cfg := framework.Config{Schema: s.Schema(), Table: s.Table(), Logger: testLogger()} // Retention zero
-	w, err := framework.New(s.DB(), s.Driver(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	register(t, w, "k", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
-	stop := start(t, w)
-	waitFor(t, "2 completions", func() bool { return w.Counters().Completed == 2 })
-	stop()
-	for _, e := range ids {
-		if _, err := s.Get(context.Background(), e.ID); !errors.Is(err, lease.ErrNotFound) {
-			t.Errorf("row %d after completion: %v; want deleted", e.ID, err)
-		}
+// A zero Retention (the default) keeps DONE rows, for the dedupe window;
+// DeleteAtCompletion deletes them in the completion's statement.
+func TestZeroRetentionKeepsDoneRowsDeleteAtCompletionDeletes(t *testing.T) {
+	for _, deleteAtCompletion := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DeleteAtCompletion=%v", deleteAtCompletion), func(t *testing.T) {
+			s := newStore(t, pgtest.Drivers[0].New())
+			ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k"})
+			cfg := framework.Config{Schema: s.Schema(), Table: s.Table(), Logger: testLogger(), // Retention zero
+				DeleteAtCompletion: deleteAtCompletion}
+			w, err := framework.New(s.DB(), s.Driver(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			register(t, w, "k", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
+			stop := start(t, w)
+			waitFor(t, "2 completions", func() bool { return w.Counters().Completed == 2 })
+			stop()
+			for _, e := range ids {
+				r, err := s.Get(context.Background(), e.ID)
+				switch {
+				case deleteAtCompletion && !errors.Is(err, lease.ErrNotFound):
+					t.Errorf("row %d after completion: %+v, %v; want deleted", e.ID, r, err)
+				case !deleteAtCompletion && (err != nil || r.Status != leasework.StatusDone):
+					t.Errorf("row %d after completion: %+v, %v; want kept DONE", e.ID, r, err)
+				}
+			}
+		})
 	}
 }
 

@@ -205,7 +205,10 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 
 // DeleteFinished deletes up to limit DONE rows that finished at least
 // olderThan ago (zero: any DONE row), oldest first, and returns how many it
-// deleted. FAILED rows are kept for repair.
+// deleted. FAILED rows are kept for repair. A deleted row's event id can be
+// enqueued again as a new event: keep DONE rows at least as long as ids must
+// deduplicate (the framework's retention loop never passes less than its
+// DedupeWindow, 24 hours).
 func (s *Store) DeleteFinished(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	if olderThan < 0 {
 		return 0, fmt.Errorf("lease: delete finished: olderThan is %v; it must not be negative", olderThan)

@@ -14,9 +14,14 @@ import (
 
 // Event is one event to enqueue.
 type Event struct {
-	// EventID is the event's stable identity, unique in the table. Empty
-	// means a new random UUID. Valid UTF-8 without NUL bytes, at most
-	// [MaxEventIDBytes].
+	// EventID is the event's stable identity and its dedupe key: enqueue
+	// refuses an id whose row exists (leasework.ErrDuplicateEvent), pending,
+	// FAILED or DONE, until the row is deleted. The framework keeps DONE
+	// rows 24 hours by default (its DedupeWindow), so an event completed
+	// within that window cannot be enqueued and handled again; completions
+	// that delete their rows (framework.Config.DeleteAtCompletion,
+	// [Store.CompleteAndDeleteMany]) give that up. Empty means a new random
+	// UUID. Valid UTF-8 without NUL bytes, at most [MaxEventIDBytes].
 	EventID string
 	// Kind selects the handler. Required; see [ValidateKind].
 	Kind string
@@ -58,10 +63,13 @@ type EnqueueOptions struct {
 // MaxAttempts); an invalid one fails the call with an error naming its
 // index and field, and leaves tx untouched.
 //
-// An event id that already exists, or appears twice in the call, fails the
-// whole call with an error matching leasework.ErrDuplicateEvent; an id that
-// exists fails the statement, which aborts tx, so roll it back. Use
-// [Store.EnqueueWith] to skip duplicates instead.
+// An event id that already exists in the table, or appears twice in the
+// call, fails the whole call with an error matching
+// leasework.ErrDuplicateEvent; an id that exists fails the statement, which
+// aborts tx, so roll it back. Use [Store.EnqueueWith] to skip duplicates
+// instead. A row keeps its event id for as long as it exists: pending,
+// FAILED, or DONE until retention deletes it (the framework keeps DONE rows
+// for its dedupe window, 24 hours, by default).
 //
 // Enqueue checks that every event sent was inserted, or (skipping
 // duplicates) already exists; any other outcome, such as a trigger on the
@@ -76,6 +84,86 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 	if tx == nil {
 		return nil, errors.New("lease: enqueue: tx is nil; events are written in the caller's transaction")
 	}
+	return s.enqueue(ctx, sqlTx{tx: tx, drv: s.drv}, opts, events)
+}
+
+// Tx is a transaction of any driver, as [Store.EnqueueTx] needs it: enough
+// to run the enqueue's statements in a transaction the application opened
+// with its own database library. driver/pgx adapts a pgx.Tx to it
+// (pgx.Enqueue); [Store.Enqueue] adapts a *sql.Tx.
+type Tx interface {
+	// Query runs a statement that returns rows, in the transaction. Its
+	// arguments are bound parameters; the enqueue's are all arrays, passed
+	// as Go slices ([]string, []int64, [][]byte), which an implementation
+	// binds as PostgreSQL arrays (pgx does so natively; lib/pq needs each
+	// wrapped in pq.Array). An error may be returned here or by the rows.
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+
+	// SQLState returns the SQLSTATE code carried by an error of Query or of
+	// its rows, or "" when the server did not send it: a unique violation
+	// (23505) is reported as leasework.ErrDuplicateEvent.
+	SQLState(err error) string
+}
+
+// Rows are the rows of [Tx.Query], read as database/sql's are: pgx.Rows
+// satisfies it as it is.
+type Rows interface {
+	// Next advances to the next row; false at the end or on an error.
+	Next() bool
+	// Scan copies the current row's columns into dest.
+	Scan(dest ...any) error
+	// Err is the error that ended the rows, if any.
+	Err() error
+	// Close releases the rows; it may be called more than once.
+	Close()
+}
+
+// EnqueueTx is [Store.EnqueueWith] in a transaction of any driver: the same
+// checks, the same duplicate handling, the same statements, and the same
+// notification at commit (the table's insert trigger sends it). Events are
+// visible to workers when tx commits. After an error from the database,
+// roll tx back: an event id that already exists fails the statement, which
+// aborts tx. A nil tx is an error.
+func (s *Store) EnqueueTx(ctx context.Context, tx Tx, opts EnqueueOptions, events ...Event) ([]Enqueued, error) {
+	if tx == nil {
+		return nil, errors.New("lease: enqueue: tx is nil; events are written in the caller's transaction")
+	}
+	return s.enqueue(ctx, tx, opts, events)
+}
+
+// sqlTx adapts a *sql.Tx to [Tx], binding slices with the store's driver.
+type sqlTx struct {
+	tx  *sql.Tx
+	drv leasework.Driver
+}
+
+func (t sqlTx) Query(ctx context.Context, query string, args ...any) (Rows, error) {
+	bound := make([]any, len(args))
+	for i, a := range args {
+		switch a.(type) {
+		case []string, []int64, [][]byte:
+			bound[i] = t.drv.Array(a)
+		default:
+			bound[i] = a
+		}
+	}
+	rows, err := t.tx.QueryContext(ctx, query, bound...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+func (t sqlTx) SQLState(err error) string { return t.drv.SQLState(err) }
+
+// sqlRows is *sql.Rows as [Rows]: an error of Close also ends up in Err.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
+
+// enqueue is every enqueue: one copy of the checks, the statement and the
+// accounting, whatever the transaction's driver.
+func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events []Event) ([]Enqueued, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -120,31 +208,40 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 	if opts.SkipDuplicates {
 		q = s.q.enqueueSkip
 	}
-	a := s.drv.Array
-	rows, err := tx.QueryContext(ctx, q, a(ids), a(kinds), a(keys), a(payloads), a(maxAtt), a(runAt))
+	if err := s.insert(ctx, tx, q, out, first, ids, kinds, keys, payloads, maxAtt, runAt); err != nil {
+		return nil, err
+	}
+	if err := s.accountForSkipped(ctx, tx, opts, out, first); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// insert runs the insert statement q and records the row id of each event
+// inserted. Its rows are closed before it returns, so that the connection
+// is free for the next statement.
+func (s *Store) insert(ctx context.Context, tx Tx, q string, out []Enqueued, first map[string]int, args ...any) error {
+	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
-		return nil, s.enqueueError(err)
+		return s.enqueueError(tx, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
 		var eventID string
 		if err := rows.Scan(&id, &eventID); err != nil {
-			return nil, s.wrapErr("enqueue", err)
+			return s.wrapErrState(tx.SQLState, "enqueue", err)
 		}
 		i, sent := first[eventID]
 		if !sent || out[i].ID != 0 {
-			return nil, fmt.Errorf("lease: enqueue: the database reported event id %q inserted, which was not sent once", eventID)
+			return fmt.Errorf("lease: enqueue: the database reported event id %q inserted, which was not sent once", eventID)
 		}
 		out[i].ID = id
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.enqueueError(err)
+		return s.enqueueError(tx, err)
 	}
-	if err := s.accountForSkipped(ctx, tx, opts, out, first); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return nil
 }
 
 // checkEvent checks one event before anything is sent. Its errors start with
@@ -172,7 +269,7 @@ func (s *Store) checkEvent(e Event) error {
 // accountForSkipped checks the events sent but not inserted: skipping
 // duplicates, each must exist in the table (it is then reported Duplicate);
 // otherwise there must be none.
-func (s *Store) accountForSkipped(ctx context.Context, tx *sql.Tx, opts EnqueueOptions, out []Enqueued, first map[string]int) error {
+func (s *Store) accountForSkipped(ctx context.Context, tx Tx, opts EnqueueOptions, out []Enqueued, first map[string]int) error {
 	var missing []string
 	for id, i := range first {
 		if out[i].ID == 0 {
@@ -184,20 +281,20 @@ func (s *Store) accountForSkipped(ctx context.Context, tx *sql.Tx, opts EnqueueO
 	}
 	exists := map[string]bool{}
 	if opts.SkipDuplicates {
-		rows, err := tx.QueryContext(ctx, s.q.existing, s.drv.Array(missing))
+		rows, err := tx.Query(ctx, s.q.existing, missing)
 		if err != nil {
-			return s.wrapErr("enqueue", err)
+			return s.wrapErrState(tx.SQLState, "enqueue", err)
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {
-				return s.wrapErr("enqueue", err)
+				return s.wrapErrState(tx.SQLState, "enqueue", err)
 			}
 			exists[id] = true
 		}
 		if err := rows.Err(); err != nil {
-			return s.wrapErr("enqueue", err)
+			return s.wrapErrState(tx.SQLState, "enqueue", err)
 		}
 	}
 	sort.Strings(missing)
@@ -211,9 +308,9 @@ func (s *Store) accountForSkipped(ctx context.Context, tx *sql.Tx, opts EnqueueO
 	return nil
 }
 
-func (s *Store) enqueueError(err error) error {
-	if s.drv.SQLState(err) == leasework.SQLStateUniqueViolation {
+func (s *Store) enqueueError(tx Tx, err error) error {
+	if tx.SQLState(err) == leasework.SQLStateUniqueViolation {
 		return fmt.Errorf("lease: enqueue: %w: %w", leasework.ErrDuplicateEvent, err)
 	}
-	return s.wrapErr("enqueue", err)
+	return s.wrapErrState(tx.SQLState, "enqueue", err)
 }

@@ -157,7 +157,13 @@ const (
 // wrapErr wraps the error of a statement on the table. When the table or its
 // schema does not exist, the message names the table and the fix.
 func (s *Store) wrapErr(op string, err error) error {
-	switch s.drv.SQLState(err) {
+	return s.wrapErrState(s.drv.SQLState, op, err)
+}
+
+// wrapErrState is wrapErr for an error whose SQLSTATE sqlState reads: that
+// of a transaction of another driver than the store's.
+func (s *Store) wrapErrState(sqlState func(error) string, op string, err error) error {
+	switch sqlState(err) {
 	case sqlStateUndefinedTable, sqlStateInvalidSchema:
 		return fmt.Errorf("lease: %s: table %s does not exist: is the table migrated? run `leasework migrate` or Store.Migrate: %w",
 			op, s.QualifiedTable(), err)

@@ -5,7 +5,17 @@
 // [leasework.Notifier]: it waits for LISTEN/NOTIFY wakeups with
 // WaitForNotification on a connection of its own, outside the pool, so a
 // listener never takes a pooled connection (a pool of one connection works),
-// on any pool of pgx's database/sql driver.
+// on any pool of pgx's database/sql driver, stdlib.OpenDBFromPool's
+// included.
+//
+// # Services that use pgx natively
+//
+// [Enqueue] writes events in the application's own pgx.Tx (from a
+// pgxpool.Pool or a pgx.Conn), with the checks, duplicate handling and
+// notification of lease.Store.Enqueue. A worker can share the application's
+// pgxpool: give framework.New the pool stdlib.OpenDBFromPool(pool) returns,
+// and this driver; it listens for wakeups on a connection of its own made
+// with the pool's connection settings, so it takes no pooled connection.
 //
 // # Dead connections
 //

@@ -94,10 +94,12 @@ func run(ctx context.Context, o options, out, logw io.Writer) error {
 	if o.redeliver {
 		h = &failAfterAckOnce{next: rl, p: p}
 	}
+	// Retention zero: DONE rows are kept 24h (framework.DedupeWindow), so an
+	// order's event id enqueued again within a day is refused as a duplicate,
+	// and operators (and this summary) can see them.
 	w, err := framework.New(db, drv, framework.Config{
-		Schema:    o.schema,
-		Retention: time.Hour, // keep DONE rows a while, for operators (and this summary)
-		Logger:    log,
+		Schema: o.schema,
+		Logger: log,
 	})
 	if err != nil {
 		return err
