@@ -167,7 +167,9 @@ func TestTransactionalStaleOwnerIsRolledBack(t *testing.T) {
 			s := newStore(t, pgtest.Drivers[0].New())
 			table := effectsTable(t, s)
 			id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "taken-over"})[0].ID
-			w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond, Lease: time.Minute})
+			// One slot, held by the paused handler: the worker cannot claim
+			// the expired row again itself.
+			w := newWorker(t, s, framework.Config{Concurrency: 1, PollInterval: 20 * time.Millisecond, Lease: time.Minute})
 			written, resume := make(chan struct{}), make(chan struct{})
 			causes := make(chan error, 1)
 			registerTx(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
