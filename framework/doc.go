@@ -128,7 +128,11 @@
 // lost, and the worker's other claims are renewed at once. The claim being
 // completed is not renewed from its completion to its COMMIT: commit well
 // within the lease (Transactional's own completion comes last, just before
-// COMMIT).
+// COMMIT). This is the one transaction the worker keeps open around a
+// handler, at the handler's request: the worker's own statements (claims,
+// renewals, outcomes) run outside it and never wait for it. Keep it short
+// all the same: an open transaction keeps PostgreSQL from cleaning the row
+// versions other writes leave behind meanwhile.
 //
 // # Progress
 //
