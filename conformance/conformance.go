@@ -41,6 +41,8 @@ type Store interface {
 	Complete(ctx context.Context, ref leasework.Ref) error
 	CompleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
 	CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
+	CompleteTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref) error
+	CompleteAndDeleteTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref) error
 	Retry(ctx context.Context, req lease.RetryRequest) (leasework.Status, error)
 	RetryMany(ctx context.Context, reqs []lease.RetryRequest) ([]lease.Result, error)
 	Fail(ctx context.Context, req lease.FailRequest) error
@@ -102,7 +104,7 @@ func Run(t *testing.T, target Target) {
 }
 
 func properties() []property {
-	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties())
+	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties())
 }
 
 // env is one subtest's world: its own schema, the store under test, and the

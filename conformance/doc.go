@@ -33,6 +33,16 @@
 //     StaleOrDeletedIsNeverAlreadyRecorded: an outcome written twice by the
 //     same claim is reported AlreadyRecorded, a stale owner's never is, and a
 //     deleted row is Gone;
+//   - StaleOwnerCompleteTxRollsBackItsWrites,
+//     LiveOwnerCompleteTxCommitsBoth,
+//     RolledBackCompleteTxLeavesTheClaimOwned and
+//     RenewalSkipsARowLockedByACompletion: a completion in the caller's
+//     transaction (lease.Store.CompleteTx) commits with the business writes
+//     of a live owner, rolls back a stale owner's writes with its
+//     rejection, leaves the claim owned when the transaction rolls back, and
+//     never makes a renewal wait (the locked row is reported Busy, neither
+//     renewed nor lost). They keep their business rows in a table of the
+//     subtest's schema;
 //   - InCallDuplicateKeepsTheFirst, EnqueueAccountsForEveryEvent and
 //     EnqueueRefusesTextPostgreSQLCannotStore: enqueue reports every event it
 //     was given, and refuses bad text before sending anything.

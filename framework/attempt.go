@@ -33,7 +33,8 @@ type attempt struct {
 	stale     bool        // the database said the claim is no longer ours
 	ended     bool        // the handler returned
 	endedAt   time.Time
-	hung      bool // counted as a handler that ignored its cancelled context
+	hung      bool    // counted as a handler that ignored its cancelled context
+	tx        txPhase // a Transactional handler's completion
 }
 
 // errAttemptOver ends an attempt's context after its handler returned.
@@ -96,7 +97,23 @@ func (w *Worker) runAttempt(a *attempt) {
 	a.end()
 	a.cancel(errAttemptOver)
 	a.stopTimer()
-	if !w.outcomes.push(w.outcomeOf(a, err, cause)) {
+	switch a.txPhase() {
+	case txCommitted: // the handler's transaction recorded the outcome
+		w.forget(a)
+		w.count.completed.Add(1)
+		w.log.Debug("event completed in the handler's transaction", "id", a.ref.ID, "generation", a.ref.Generation,
+			"event_id", a.claim.EventID, "attempt", a.claim.Attempt)
+		return
+	case txRejected: // stale: another owner has the claim
+		w.forget(a)
+		w.count.staleRejections.Add(1)
+		w.log.Warn("completion in the handler's transaction rejected: the claim is no longer owned; its writes were rolled back",
+			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+		return
+	}
+	o := w.outcomeOf(a, err, cause)
+	o.commitUnknown = a.txPhase() == txCommitUnknown
+	if !w.outcomes.push(o) {
 		w.log.Warn("handler returned after the worker stopped; its outcome is not recorded and its claim is left to expire",
 			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
 	}

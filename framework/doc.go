@@ -72,7 +72,8 @@
 //
 //   - nil: the event is completed (DONE, kept for Config.Retention, 24h by
 //     default, so that its event id is still refused as a duplicate; or
-//     deleted with Config.DeleteAtCompletion);
+//     deleted with Config.DeleteAtCompletion), unless a [Transactional]
+//     handler already completed it in its own transaction;
 //   - an error made with leasework.Permanent: FAILED with the error's text;
 //   - any other error, a panic (recorded as a *leasework.PanicError with its
 //     stack) or a timeout: retried after the delay of the kind's
@@ -105,6 +106,35 @@
 // when an earlier try failed and the answer arrives before the claim's
 // local deadline: no other worker can take a row whose lease has not
 // expired, so only that earlier try can have moved it on.
+//
+// # Completing in the handler's transaction
+//
+// A handler that writes to the database holding the queue can commit its
+// business writes and its completion together: [Transactional] adapts a
+// [TxFunc] (a function given a *sql.Tx on the worker's pool) into a
+// handler that runs the function, runs the guarded completion in the same
+// transaction (lease.Store.CompleteTx, or CompleteAndDeleteTx when
+// Config.DeleteAtCompletion is set) and commits. A stale owner's completion is
+// rejected and its writes are rolled back with it; the attempt ends as lost
+// and is counted in [Counters].StaleRejections, and the worker writes
+// nothing more for the claim; a committed one is counted in
+// [Counters].Completed. An error, a panic or the end of the handler's
+// context rolls the transaction back, and the attempt is retried (or
+// failed, or released) as any handler's. A COMMIT that fails with its
+// outcome unknown is settled by the guarded write that follows, which finds
+// the row completed by the claim (counted as completed) or records the
+// retry. [CompleteInTx] makes the completion earlier, inside the function.
+//
+// Renewals never wait for a handler's transaction: a row locked by one (the
+// completion holds the row until COMMIT) is skipped, neither renewed nor
+// lost, and the worker's other claims are renewed at once. The claim being
+// completed is not renewed from its completion to its COMMIT: commit well
+// within the lease (Transactional's own completion comes last, just before
+// COMMIT). This is the one transaction the worker keeps open around a
+// handler, at the handler's request: the worker's own statements (claims,
+// renewals, outcomes) run outside it and never wait for it. Keep it short
+// all the same: an open transaction keeps PostgreSQL from cleaning the row
+// versions other writes leave behind meanwhile.
 //
 // # Progress
 //

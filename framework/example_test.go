@@ -124,3 +124,67 @@ func ExampleRecordProgress() {
 	// attempt 1: resuming after "", last error ""
 	// attempt 2: resuming after "row 500", last error "connection reset"
 }
+
+// A handler that writes to the queue's own database completes its claim in
+// the same transaction: the first attempt's write is rolled back with its
+// failure, and the second attempt's write commits with the completion, so
+// the shipment exists exactly once.
+func ExampleTransactional() {
+	db, schema := exampleDB()
+	defer db.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	w, err := framework.New(db, pgx.New(), framework.Config{Schema: schema, Retention: -1, PollInterval: framework.MinPollInterval})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Store().DropSchema(context.Background())
+	if _, err := w.Store().Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	shipments := lease.QuoteIdent(schema) + ".shipments"
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+shipments+" (order_id text, event_id text)"); err != nil {
+		log.Fatal(err)
+	}
+	tx, _ := db.BeginTx(ctx, nil)
+	enqueued, err := w.Store().Enqueue(ctx, tx, lease.Event{Kind: "ship", EventID: "ship-42", Key: "order-42"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+
+	policy := framework.RetryPolicy{InitialInterval: framework.MinPollInterval}
+	err = w.Register("ship", framework.Transactional(func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+		fmt.Printf("attempt %d: shipping %s\n", c.Attempt, c.Key)
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+shipments+" VALUES ($1, $2)", c.Key, c.EventID); err != nil {
+			return err
+		}
+		if c.Attempt == 1 {
+			return errors.New("carrier unavailable") // rolls the insert back
+		}
+		stop() // a graceful stop: this attempt still commits
+		return nil
+	}), policy)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(context.Background(), "SELECT count(*) FROM "+shipments).Scan(&n); err != nil {
+		log.Fatal(err)
+	}
+	row, err := w.Store().Get(context.Background(), enqueued[0].ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("shipments: %d; event %s; completed: %d\n", n, row.Status, w.Counters().Completed)
+	// Output:
+	// attempt 1: shipping order-42
+	// attempt 2: shipping order-42
+	// shipments: 1; event DONE; completed: 1
+}

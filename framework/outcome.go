@@ -31,6 +31,9 @@ type outcome struct {
 	text  string        // opRetry, opFail: the error recorded in the row
 	tries int           // failed writes so far
 	alone bool          // written on its own: a batch it was in failed for another reason than the connection
+	// commitUnknown: the handler's transaction completed the claim, but its
+	// COMMIT failed; the row shows whether it committed.
+	commitUnknown bool
 }
 
 // maxOutcomeTries bounds the writes of one outcome that fail with a
@@ -319,6 +322,19 @@ func (w *Worker) abandon(o outcome, why string, err error) {
 func (w *Worker) recorded(o outcome, r lease.Result) {
 	a := o.a
 	defer w.forget(a)
+	if o.commitUnknown && r.Err != nil {
+		// The handler's COMMIT failed, yet the row shows its completion:
+		// DONE at the claim's generation, or deleted before the lease
+		// could expire (nobody else could have taken the row). It
+		// committed; the effect and the completion are both there.
+		deadline, _, _ := a.state()
+		if r.DoneByClaim || (r.Gone && time.Now().Before(deadline)) {
+			w.count.completed.Add(1)
+			w.log.Info("the handler's transaction committed though its COMMIT reported an error",
+				"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+			return
+		}
+	}
 	replayed := r.Err == nil && r.AlreadyRecorded
 	if r.Err != nil && r.Gone && o.tries > 0 {
 		deadline, _, _ := a.state()

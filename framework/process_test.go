@@ -27,7 +27,7 @@ import (
 
 // The child worker process: the test binary run again with these set.
 const (
-	childModeEnv   = "LEASEWORK_FRAMEWORK_CHILD" // "kill", "stop" or "hang"
+	childModeEnv   = "LEASEWORK_FRAMEWORK_CHILD" // "kill", "stop", "hang" or "tx"
 	childSchemaEnv = "LEASEWORK_FRAMEWORK_CHILD_SCHEMA"
 )
 
@@ -142,6 +142,9 @@ type childResult struct {
 // run again with childModeEnv set, dispatched from TestMain. It returns the
 // process's exit status.
 func childWorker(mode string) int {
+	if mode == "tx" {
+		return txChild()
+	}
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "child worker:", err)
 		return 1

@@ -57,7 +57,16 @@ func (w *Worker) renew(ctx context.Context) {
 		return
 	}
 	for i, r := range res {
-		if r.Err != nil {
+		switch {
+		case r.Busy:
+			// The row is locked by another transaction, most often the
+			// claim's own handler completing it: neither renewed nor lost.
+			continue
+		case r.Err != nil && due[i].txPhase() != txNone:
+			// The handler's transaction completed the claim and holds or
+			// held the row: a rejection means its COMMIT made the row DONE.
+			continue
+		case r.Err != nil:
 			due[i].lose("rejected renewal")
 			continue
 		}

@@ -63,7 +63,25 @@ type Result struct {
 	// expired yet (its local deadline has not passed) knows it was its own
 	// earlier try.
 	Gone bool
+	// Busy is set, with Err matching [ErrRowBusy] and not
+	// leasework.ErrLeaseLost, on a renewal that skipped its row because
+	// another transaction holds the row's lock: most often the claim's own
+	// handler, completing it in its transaction ([Store.CompleteTx]). The
+	// lease was neither renewed nor found lost; renew again later. Only
+	// renewals report Busy: the other writes wait for the lock.
+	Busy bool
+	// DoneByClaim is set on a rejected write (Err not nil) whose row is
+	// DONE at the claim's generation: the claim's completion is recorded,
+	// by another write than this one (for a retry after a completion in the
+	// handler's own transaction whose COMMIT lost its reply, say). A
+	// completion in that case is AlreadyRecorded instead, with Err nil.
+	DoneByClaim bool
 }
+
+// ErrRowBusy is matched by the error of a renewal that skipped its row
+// because another transaction holds its lock (see [Result].Busy). It does
+// not match leasework.ErrLeaseLost: the claim is not known to be lost.
+var ErrRowBusy = errors.New("lease: row locked by another transaction")
 
 // RetryRequest is one claim to send back for another attempt.
 type RetryRequest struct {
@@ -173,6 +191,12 @@ func (s *Store) Renew(ctx context.Context, ref leasework.Ref, lease time.Duratio
 
 // RenewMany renews many claims in one statement. A renewal is never
 // AlreadyRecorded: a rejected one is lost (or Gone).
+//
+// Unlike the other batched writes, RenewMany never waits for a row lock: a
+// row locked by another transaction is skipped and reported [Result].Busy
+// (neither renewed nor lost), so a handler's open transaction that has
+// completed its claim ([Store.CompleteTx]) holds up no renewal, of its own
+// claim or of the others in the batch.
 func (s *Store) RenewMany(ctx context.Context, refs []leasework.Ref, lease time.Duration) ([]Result, error) {
 	if lease < time.Millisecond {
 		return nil, fmt.Errorf("lease: renew: lease is %v; it must be at least 1ms", lease)
@@ -229,13 +253,19 @@ func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, te
 		leaseUntil time.Time
 	}
 	got := make(map[leasework.Ref]accepted, len(refs))
+	busy := map[leasework.Ref]bool{}
 	for rows.Next() {
 		var ref leasework.Ref
 		var a accepted
 		var err error
 		if op == "renew" {
-			err = rows.Scan(&ref.ID, &ref.Generation, &a.leaseUntil)
+			var skipped bool
+			err = rows.Scan(&ref.ID, &ref.Generation, &a.leaseUntil, &skipped)
 			a.status = leasework.StatusInProgress
+			if err == nil && skipped {
+				busy[ref] = true
+				continue
+			}
 		} else {
 			err = rows.Scan(&ref.ID, &ref.Generation, &a.status)
 		}
@@ -253,6 +283,9 @@ func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, te
 		out[i].Ref = ref
 		if a, ok := got[ref]; ok {
 			out[i].Status, out[i].LeaseUntil = a.status, a.leaseUntil
+		} else if busy[ref] {
+			out[i].Busy = true
+			out[i].Err = fmt.Errorf("lease: %s row %d generation %d: %w", op, ref.ID, ref.Generation, ErrRowBusy)
 		} else {
 			out[i].Err = lost(op, ref)
 			rejected = true
@@ -278,7 +311,7 @@ type rowState struct {
 func (s *Store) settleRejected(ctx context.Context, op string, out []Result, texts []string) error {
 	var ids []int64
 	for _, r := range out {
-		if r.Err != nil {
+		if r.Err != nil && !r.Busy {
 			ids = append(ids, r.Ref.ID)
 		}
 	}
@@ -301,7 +334,7 @@ func (s *Store) settleRejected(ctx context.Context, op string, out []Result, tex
 	}
 	for i := range out {
 		r := &out[i]
-		if r.Err == nil {
+		if r.Err == nil || r.Busy {
 			continue
 		}
 		st, ok := states[r.Ref.ID]
@@ -316,6 +349,8 @@ func (s *Store) settleRejected(ctx context.Context, op string, out []Result, tex
 		}
 		if recordedBy(op, r.Ref, st, text) {
 			r.Err, r.AlreadyRecorded, r.Status = nil, true, st.status
+		} else {
+			r.DoneByClaim = st.status == leasework.StatusDone && st.generation == r.Ref.Generation
 		}
 	}
 	return nil

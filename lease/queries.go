@@ -132,14 +132,34 @@ FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, generation, error)
 WHERE ` + lockedGuard + `
 RETURNING o.id, o.generation, o.status`
 
+// renewSQL renews claims. Unlike the other guarded writes it never waits
+// for a row lock: a row locked by another transaction (a handler completing
+// its claim in its own transaction holds the lock until it commits) is
+// skipped, so an open handler transaction never holds up the renewal of the
+// other claims in the batch (invariant 13). A skipped row whose last
+// committed version still passes the guard is returned as busy (the last
+// column): neither renewed nor lost. Both parts read the rows through the
+// primary key (the id array $1).
 const renewSQL = `
-WITH ` + lockedCTE + `
-UPDATE {{table}} AS o
-SET lease_until = statement_timestamp() + $3 * interval '1 microsecond',
-    updated_at = statement_timestamp()
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE ` + lockedGuard + `
-RETURNING o.id, o.generation, o.lease_until`
+WITH locked AS (
+    SELECT id FROM {{table}}
+    WHERE id = ANY ($1::bigint[]) AND status = 'INPROGRESS'
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+), renewed AS (
+    UPDATE {{table}} AS o
+    SET lease_until = statement_timestamp() + $3 * interval '1 microsecond',
+        updated_at = statement_timestamp()
+    FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+    WHERE ` + lockedGuard + `
+    RETURNING o.id, o.generation, o.lease_until
+)
+SELECT id, generation, lease_until, false FROM renewed
+UNION ALL
+SELECT o.id, o.generation, o.lease_until, true
+FROM {{table}} AS o, unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+WHERE o.id = ANY ($1::bigint[]) AND o.id <> ALL (ARRAY(SELECT id FROM locked))
+  AND ` + guard
 
 // releaseSQL gives a claim back at once, for graceful shutdown. The attempt
 // it consumed is given back too: the handler was stopped, it did not fail.

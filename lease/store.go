@@ -9,8 +9,9 @@
 // INPROGRESS, increments their generation and sets their lease from the
 // database clock. It commits before it returns.
 //
-// Every outcome write ([Store.Complete], [Store.Retry], [Store.Fail],
-// [Store.Renew], [Store.Release], [Store.SetProgress]) is guarded by
+// Every outcome write ([Store.Complete], [Store.CompleteTx], [Store.Retry],
+// [Store.Fail], [Store.Renew], [Store.Release], [Store.SetProgress]) is
+// guarded by
 //
 //	id = $id AND status = 'INPROGRESS' AND generation = $gen
 //	AND lease_until > clock_timestamp()
@@ -26,6 +27,24 @@
 // batches over the same rows wait for each other in one order and never
 // deadlock. Rows are always named by an id array and read through the
 // primary key, whatever the statistics or a cached generic plan.
+//
+// # Completing in the caller's transaction
+//
+// [Store.CompleteTx] (and [Store.CompleteAndDeleteTx] for a table that
+// keeps no history) runs the guarded completion inside the caller's
+// *sql.Tx, so that a handler writing to the same database commits its
+// business writes and its completion together or not at all. A stale
+// owner's completion is rejected with leasework.ErrLeaseLost and CompleteTx
+// rolls the transaction back itself: the stale owner's business writes are
+// undone with it, and a Commit that follows by mistake returns
+// sql.ErrTxDone. An accepted completion holds the row's lock until the
+// transaction ends; nobody can claim the row meanwhile (claims skip locked
+// rows), and the completion takes effect at COMMIT. If the transaction rolls
+// back, the claim is INPROGRESS and owned, as before.
+//
+// Renewals never wait for such a transaction: [Store.RenewMany] skips a
+// locked row and reports it [Result].Busy, neither renewed nor lost, and
+// renews the rest of its batch at once.
 //
 // # Attempt budget
 //
