@@ -116,7 +116,7 @@ func TestTransactionalCommitWithLostReply(t *testing.T) {
 			ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "committed"}, lease.Event{Kind: "k", EventID: "rolled-back"})
 			w, err := framework.New(db, drv, framework.Config{
 				Schema: s.Schema(), Concurrency: 1, PollInterval: 20 * time.Millisecond,
-				Retention: retention, Logger: testLogger(),
+				Retention: retention, DeleteAtCompletion: retention == 0, Logger: testLogger(),
 			})
 			if err != nil {
 				t.Fatal(err)

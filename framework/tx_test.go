@@ -79,7 +79,7 @@ func TestTransactionalCommitsEffectWithCompletion(t *testing.T) {
 				cfg := framework.Config{Concurrency: 3, PollInterval: 20 * time.Millisecond}
 				w, err := framework.New(s.DB(), s.Driver(), framework.Config{
 					Schema: s.Schema(), Concurrency: cfg.Concurrency, PollInterval: cfg.PollInterval,
-					Retention: retention, Logger: testLogger(),
+					Retention: retention, DeleteAtCompletion: retention == 0, Logger: testLogger(),
 				})
 				if err != nil {
 					t.Fatal(err)
