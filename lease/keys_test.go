@@ -1,0 +1,199 @@
+package lease_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+func statusOf(t *testing.T, s *lease.Store, id int64) leasework.Status {
+	t.Helper()
+	r, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Status
+}
+
+func wantStatuses(t *testing.T, s *lease.Store, ids []int64, want ...leasework.Status) {
+	t.Helper()
+	for i, id := range ids {
+		if got := statusOf(t, s, id); got != want[i] {
+			t.Errorf("row %d (#%d) is %s, want %s", id, i, got, want[i])
+		}
+	}
+}
+
+func claimIDs(t *testing.T, s *lease.Store, limit int) []leasework.Claim {
+	t.Helper()
+	cs, err := s.Claim(context.Background(), lease.ClaimRequest{Limit: limit, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// A key's events enqueued in one transaction: the first is READY, the rest
+// wait; each completion (DONE or deleted) promotes exactly the next one.
+// Keyless events are untouched.
+func TestKeyedEventsWaitBehindTheirHead(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	out := pgtest.Enqueue(t, s,
+		lease.Event{Kind: "k", Key: "b"}, lease.Event{Kind: "k", Key: "a"},
+		lease.Event{Kind: "k", Key: "a"}, lease.Event{Kind: "k"}, lease.Event{Kind: "k", Key: "a"},
+		lease.Event{Kind: "k"})
+	ids := make([]int64, len(out))
+	for i, e := range out {
+		ids[i] = e.ID
+	}
+	wantStatuses(t, s, ids, "READY", "READY", "WAITING", "READY", "WAITING", "READY")
+	cs := claimIDs(t, s, 10)
+	if len(cs) != 4 {
+		t.Fatalf("claimed %d rows, want 4 (two keyless, one head per key)", len(cs))
+	}
+	var headA leasework.Ref
+	for _, c := range cs {
+		if c.Key == "a" {
+			headA = c.Ref()
+		}
+	}
+	if headA.ID != ids[1] {
+		t.Fatalf("claimed head of a is row %d, want %d", headA.ID, ids[1])
+	}
+	if err := s.Complete(ctx, headA); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, s, ids[1:], "DONE", "READY", "INPROGRESS", "WAITING", "INPROGRESS")
+	next := claimIDs(t, s, 10)
+	if len(next) != 1 || next[0].ID != ids[2] {
+		t.Fatalf("after the head's completion claimed %v, want row %d only", next, ids[2])
+	}
+	if _, err := s.CompleteAndDeleteMany(ctx, []leasework.Ref{next[0].Ref()}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, s, ids[4:5], "READY")
+}
+
+// Commit order, not id order: of two transactions enqueuing one key, the
+// one that commits first is the head, though its row id is larger.
+func TestKeyOrderIsCommitOrder(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	t1, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer t1.Rollback()
+	first, err := s.Enqueue(ctx, t1, lease.Event{Kind: "k", Key: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "x"})
+	if err := t1.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if first[0].ID > second[0].ID {
+		t.Fatalf("ids %d, %d: the test needs the later commit to have the smaller id", first[0].ID, second[0].ID)
+	}
+	wantStatuses(t, s, []int64{second[0].ID, first[0].ID}, "READY", "WAITING")
+}
+
+// A handler's transaction that completes the head and enqueues a new event
+// of the same key puts the new event behind the key's older followers.
+func TestCompleteAndEnqueueSameKeyInOneTransaction(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "x"}, lease.Event{Kind: "k", Key: "x"})
+	head := claimIDs(t, s, 1)[0]
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	more, err := s.Enqueue(ctx, tx, lease.Event{Kind: "k", Key: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET status = 'DONE', lease_until = NULL WHERE id = $1 AND generation = $2`, head.ID, head.Generation); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	wantStatuses(t, s, []int64{out[0].ID, out[1].ID, more[0].ID}, "DONE", "READY", "WAITING")
+}
+
+// A REPEATABLE READ transaction could not see the commits it waits for, so a
+// keyed enqueue in one is refused at commit with a clear error; keyless
+// events are accepted.
+func TestKeyedEnqueueRefusesRepeatableRead(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	for _, key := range []string{"", "x"} {
+		tx, err := s.DB().BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Enqueue(ctx, tx, lease.Event{Kind: "k", Key: key}); err != nil {
+			t.Fatal(err)
+		}
+		err = tx.Commit()
+		if key == "" && err != nil {
+			t.Fatalf("keyless commit: %v", err)
+		}
+		if key != "" && (err == nil || !strings.Contains(err.Error(), "need READ COMMITTED")) {
+			t.Fatalf("keyed commit in REPEATABLE READ = %v, want the READ COMMITTED error", err)
+		}
+	}
+}
+
+// Discard is guarded by FAILED and the generation seen, releases the key,
+// and HeldKeys shows the held key before.
+func TestDiscardReleasesAHeldKey(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "x"}, lease.Event{Kind: "k", Key: "x"}, lease.Event{Kind: "k", Key: "x"})
+	head := claimIDs(t, s, 10)[0]
+	if err := s.Fail(ctx, lease.FailRequest{Ref: head.Ref(), Reason: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	if cs := claimIDs(t, s, 10); len(cs) != 0 {
+		t.Fatalf("claimed %d rows behind a FAILED head", len(cs))
+	}
+	held, err := s.HeldKeys(ctx, lease.HeldKeysRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 1 || held[0].Key != "x" || held[0].HeadID != out[0].ID || held[0].LastError != "boom" || held[0].Waiting != 2 || held[0].Generation != 1 {
+		t.Fatalf("held keys = %+v", held)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.HeldKeys != 1 || st.Waiting != 2 || st.Failed != 1 {
+		t.Fatalf("stats = %+v, %v", st, err)
+	}
+	if _, err := s.Discard(ctx, leasework.Ref{ID: head.ID, Generation: 0}); !errors.Is(err, lease.ErrNotFailed) {
+		t.Fatalf("discard at a stale generation = %v, want ErrNotFailed", err)
+	}
+	if _, err := s.Discard(ctx, leasework.Ref{ID: out[1].ID, Generation: 0}); !errors.Is(err, lease.ErrNotFailed) {
+		t.Fatalf("discard of a WAITING row = %v, want ErrNotFailed", err)
+	}
+	if _, err := s.Discard(ctx, leasework.Ref{ID: 1 << 40, Generation: 0}); !errors.Is(err, lease.ErrNotFound) {
+		t.Fatalf("discard of no row = %v, want ErrNotFound", err)
+	}
+	gen, err := s.Discard(ctx, head.Ref())
+	if err != nil || gen != 2 {
+		t.Fatalf("discard = %d, %v; want generation 2", gen, err)
+	}
+	wantStatuses(t, s, []int64{out[0].ID, out[1].ID, out[2].ID}, "DISCARDED", "READY", "WAITING")
+	if held, err := s.HeldKeys(ctx, lease.HeldKeysRequest{}); err != nil || len(held) != 0 {
+		t.Fatalf("held keys after discard = %+v, %v", held, err)
+	}
+}
