@@ -60,15 +60,42 @@ CREATE INDEX IF NOT EXISTS {{name "live_key_idx"}} ON {{table}} (key)
 
 -- lock_key takes the key's transaction-scoped advisory lock, after refusing
 -- a transaction whose statements would not see the commits that released it.
-CREATE OR REPLACE FUNCTION {{schema}}.{{name "lock_key"}}(tbl text, k text) RETURNS void
+--
+-- Deadlocks: an enqueue takes its keys' locks in key order (Store.Enqueue
+-- inserts in key order), so two enqueues never wait for each other in a
+-- circle. A transaction that finishes rows of several keys (a batch of
+-- completions) meets them in another order; it waits for the first key's
+-- lock like anyone (holding no key lock, it closes no circle), but for a
+-- later key it only tries for a short while, then gives way with SQLSTATE
+-- 55P03 (lock_not_available) instead of closing a circle with an enqueue:
+-- its transaction rolls back, and its outcomes are written again one key
+-- per transaction (the framework writes a failed batch again claim by
+-- claim). The enqueue is never the one to fail.
+CREATE OR REPLACE FUNCTION {{schema}}.{{name "lock_key"}}(tbl text, k text, give_way boolean) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    h bigint := hashtextextended('leasework-key:' || tbl || ':' || k, 0);
+    held integer := COALESCE(NULLIF(current_setting('leasework.key_locks', true), ''), '0')::integer;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'leasework: events with a key need READ COMMITTED transactions, not %', current_setting('transaction_isolation')
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Enqueue and finish keyed events in READ COMMITTED transactions, PostgreSQL''s default (see default_transaction_isolation).';
     END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended('leasework-key:' || tbl || ':' || k, 0));
+    IF held = 0 OR NOT give_way THEN
+        PERFORM pg_advisory_xact_lock(h);
+    ELSE
+        FOR i IN 1..20 LOOP
+            EXIT WHEN pg_try_advisory_xact_lock(h);
+            IF i = 20 THEN
+                RAISE EXCEPTION 'leasework: key % is being committed by another transaction; this transaction finishes events of several keys and gives way rather than risk a deadlock', k
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Nothing was written: write the outcomes again, one transaction per key.';
+            END IF;
+            PERFORM pg_sleep(0.005);
+        END LOOP;
+    END IF;
+    PERFORM set_config('leasework.key_locks', (held + 1)::text, true);
 END
 $$;
 
@@ -108,7 +135,7 @@ $$;
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "order_key"}}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM {{schema}}.{{name "lock_key"}}(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, NEW.key);
+    PERFORM {{schema}}.{{name "lock_key"}}(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, NEW.key, false);
     UPDATE {{table}} AS o
     SET key_seq = nextval('{{schema}}.{{name "key_seq"}}'),
         status = CASE WHEN o.status = 'READY' AND (
@@ -128,7 +155,7 @@ $$;
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "release_key"}}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM {{schema}}.{{name "lock_key"}}(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, OLD.key);
+    PERFORM {{schema}}.{{name "lock_key"}}(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME, OLD.key, true);
     PERFORM {{schema}}.{{name "settle_key"}}(OLD.key);
     RETURN NULL;
 END
