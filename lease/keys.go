@@ -118,3 +118,22 @@ func (s *Store) HeldKeys(ctx context.Context, req HeldKeysRequest) ([]HeldKey, e
 	}
 	return out, nil
 }
+
+// keyHeadSQL reads a key's head: its live row, if any.
+const keyHeadSQL = `SELECT ` + rowColumns + ` FROM {{table}}
+WHERE key = $1 AND status IN ('READY', 'INPROGRESS', 'FAILED') AND key IS NOT NULL
+ORDER BY key_seq NULLS FIRST, id
+LIMIT 1`
+
+// KeyHead returns the head of key: its one READY, INPROGRESS or FAILED row,
+// the one its waiting rows wait for; nil when the key has none.
+func (s *Store) KeyHead(ctx context.Context, key string) (*Row, error) {
+	r, err := scanRow(s.db.QueryRowContext(ctx, s.render(keyHeadSQL), key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.wrapErr(fmt.Sprintf("head of key %q", key), err)
+	}
+	return &r, nil
+}
