@@ -197,3 +197,84 @@ func TestDiscardReleasesAHeldKey(t *testing.T) {
 		t.Fatalf("held keys after discard = %+v, %v", held, err)
 	}
 }
+
+// holdKeyLock takes key's commit-time lock in a transaction of its own, as
+// an enqueue of the key does during its commit, and returns the transaction.
+func holdKeyLock(t *testing.T, s *lease.Store, key string) *sql.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('leasework-key:' || $1 || ':' || $2, 0))`,
+		s.Schema()+"."+s.Table(), key); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// A batch completing heads of two keys, meeting a key whose lock an
+// enqueue holds after taking another of the batch's keys, gives way with
+// 55P03 and writes nothing, instead of waiting in a possible circle; alone,
+// a completion waits for the lock and succeeds once it is released.
+func TestCompletionBatchOverSeveralKeysGivesWay(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "b"}, lease.Event{Kind: "k", Key: "a"})
+	cs := claimIDs(t, s, 10)
+	if len(cs) != 2 {
+		t.Fatalf("claimed %d rows, want the two heads", len(cs))
+	}
+	refs := []leasework.Ref{cs[0].Ref(), cs[1].Ref()}
+	// The batch meets its rows in id order: lock the key of the later one.
+	// (Enqueue inserted the call's events in key order: a, then b.)
+	if cs[0].Key != "a" || cs[1].Key != "b" || cs[0].ID > cs[1].ID {
+		t.Fatalf("claims %+v: want a's head before b's, in id order", cs)
+	}
+	holder := holdKeyLock(t, s, "b")
+	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := s.CompleteMany(bounded, refs)
+	if got := drv.SQLState(err); got != "55P03" || !strings.Contains(err.Error(), "gives way") {
+		t.Fatalf("batch over two keys while one is locked = %v (SQLSTATE %q); want 55P03, giving way", err, got)
+	}
+	for _, id := range []int64{out[0].ID, out[1].ID} {
+		if st := statusOf(t, s, id); st != leasework.StatusInProgress {
+			t.Fatalf("row %d is %s after the batch gave way; want INPROGRESS (nothing written)", id, st)
+		}
+	}
+
+	// One key per transaction: the completion waits for the lock.
+	done := make(chan error, 1)
+	go func() { done <- s.Complete(ctx, cs[1].Ref()) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the completion returned %v while its key's lock was held; want it to wait", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the completion never waited for the key's lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := holder.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("completion after the lock was released: %v", err)
+	}
+	if err := s.Complete(ctx, cs[0].Ref()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -96,7 +96,11 @@
 //     SQLSTATE 55P03 (lock_not_available) rather than close a circle with an
 //     enqueue: it rolls back whole, and the outcomes are written again one
 //     key per transaction (the framework writes a failed batch again claim
-//     by claim). An enqueue is never the one to fail.
+//     by claim). An enqueue is then never the one to fail. (A transaction
+//     that both finishes keyed events and enqueues events of other keys, as
+//     a handler's own transaction may, can still deadlock with an enqueue of
+//     the same keys; PostgreSQL aborts one of them with SQLSTATE 40P01, an
+//     error to retry.)
 //
 // # Indexes
 //

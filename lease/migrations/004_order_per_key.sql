@@ -70,7 +70,9 @@ CREATE INDEX IF NOT EXISTS {{name "live_key_idx"}} ON {{table}} (key)
 -- 55P03 (lock_not_available) instead of closing a circle with an enqueue:
 -- its transaction rolls back, and its outcomes are written again one key
 -- per transaction (the framework writes a failed batch again claim by
--- claim). The enqueue is never the one to fail.
+-- claim). The enqueue is never the one to fail. A transaction that both
+-- finishes and enqueues keyed rows of different keys can still deadlock with
+-- an enqueue; PostgreSQL's deadlock detector then aborts one of them.
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "lock_key"}}(tbl text, k text, give_way boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
