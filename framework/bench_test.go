@@ -67,14 +67,20 @@ func BenchmarkPickupLatency(b *testing.B) {
 // 100 slots and reports jobs/s: claims, completions and renewals are one
 // statement per batch. "keep" marks rows DONE; "delete" deletes them at
 // completion (a zero Retention). jobs/claim is the mean claim batch.
+// "keep-keys=1000" is "keep" with the events spread over 1,000 keys, each
+// key's events handled in order: every completion promotes the key's next
+// event.
 func BenchmarkThroughput(b *testing.B) {
-	for _, mode := range []string{"keep", "delete"} {
+	for _, mode := range []string{"keep", "delete", "keep-keys=1000"} {
 		b.Run(mode, func(b *testing.B) {
 			s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
 			for i := 0; i < b.N; i += 1000 {
 				events := make([]lease.Event, min(1000, b.N-i))
 				for j := range events {
 					events[j] = lease.Event{Kind: "k"}
+					if mode == "keep-keys=1000" {
+						events[j].Key = fmt.Sprintf("key-%d", j)
+					}
 				}
 				pgtest.Enqueue(b, s, events...)
 			}
