@@ -8,9 +8,9 @@
 //
 //	leasework <command> [flags]
 //
-// The commands are migrate, stats, list, requeue, discard, explain and help. Every command
-// reads the database from -dsn or $LEASEWORK_DSN; it never starts a server of
-// its own. Output is an aligned table, or JSON with -json.
+// The commands are migrate, stats, list, requeue, discard, explain and help.
+// Every command reads the database from -dsn or $LEASEWORK_DSN; it never
+// starts a server of its own. Output is an aligned table, or JSON with -json.
 //
 // # Exit status
 //
