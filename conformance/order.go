@@ -20,6 +20,7 @@ func orderProperties() []property {
 		{"FailedHeadHoldsItsKey", failedHeadHoldsItsKey},
 		{"KilledHeadIsClaimedBeforeFollowers", killedHeadIsClaimedBeforeFollowers},
 		{"OrderSurvivesReleasePausedOwnerAndRetry", orderSurvivesReleasePauseRetry},
+		{"PromotionNotifiesAtCommit", promotionNotifies},
 	}
 }
 
@@ -317,5 +318,46 @@ func orderSurvivesReleasePauseRetry(e *env) {
 	got := e.claim(10)
 	if len(got) != 1 || got[0].ID != follower {
 		e.t.Fatalf("after the head completed claimed %+v; want the follower, row %d", got, follower)
+	}
+}
+
+// The head's completion wakes idle workers for the event it promotes: a
+// notification with the promoted event's kind, at the completion's commit.
+func promotionNotifies(e *env) {
+	n, ok := e.target.Driver.(leasework.Notifier)
+	if !ok {
+		e.t.Skip("optional capability: the driver does not implement leasework.Notifier (workers poll)")
+	}
+	l, err := n.Listen(e.ctx, e.db, e.fix.Channel())
+	wantOK(e.t, "listen", err)
+	defer l.Close()
+	want := func(what string, kinds ...string) {
+		e.t.Helper()
+		missing := map[string]bool{}
+		for _, k := range kinds {
+			missing[k] = true
+		}
+		for len(missing) > 0 {
+			payload, err := l.Wait(e.ctx)
+			wantOK(e.t, "wait after "+what, err)
+			switch {
+			case payload == "": // a reconnection; wait on
+			case missing[payload]:
+				delete(missing, payload)
+			default:
+				e.t.Fatalf("notification after %s: payload %q, want one of %v", what, payload, kinds)
+			}
+		}
+	}
+	e.enqueue(lease.Event{Kind: "head", Key: "x"}, lease.Event{Kind: "follower", Key: "x"})
+	want("enqueue", "head", "follower")
+	c := e.claimOne()
+	if c.Kind != "head" {
+		e.t.Fatalf("claimed %s, want the head", c.Kind)
+	}
+	wantOK(e.t, "complete", e.store.Complete(e.ctx, c.Ref()))
+	want("the head's completion", "follower")
+	if got := e.claimOne(); got.Kind != "follower" {
+		e.t.Fatalf("claimed %s after the promotion, want the follower", got.Kind)
 	}
 }

@@ -278,3 +278,45 @@ func TestCompletionBatchOverSeveralKeysGivesWay(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Migration 4 on a table with a keyed backlog enqueued before it (made here
+// by undoing what it did: every keyed row READY, no key_seq, the migration
+// unrecorded): rerun, it puts each key's rows in order by id, the first
+// live one staying, and the triggers it recreates keep the order.
+func TestOrderMigrationOrdersAnOlderBacklog(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "x"}, lease.Event{Kind: "k", Key: "x"},
+		lease.Event{Kind: "k", Key: "y"}, lease.Event{Kind: "k"})
+	head := claimIDs(t, s, 10)
+	if len(head) != 3 {
+		t.Fatalf("claimed %d rows, want the heads of x and y and the keyless row", len(head))
+	}
+	for _, q := range []string{
+		`UPDATE ` + s.QualifiedTable() + ` SET status = 'READY', key_seq = NULL WHERE status = 'WAITING'`,
+		`UPDATE ` + s.QualifiedTable() + ` SET key_seq = NULL`,
+		`DELETE FROM ` + lease.QuoteIdent(s.Schema()) + `.` + lease.QuoteIdent(s.Table()+"_migrations") + ` WHERE version = 4`,
+	} {
+		if _, err := s.DB().ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantStatuses(t, s, []int64{out[0].ID, out[1].ID}, "INPROGRESS", "READY")
+	applied, err := s.Migrate(ctx)
+	if err != nil || len(applied) != 1 || applied[0] != 4 {
+		t.Fatalf("migrate = %v, %v; want migration 4 applied again", applied, err)
+	}
+	wantStatuses(t, s, []int64{out[0].ID, out[1].ID, out[2].ID, out[3].ID}, "INPROGRESS", "WAITING", "INPROGRESS", "INPROGRESS")
+	for _, c := range head {
+		if err := s.Complete(ctx, c.Ref()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := claimIDs(t, s, 10)
+	if len(next) != 1 || next[0].ID != out[1].ID {
+		t.Fatalf("after the heads completed claimed %+v; want x's second row only", next)
+	}
+	if applied, err := s.Migrate(ctx); err != nil || len(applied) != 0 {
+		t.Fatalf("third migrate = %v, %v; want nothing applied", applied, err)
+	}
+}
