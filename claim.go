@@ -9,17 +9,25 @@ type Status string
 // from INPROGRESS to DONE, back to READY (retry, release) or to FAILED. DONE
 // and FAILED are terminal; only an explicit requeue moves a FAILED row back to
 // READY.
+//
+// Rows with a key have two more states. A keyed row enqueued while an earlier
+// row of its key is unfinished (READY, INPROGRESS or FAILED) is WAITING: it
+// is never claimed, and becomes READY when the last unfinished row before it
+// is DONE, DISCARDED or deleted. DISCARDED is terminal: an operator gave up
+// on a FAILED row, which releases its key to the rows waiting behind it.
 const (
 	StatusReady      Status = "READY"
 	StatusInProgress Status = "INPROGRESS"
 	StatusDone       Status = "DONE"
 	StatusFailed     Status = "FAILED"
+	StatusWaiting    Status = "WAITING"
+	StatusDiscarded  Status = "DISCARDED"
 )
 
-// Valid reports whether s is one of the four states.
+// Valid reports whether s is one of the six states.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusReady, StatusInProgress, StatusDone, StatusFailed:
+	case StatusReady, StatusInProgress, StatusDone, StatusFailed, StatusWaiting, StatusDiscarded:
 		return true
 	}
 	return false
@@ -36,7 +44,7 @@ type Claim struct {
 	ID          int64     // row id
 	EventID     string    // stable identity of the event, unique in the table
 	Kind        string    // selects the handler
-	Key         string    // optional ordering/partition key given at enqueue ("" if none)
+	Key         string    // optional ordering key given at enqueue ("" if none); a key's events are claimed one at a time, in enqueue order
 	Payload     []byte    // the event's body, as enqueued
 	Generation  int64     // grows with every claim of the row; the fencing token
 	Attempt     int       // 1 for the first claim; counts every claim, crashed ones included

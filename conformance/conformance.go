@@ -53,6 +53,7 @@ type Store interface {
 	ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
 	SetProgress(ctx context.Context, ref leasework.Ref, progress []byte) error
 	Requeue(ctx context.Context, req lease.RequeueRequest) ([]int64, error)
+	Discard(ctx context.Context, ref leasework.Ref) (int64, error)
 }
 
 // Environment variables between the suite and its child processes.
@@ -104,7 +105,7 @@ func Run(t *testing.T, target Target) {
 }
 
 func properties() []property {
-	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties())
+	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(), orderProperties())
 }
 
 // env is one subtest's world: its own schema, the store under test, and the

@@ -45,11 +45,21 @@
 //     subtest's schema;
 //   - InCallDuplicateKeepsTheFirst, EnqueueAccountsForEveryEvent and
 //     EnqueueRefusesTextPostgreSQLCannotStore: enqueue reports every event it
-//     was given, and refuses bad text before sending anything.
+//     was given, and refuses bad text before sending anything;
+//   - FIFOPerKeyUnderConcurrentClaimersAndEnqueuers,
+//     FailedHeadHoldsItsKey, KilledHeadIsClaimedBeforeFollowers and
+//     OrderSurvivesReleasePausedOwnerAndRetry: events of one key are
+//     claimed one at a time in enqueue order, under many claimers and
+//     enqueuers, across abandoned claims, retries, releases, stale owners
+//     and kills; a FAILED event holds its key until requeued or discarded.
+//     A batch of completions over several keys may give way to an enqueue
+//     with SQLSTATE 55P03 (see lease's package doc); the suite then writes
+//     its claims one by one, as the framework does.
 //
 // # Child processes
 //
-// KilledWorkerClaimIsRecovered re-executes the test binary (os.Args[0]) with
+// KilledWorkerClaimIsRecovered (and KilledHeadIsClaimedBeforeFollowers)
+// re-executes the test binary (os.Args[0]) with
 // -test.run narrowed to itself, as os/exec's helper-process tests do; the
 // child claims one row in autocommit mode, prints the claim, and waits to be
 // killed with SIGKILL. The child reaches Run through the same test function,

@@ -68,15 +68,20 @@ func BenchmarkPickupLatency(b *testing.B) {
 // statement per batch. "default-keep" is the default configuration: rows are
 // marked DONE and kept for the dedupe window; "delete-at-completion"
 // (Config.DeleteAtCompletion) deletes them in the completion's statement.
-// jobs/claim is the mean claim batch.
+// "keep-keys=1000" is "default-keep" with the events spread over 1,000
+// keys, each key's events handled in order: every completion promotes the
+// key's next event. jobs/claim is the mean claim batch.
 func BenchmarkThroughput(b *testing.B) {
-	for _, mode := range []string{"default-keep", "delete-at-completion"} {
+	for _, mode := range []string{"default-keep", "delete-at-completion", "keep-keys=1000"} {
 		b.Run(mode, func(b *testing.B) {
 			s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
 			for i := 0; i < b.N; i += 1000 {
 				events := make([]lease.Event, min(1000, b.N-i))
 				for j := range events {
 					events[j] = lease.Event{Kind: "k"}
+					if mode == "keep-keys=1000" {
+						events[j].Key = fmt.Sprintf("key-%d", j)
+					}
 				}
 				pgtest.Enqueue(b, s, events...)
 			}

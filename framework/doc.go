@@ -96,7 +96,14 @@
 // value the database refuses never holds back the others; a claim whose own
 // write keeps failing is abandoned after a few tries (counted in
 // [Counters].OutcomesAbandoned and logged with its ids), and its lease
-// expires.
+// expires. (A batch of completions over several keys that gives way to an
+// enqueue of one of them, SQLSTATE 55P03, is written again claim by claim
+// this way too.)
+//
+// Events with a key are handled one at a time per key, in enqueue order,
+// whatever Concurrency is: the store hands out only each key's head (see
+// "Order per key" in package lease). A handler's retry, a release at
+// shutdown and a lost lease all keep the key's later events waiting.
 //
 // A write the database rejects because the claim is no longer owned is
 // counted in [Counters].StaleRejections and logged; it is never followed by

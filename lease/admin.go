@@ -92,7 +92,7 @@ type ListRequest struct {
 // List returns rows in id order.
 func (s *Store) List(ctx context.Context, req ListRequest) ([]Row, error) {
 	if req.Status != "" && !req.Status.Valid() {
-		return nil, fmt.Errorf("lease: list: unknown status %q (want READY, INPROGRESS, DONE or FAILED)", req.Status)
+		return nil, fmt.Errorf("lease: list: unknown status %q (want READY, INPROGRESS, DONE, FAILED, WAITING or DISCARDED)", req.Status)
 	}
 	if req.Limit < 0 {
 		return nil, fmt.Errorf("lease: list: Limit is %d; it must not be negative", req.Limit)
@@ -179,6 +179,13 @@ func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error
 // Stats are the database-side figures of one table, read in one query.
 type Stats struct {
 	Ready, InProgress, Done, Failed int64
+	// Waiting counts keyed rows waiting behind an unfinished row of their
+	// key; Discarded counts FAILED rows an operator discarded.
+	Waiting, Discarded int64
+	// HeldKeys counts keys held by a FAILED row: their waiting rows are not
+	// claimed until it is requeued or discarded ([Store.HeldKeys] lists
+	// them).
+	HeldKeys int64
 	// Eligible counts READY rows that are due now.
 	Eligible int64
 	// ExpiredClaims counts INPROGRESS rows whose lease has expired: work
@@ -195,7 +202,7 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	var age float64
 	err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Ready, &st.InProgress, &st.Done, &st.Failed,
-		&st.Eligible, &st.ExpiredClaims, &age)
+		&st.Waiting, &st.Discarded, &st.HeldKeys, &st.Eligible, &st.ExpiredClaims, &age)
 	if err != nil {
 		return Stats{}, s.wrapErr("stats", err)
 	}

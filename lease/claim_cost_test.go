@@ -62,6 +62,42 @@ func TestClaimPlanIgnoresFinishedRows(t *testing.T) {
 	}
 }
 
+// TestClaimPlanIgnoresWaitingRows checks the claim's plan on a table where
+// 2,000 keys are held by a FAILED event with 10 events waiting behind each:
+// the claim reads the due READY rows through their index and no waiting row
+// is read and thrown away, so followers cost the claim nothing.
+func TestClaimPlanIgnoresWaitingRows(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	if err := leasetest.InsertWaiting(ctx, s, 2000, 10); err != nil {
+		t.Fatal(err)
+	}
+	events := make([]lease.Event, 500)
+	for i := range events {
+		events[i] = lease.Event{Kind: "k"}
+	}
+	pgtest.Enqueue(t, s, events...)
+	if _, err := s.DB().ExecContext(ctx, "ANALYZE "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 100, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "Index Scan using events_ready_idx") || strings.Contains(plan, "Seq Scan") {
+		t.Errorf("claim plan does not read the READY index alone:\n%s", plan)
+	}
+	for _, m := range removedByFilter.FindAllStringSubmatch(plan, -1) {
+		if n, _ := strconv.Atoi(m[1]); n > 0 {
+			t.Errorf("claim plan removes %d rows by filter:\n%s", n, plan)
+		}
+	}
+	st, err := s.Stats(ctx)
+	if err != nil || st.Waiting != 20000 || st.HeldKeys != 2000 {
+		t.Fatalf("stats = %+v, %v; want 20,000 waiting behind 2,000 held keys", st, err)
+	}
+}
+
 // labClaimSQL is the lab article's claim with its single OR predicate,
 // batched like ours: the reference the benchmark measures against.
 const labClaimSQL = `
@@ -80,29 +116,37 @@ FROM candidate AS c
 WHERE o.id = c.id
 RETURNING o.id, o.generation`
 
-// BenchmarkClaim measures one claim of 100 rows on a table with no history
-// and on one with a million finished rows in front of the eligible ones. The
-// claimed rows are completed with the timer stopped. The reference is the
-// lab's single-OR claim on the lab's indexes (the primary key only). Compare
-// ns/op across sizes: leasework's should barely move; the reference's grows
-// with history.
+// BenchmarkClaim measures one claim of 100 rows on a table with no history,
+// on one with a million finished rows in front of the eligible ones, and on
+// one where 10,000 keys are each held by a FAILED event with 10 events
+// WAITING behind it (100,000 waiting events). The claimed rows are completed
+// with the timer stopped. The reference is the lab's single-OR claim on the
+// lab's indexes (the primary key only). Compare ns/op across sizes:
+// leasework's should barely move; the reference's grows with history.
 func BenchmarkClaim(b *testing.B) {
 	for _, finished := range []int{0, 1_000_000} {
 		for _, stmt := range []string{"leasework", "lab-or-pkey-only"} {
 			b.Run(fmt.Sprintf("%s/finished=%d", stmt, finished), func(b *testing.B) {
 				// With b.Loop this body runs once per -count: each run
 				// gets a fresh table.
-				benchmarkClaim(b, stmt, finished)
+				benchmarkClaim(b, stmt, func(ctx context.Context, s *lease.Store) error {
+					return leasetest.InsertFinished(ctx, s, finished)
+				})
 			})
 		}
 	}
+	b.Run("leasework/waiting=100000/keys=10000", func(b *testing.B) {
+		benchmarkClaim(b, "leasework", func(ctx context.Context, s *lease.Store) error {
+			return leasetest.InsertWaiting(ctx, s, 10_000, 10)
+		})
+	})
 }
 
-func benchmarkClaim(b *testing.B, stmt string, finished int) {
+func benchmarkClaim(b *testing.B, stmt string, history func(context.Context, *lease.Store) error) {
 	const batch = 100
 	s := pgtest.Store(b, drv, lease.Options{})
 	ctx := context.Background()
-	if err := leasetest.InsertFinished(ctx, s, finished); err != nil {
+	if err := history(ctx, s); err != nil {
 		b.Fatal(err)
 	}
 	claim := func() ([]leasework.Ref, error) {

@@ -25,8 +25,11 @@ type Event struct {
 	EventID string
 	// Kind selects the handler. Required; see [ValidateKind].
 	Kind string
-	// Key is an optional ordering or partition key (an aggregate id, say),
-	// handed to the handler as Claim.Key. Valid UTF-8 without NUL bytes, at
+	// Key is an optional ordering key (an aggregate id, say), handed to the
+	// handler as Claim.Key. Events with the same non-empty key are handled
+	// one at a time, in the order their transactions committed (see "Order
+	// per key" in the package doc); the enqueuing transaction must be READ
+	// COMMITTED. Empty means no order. Valid UTF-8 without NUL bytes, at
 	// most [MaxKeyBytes].
 	Key string
 	// Payload is the event's body, any bytes. Nil is stored as empty.
@@ -57,7 +60,10 @@ type EnqueueOptions struct {
 // Enqueue inserts events inside the caller's transaction: they become
 // visible to workers when tx commits, and vanish if it rolls back (the
 // transactional outbox). Workers listening for notifications are woken at
-// commit. It returns one [Enqueued] per event, in the order given.
+// commit. It returns one [Enqueued] per event, in the order given. The rows
+// are inserted in key order, and in the order given within a key, so that
+// enqueues take their keys' commit-time locks in one order (see "Order per
+// key" in the package doc).
 //
 // Every event is checked before anything is sent (Kind, EventID, Key,
 // MaxAttempts); an invalid one fails the call with an error naming its

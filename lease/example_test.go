@@ -72,3 +72,78 @@ func Example() {
 	// stale completion lost its lease: true
 	// current completion: <nil>
 }
+
+// Order per key: the events of one key are claimed one at a time, in enqueue
+// order; a FAILED event holds its key until an operator requeues or discards
+// it.
+func Example_orderPerKey() {
+	ctx := context.Background()
+	drv := pgx.New()
+	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	schema := fmt.Sprintf("example_%d", time.Now().UnixNano()) // a schema of its own
+	store, err := lease.New(db, drv, lease.Options{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer store.DropSchema(ctx)
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Enqueue(ctx, tx,
+		lease.Event{EventID: "order-42-placed", Kind: "order", Key: "order-42"},
+		lease.Event{EventID: "order-42-paid", Kind: "order", Key: "order-42"},
+		lease.Event{EventID: "order-42-shipped", Kind: "order", Key: "order-42"}); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+	claim := func() []string {
+		cs, err := store.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: 30 * time.Second})
+		if err != nil {
+			log.Fatal(err)
+		}
+		var ids []string
+		for _, c := range cs {
+			ids = append(ids, c.EventID)
+			if c.EventID == "order-42-paid" {
+				err = store.Fail(ctx, lease.FailRequest{Ref: c.Ref(), Reason: "card declined"})
+			} else {
+				err = store.Complete(ctx, c.Ref())
+			}
+			if err != nil {
+				log.Fatal(err)
+			}
+		}
+		return ids
+	}
+	fmt.Println("claimed", claim())
+	fmt.Println("claimed", claim())
+	fmt.Println("claimed", claim())
+
+	held, err := store.HeldKeys(ctx, lease.HeldKeysRequest{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := held[0]
+	fmt.Printf("key %s held by %s (%s), %d waiting\n", h.Key, h.EventID, h.LastError, h.Waiting)
+	if _, err := store.Discard(ctx, leasework.Ref{ID: h.HeadID, Generation: h.Generation}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after discard, claimed", claim())
+	// Output:
+	// claimed [order-42-placed]
+	// claimed [order-42-paid]
+	// claimed []
+	// key order-42 held by order-42-paid (card declined), 1 waiting
+	// after discard, claimed [order-42-shipped]
+}

@@ -46,21 +46,28 @@ nothing. Concurrent runs are serialized by the database.`,
 	},
 	{
 		name:    "stats",
-		summary: "rows per status, eligible rows, expired claims, oldest eligible age",
+		summary: "rows per status, eligible rows, expired claims, oldest eligible age, held keys",
 		doc: `Stats prints the table's figures, read in one query: rows per status; rows
 eligible now (READY and due); expired claims (INPROGRESS rows whose lease has
-passed, abandoned by a dead or stalled worker); and how long the oldest
-claimable row has been waiting. It scans the table.`,
+passed, abandoned by a dead or stalled worker); how long the oldest
+claimable row has been waiting; and the keys held by a FAILED event (its
+key's later events WAITING behind it until it is requeued or discarded),
+the first few of them by name. It scans the table.`,
 		new: func() action { return &statsCmd{} },
 	},
 	{
 		name:     "list",
-		synopsis: "[-status S] [-kind K] [-limit N] [-after ID]",
-		summary:  "list rows by status and kind, with their last error",
-		doc: `List prints rows in id order: id, event id, kind, status, generation,
+		synopsis: "[-status S] [-kind K] [-limit N] [-after ID] | -held [-limit N]",
+		summary:  "list rows by status and kind, with their last error; or the held keys",
+		doc: `List prints rows in id order: id, event id, kind, key, status, generation,
 attempt/max, lease deadline, next attempt and last error. The table shortens
-long event ids and errors to one line; -json gives every field in full.
-Page with -after: pass the last id printed (with -json, "next_after").`,
+long event ids, keys and errors to one line; -json gives every field in full.
+Page with -after: pass the last id printed (with -json, "next_after").
+
+With -held it lists instead, in key order, the keys held by a FAILED event:
+the key, the FAILED row (id, generation, when it failed, its last error) and
+how many events of the key wait behind it. They are claimed only after the
+row is requeued (leasework requeue -id) or discarded (leasework discard).`,
 		new: func() action { return &listCmd{} },
 	},
 	{
@@ -76,6 +83,21 @@ again; -extra-attempts N instead allows N attempts more than it has used.
 Matching no row is not an error: it prints "requeued 0 rows" and exits 0.
 Rows named by -id that were not requeued are reported with the reason.`,
 		new: func() action { return &requeueCmd{} },
+	},
+	{
+		name:     "discard",
+		synopsis: "-id N -generation G",
+		summary:  "give up on a FAILED row; its key's waiting events go on",
+		doc: `Discard gives up on one FAILED row: it becomes DISCARDED (terminal, kept for
+the record) with a new generation. If the row has a key, the key is released:
+the first event waiting behind it becomes READY. Give the generation the row
+was listed with (list -status FAILED, or list -held for the rows holding
+keys): a row requeued and failed again since has a newer generation and is
+not discarded. To retry the row instead, use requeue.
+
+A row that is not FAILED at that generation, or does not exist, is an error
+(exit 1) and nothing is changed.`,
+		new: func() action { return &discardCmd{} },
 	},
 	{
 		name:     "explain",
@@ -276,6 +298,8 @@ Examples:
 	leasework list -status FAILED -kind email -limit 20
 	leasework requeue -id 42,43 -extra-attempts 3
 	leasework requeue -kind email
+	leasework list -held
+	leasework discard -id 42 -generation 3
 `)
 	io.WriteString(w, b.String())
 }

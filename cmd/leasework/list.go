@@ -14,6 +14,7 @@ import (
 // Widths of the shortened cells of the table; -json prints them whole.
 const (
 	eventIDWidth   = 36 // a UUID fits
+	keyWidth       = 24
 	lastErrorWidth = 60
 )
 
@@ -22,22 +23,27 @@ type listCmd struct {
 	kind   string
 	limit  int
 	after  int64
+	held   bool
 }
 
 func (l *listCmd) flags(fs *flag.FlagSet) {
-	fs.StringVar(&l.status, "status", "", "only rows in this `status`: READY, INPROGRESS, DONE or FAILED (default any)")
+	fs.StringVar(&l.status, "status", "", "only rows in this `status`: READY, INPROGRESS, DONE, FAILED, WAITING or DISCARDED (default any)")
 	fs.StringVar(&l.kind, "kind", "", "only rows of this `kind` (default any)")
 	fs.IntVar(&l.limit, "limit", 100, "print at most `N` rows")
 	fs.Int64Var(&l.after, "after", 0, "only rows with an id greater than `ID`, for paging")
+	fs.BoolVar(&l.held, "held", false, "list the keys held by a FAILED event instead of rows: key, the FAILED row, its error, the events waiting")
 }
 
 func (l *listCmd) check() error {
 	if l.status != "" {
 		s := leasework.Status(strings.ToUpper(l.status))
 		if !s.Valid() {
-			return usagef("-status %q is not a status; use READY, INPROGRESS, DONE or FAILED", l.status)
+			return usagef("-status %q is not a status; use READY, INPROGRESS, DONE, FAILED, WAITING or DISCARDED", l.status)
 		}
 		l.status = string(s)
+	}
+	if l.held && (l.status != "" || l.kind != "" || l.after != 0) {
+		return usagef("-held lists keys, not rows: it takes no -status, -kind or -after")
 	}
 	if l.limit < 1 {
 		return usagef("-limit is %d; it must be at least 1", l.limit)
@@ -74,6 +80,9 @@ type listJSON struct {
 }
 
 func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
+	if l.held {
+		return l.execHeld(ctx, st, out)
+	}
 	rows, err := st.List(ctx, lease.ListRequest{
 		Status:  leasework.Status(l.status),
 		Kind:    l.kind,
@@ -104,6 +113,7 @@ func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error
 			itoa(r.ID),
 			truncate(r.EventID, eventIDWidth),
 			r.Kind,
+			orDash(truncate(r.Key, keyWidth)),
 			string(r.Status),
 			itoa(r.Generation),
 			fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
@@ -112,7 +122,7 @@ func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error
 			orDash(truncate(r.LastError, lastErrorWidth)),
 		}
 	}
-	header := []string{"ID", "EVENT ID", "KIND", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT", "LAST ERROR"}
+	header := []string{"ID", "EVENT ID", "KIND", "KEY", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT", "LAST ERROR"}
 	if err := out.Table(header, table); err != nil {
 		return err
 	}
@@ -137,4 +147,54 @@ func toRowJSON(r lease.Row) rowJSON {
 		LastError: r.LastError, Worker: r.Worker,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), FinishedAt: utc(r.FinishedAt),
 	}
+}
+
+type heldKeyJSON struct {
+	Key        string    `json:"key"`
+	HeadID     int64     `json:"head_id"`
+	EventID    string    `json:"event_id"`
+	Kind       string    `json:"kind"`
+	Generation int64     `json:"generation"`
+	LastError  string    `json:"last_error"`
+	FailedAt   time.Time `json:"failed_at"`
+	Waiting    int64     `json:"waiting"`
+}
+
+func toHeldJSON(h lease.HeldKey) heldKeyJSON {
+	return heldKeyJSON{Key: h.Key, HeadID: h.HeadID, EventID: h.EventID, Kind: h.Kind,
+		Generation: h.Generation, LastError: h.LastError, FailedAt: h.FailedAt.UTC(), Waiting: h.Waiting}
+}
+
+type heldListJSON struct {
+	Held []heldKeyJSON `json:"held"`
+}
+
+// execHeld lists the keys held by a FAILED event.
+func (l *listCmd) execHeld(ctx context.Context, st *lease.Store, out *printer) error {
+	held, err := st.HeldKeys(ctx, lease.HeldKeysRequest{Limit: l.limit})
+	if err != nil {
+		return err
+	}
+	if out.json {
+		res := heldListJSON{Held: make([]heldKeyJSON, len(held))}
+		for i, h := range held {
+			res.Held[i] = toHeldJSON(h)
+		}
+		return out.JSON(res)
+	}
+	if len(held) == 0 {
+		return out.Linef("no key is held by a FAILED event")
+	}
+	table := make([][]string, len(held))
+	for i, h := range held {
+		table[i] = []string{
+			truncate(h.Key, keyWidth), itoa(h.HeadID), itoa(h.Generation), timeCell(&h.FailedAt),
+			itoa(h.Waiting), orDash(truncate(h.LastError, lastErrorWidth)),
+		}
+	}
+	header := []string{"KEY", "FAILED ROW", "GEN", "FAILED AT", "WAITING", "LAST ERROR"}
+	if err := out.Table(header, table); err != nil {
+		return err
+	}
+	return out.Linef("requeue the row (leasework requeue -id) or discard it (leasework discard -id -generation) to release its key")
 }

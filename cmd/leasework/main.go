@@ -1,14 +1,16 @@
 // Command leasework is the operator's tool for a leasework events table: it
 // creates or upgrades the schema, prints the table's figures, lists rows with
-// their last error, and sends FAILED rows back to READY.
+// their last error and the keys held by a FAILED event, sends FAILED rows back
+// to READY, and discards the ones an operator gives up on (releasing their
+// key).
 //
 // Usage:
 //
 //	leasework <command> [flags]
 //
-// The commands are migrate, stats, list, requeue and help. Every command
-// reads the database from -dsn or $LEASEWORK_DSN; it never starts a server of
-// its own. Output is an aligned table, or JSON with -json.
+// The commands are migrate, stats, list, requeue, discard, explain and help.
+// Every command reads the database from -dsn or $LEASEWORK_DSN; it never
+// starts a server of its own. Output is an aligned table, or JSON with -json.
 //
 // # Exit status
 //

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/leasework/leasework/lease"
@@ -21,32 +22,69 @@ type statsJSON struct {
 	InProgress        int64   `json:"inprogress"`
 	Done              int64   `json:"done"`
 	Failed            int64   `json:"failed"`
+	Waiting           int64   `json:"waiting"`
+	Discarded         int64   `json:"discarded"`
 	Eligible          int64   `json:"eligible"`
 	ExpiredClaims     int64   `json:"expired_claims"`
 	OldestEligibleAge float64 `json:"oldest_eligible_age_seconds"`
+	// HeldKeys counts the keys held by a FAILED event; Held names the
+	// first few (list -held names them all).
+	HeldKeys int64         `json:"held_keys"`
+	Held     []heldKeyJSON `json:"held"`
 }
+
+// shownHeld is how many held keys stats names.
+const shownHeld = 5
 
 func (*statsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
 	s, err := st.Stats(ctx)
 	if err != nil {
 		return err
 	}
+	held := []lease.HeldKey{}
+	if s.HeldKeys > 0 {
+		if held, err = st.HeldKeys(ctx, lease.HeldKeysRequest{Limit: shownHeld}); err != nil {
+			return err
+		}
+	}
 	if out.json {
-		return out.JSON(statsJSON{
+		res := statsJSON{
 			Schema: st.Schema(), Table: st.Table(),
 			Ready: s.Ready, InProgress: s.InProgress, Done: s.Done, Failed: s.Failed,
+			Waiting: s.Waiting, Discarded: s.Discarded,
 			Eligible: s.Eligible, ExpiredClaims: s.ExpiredClaims,
 			OldestEligibleAge: s.OldestEligibleAge.Seconds(),
-		})
+			HeldKeys:          s.HeldKeys, Held: make([]heldKeyJSON, len(held)),
+		}
+		for i, h := range held {
+			res.Held[i] = toHeldJSON(h)
+		}
+		return out.JSON(res)
 	}
-	return out.Table(nil, [][]string{
+	rows := [][]string{
 		{"table", st.QualifiedTable()},
 		{"READY", itoa(s.Ready)},
 		{"INPROGRESS", itoa(s.InProgress)},
 		{"DONE", itoa(s.Done)},
 		{"FAILED", itoa(s.Failed)},
+		{"WAITING", itoa(s.Waiting)},
+		{"DISCARDED", itoa(s.Discarded)},
 		{"eligible now", itoa(s.Eligible)},
 		{"expired claims", itoa(s.ExpiredClaims)},
 		{"oldest eligible age", s.OldestEligibleAge.Round(time.Millisecond).String()},
-	})
+		{"held keys", itoa(s.HeldKeys)},
+	}
+	for _, h := range held {
+		rows = append(rows, []string{"  held", heldLine(h)})
+	}
+	if more := s.HeldKeys - int64(len(held)); more > 0 {
+		rows = append(rows, []string{"", fmt.Sprintf("and %d more (leasework list -held)", more)})
+	}
+	return out.Table(nil, rows)
+}
+
+// heldLine says in one line which key is held, by which row, and why.
+func heldLine(h lease.HeldKey) string {
+	return fmt.Sprintf("key %s: row %d (generation %d) FAILED: %s; %d waiting",
+		truncate(h.Key, keyWidth), h.HeadID, h.Generation, truncate(h.LastError, lastErrorWidth), h.Waiting)
 }

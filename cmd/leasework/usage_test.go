@@ -10,7 +10,7 @@ func TestHelp(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
 		r := must(t, exitOK, args...)
-		for _, want := range []string{"migrate", "stats", "list", "requeue", "-dsn", "LEASEWORK_DSN", "-json", "Exit status", "requeued 0 rows"} {
+		for _, want := range []string{"migrate", "stats", "list", "requeue", "discard", "-dsn", "LEASEWORK_DSN", "-json", "Exit status", "requeued 0 rows"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("leasework %s: usage text does not mention %q:\n%s", args[0], want, r.stdout)
 			}
@@ -18,13 +18,19 @@ func TestHelp(t *testing.T) {
 	}
 	for _, args := range [][]string{{"help", "list"}, {"list", "-h"}} {
 		r := must(t, exitOK, args...)
-		for _, want := range []string{"Usage: leasework list", "-status", "-after", "-limit", "-dsn", "Exit status"} {
+		for _, want := range []string{"Usage: leasework list", "-status", "-after", "-limit", "-held", "-dsn", "Exit status"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("leasework %s: usage text does not mention %q:\n%s", strings.Join(args, " "), want, r.stdout)
 			}
 		}
 	}
-	r := must(t, exitOK, "help", "requeue")
+	r := must(t, exitOK, "help", "discard")
+	for _, want := range []string{"-id", "-generation", "DISCARDED", "list -held"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("leasework help discard does not mention %q:\n%s", want, r.stdout)
+		}
+	}
+	r = must(t, exitOK, "help", "requeue")
 	for _, want := range []string{"-id", "-kind", "-all", "-extra-attempts"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("leasework help requeue does not mention %q:\n%s", want, r.stdout)
@@ -59,7 +65,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"stats", "-table", "Events"}, `Options.Table "Events" has upper case`},
 		{[]string{"stats", "-timeout", "-1s"}, "-timeout"},
 		{[]string{"stats", "-timeout", "soon"}, "-timeout"},
-		{[]string{"list", "-status", "WAITING"}, `-status "WAITING"`},
+		{[]string{"list", "-status", "PENDING"}, `-status "PENDING"`},
+		{[]string{"list", "-held", "-status", "FAILED"}, "-held lists keys"},
+		{[]string{"list", "-held", "-after", "3"}, "-held lists keys"},
+		{[]string{"discard"}, "-id is 0"},
+		{[]string{"discard", "-id", "3"}, "-generation is 0"},
+		{[]string{"discard", "-id", "-3", "-generation", "1"}, "-id is -3"},
+		{[]string{"discard", "-id", "x", "-generation", "1"}, "-id"},
+		{[]string{"discard", "-id", "3", "-generation", "0"}, "-generation is 0"},
 		{[]string{"list", "-limit", "0"}, "-limit is 0"},
 		{[]string{"list", "-limit", "many"}, "-limit"},
 		{[]string{"list", "-after", "-5"}, "-after is -5"},

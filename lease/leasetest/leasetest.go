@@ -204,3 +204,46 @@ func DropInsertsOfKind(ctx context.Context, s *lease.Store, kind string) error {
 func quoteLiteral(s string) string {
 	return `'` + strings.ReplaceAll(s, `'`, `''`) + `'`
 }
+
+// InsertWaiting inserts, for each of keys keys of kind "history", one FAILED
+// head and perKey events WAITING behind it, in one statement, as a table
+// whose failures hold many keys has, and analyzes the table. The rows are
+// written with the commit-time ordering trigger disabled (they are inserted
+// already in order), so that a benchmark's setup takes seconds, not
+// minutes. It is for benchmarks and plan tests.
+func InsertWaiting(ctx context.Context, s *lease.Store, keys, perKey int) error {
+	tbl := s.QualifiedTable()
+	trigger := lease.QuoteIdent(s.Table() + "_order_key")
+	seq := quoteLiteral(lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_key_seq"))
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("leasetest: insert waiting rows: %w", err)
+	}
+	defer tx.Rollback()
+	for _, q := range []string{
+		`ALTER TABLE ` + tbl + ` DISABLE TRIGGER ` + trigger,
+		`INSERT INTO ` + tbl + ` (event_id, kind, key, key_seq, status, generation, attempt, last_error, finished_at)
+		SELECT 'held-' || k || '-' || n, 'history', 'key-' || k, nextval(` + seq + `),
+			CASE WHEN n = 0 THEN 'FAILED' ELSE 'WAITING' END,
+			CASE WHEN n = 0 THEN 1 ELSE 0 END, CASE WHEN n = 0 THEN 1 ELSE 0 END,
+			CASE WHEN n = 0 THEN 'held' END, CASE WHEN n = 0 THEN statement_timestamp() END
+		FROM generate_series(1, $1::int) AS k, generate_series(0, $2::int) AS n
+		ORDER BY k, n`,
+		`ALTER TABLE ` + tbl + ` ENABLE TRIGGER ` + trigger,
+	} {
+		var args []any
+		if strings.HasPrefix(strings.TrimSpace(q), "INSERT") {
+			args = []any{keys, perKey}
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("leasetest: insert waiting rows: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("leasetest: insert waiting rows: %w", err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `ANALYZE `+tbl); err != nil {
+		return fmt.Errorf("leasetest: analyze: %w", err)
+	}
+	return nil
+}
