@@ -15,16 +15,23 @@ import (
 // a poll is applied, so a crash redelivers records rather than skipping
 // them; the ledger's inbox turns those redeliveries, and the relay's own
 // duplicates, into no-ops.
+//
+// One customer's records are in one partition, in the order the relay
+// published them, and the consumer applies a partition's records one after
+// the other: each customer's orders are applied in Seq order, as long as
+// the relay published their first deliveries in that order. The ledger
+// checks it, and the consumer counts and logs an order applied out of its
+// customer's order (OutOfOrder).
 type consumer struct {
 	client *kgo.Client
 	ledger *ledger
 	log    *slog.Logger
 
 	// seen, when set, is called for every record after it was handled:
-	// applied is false for a duplicate or a record the ledger does not use.
-	seen func(e envelope, r *kgo.Record, applied bool)
+	// how is zero for a record the ledger does not use.
+	seen func(e envelope, o order, r *kgo.Record, how applied)
 
-	consumed, applied, duplicates, ignored atomic.Int64
+	consumed, applied, duplicates, outOfOrder, ignored atomic.Int64
 }
 
 // consumerCounts is a snapshot of what a consumer did.
@@ -32,11 +39,12 @@ type consumerCounts struct {
 	Consumed   int64 // records read and handled (applied, skipped or ignored)
 	Applied    int64 // events whose effect was applied
 	Duplicates int64 // events already in the inbox: skipped
+	OutOfOrder int64 // of Applied, orders applied out of their customer's Seq order
 	Ignored    int64 // records without the relay's headers, or of another kind
 }
 
 func (c *consumer) counts() consumerCounts {
-	return consumerCounts{c.consumed.Load(), c.applied.Load(), c.duplicates.Load(), c.ignored.Load()}
+	return consumerCounts{c.consumed.Load(), c.applied.Load(), c.duplicates.Load(), c.outOfOrder.Load(), c.ignored.Load()}
 }
 
 // newConsumerClient returns a franz-go group consumer of topic that starts
@@ -89,19 +97,25 @@ func (c *consumer) handle(ctx context.Context, r *kgo.Record) bool {
 	if err != nil || e.Kind != kindOrderPlaced {
 		c.ignored.Add(1)
 		c.log.Warn("record ignored", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "kind", e.Kind, "err", err)
-		c.report(e, r, false)
+		c.report(e, o, r, 0)
 		return true
 	}
 	wait := 50 * time.Millisecond
 	for {
-		applied, err := c.ledger.applyOrder(ctx, e, where{r.Topic, r.Partition, r.Offset}, o)
+		how, err := c.ledger.applyOrder(ctx, e, where{r.Topic, r.Partition, r.Offset}, o)
 		if err == nil {
-			if applied {
-				c.applied.Add(1)
-			} else {
+			switch how {
+			case alreadyApplied:
 				c.duplicates.Add(1)
+			case appliedOutOfOrder:
+				c.applied.Add(1)
+				c.outOfOrder.Add(1)
+				c.log.Warn("order applied out of its customer's order", "event_id", e.EventID, "customer", o.Customer, "seq", o.Seq,
+					"topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+			default:
+				c.applied.Add(1)
 			}
-			c.report(e, r, applied)
+			c.report(e, o, r, how)
 			return true
 		}
 		c.log.Warn("apply failed; trying again", "event_id", e.EventID, "retry_in", wait, "err", err)
@@ -117,9 +131,9 @@ func (c *consumer) handle(ctx context.Context, r *kgo.Record) bool {
 }
 
 // report counts a handled record and passes it to seen.
-func (c *consumer) report(e envelope, r *kgo.Record, applied bool) {
+func (c *consumer) report(e envelope, o order, r *kgo.Record, how applied) {
 	c.consumed.Add(1)
 	if c.seen != nil {
-		c.seen(e, r, applied)
+		c.seen(e, o, r, how)
 	}
 }

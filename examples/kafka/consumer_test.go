@@ -14,19 +14,19 @@ import (
 func TestInboxAppliesEachEventOnce(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		e := newEnv(t, drv)
-		o := order{ID: "1", Customer: "customer-1", AmountCents: 999}
+		o := order{ID: "1", Customer: "customer-1", Seq: 1, AmountCents: 999}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		applied := 0
 		for gen := range 8 {
 			wg.Go(func() {
 				env := envelope{EventID: o.eventID(), Kind: kindOrderPlaced, Generation: int64(gen + 1)}
-				ok, err := e.ledger.applyOrder(e.ctx, env, where{testTopic, 0, int64(gen)}, o)
+				how, err := e.ledger.applyOrder(e.ctx, env, where{testTopic, 0, int64(gen)}, o)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if ok {
+				if how != alreadyApplied {
 					mu.Lock()
 					applied++
 					mu.Unlock()
@@ -36,6 +36,9 @@ func TestInboxAppliesEachEventOnce(t *testing.T) {
 		wg.Wait()
 		if applied != 1 {
 			t.Fatalf("%d of 8 deliveries applied the event; want 1", applied)
+		}
+		if got, err := e.ledger.appliedOf(e.ctx, o.Customer); err != nil || len(got) != 1 || got[0].Seq != 1 || got[0].PrevSeq != 0 {
+			t.Fatalf("inbox of %s: %+v (%v); want the event once, as #1 after #0", o.Customer, got, err)
 		}
 		e.wantApplied(o)
 	})

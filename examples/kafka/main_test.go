@@ -46,6 +46,7 @@ func newEnv(t *testing.T, drv leasework.Driver) *testEnv {
 	t.Cleanup(cluster.Close)
 	e := attachEnv(t, pgtest.Store(t, drv, lease.Options{}), cluster.ListenAddrs())
 	e.cluster = cluster
+	e.shop.keyless = *keyless
 	if err := e.shop.migrate(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -119,11 +120,11 @@ func (e *testEnv) start(w *framework.Worker) (stop func()) {
 // place places an order and returns its outbox row.
 func (e *testEnv) place(o order) lease.Row {
 	e.t.Helper()
-	id, err := e.shop.placeOrder(e.ctx, o)
+	placed, err := e.shop.placeOrder(e.ctx, o)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return e.row(id)
+	return e.row(placed.eventID())
 }
 
 func (e *testEnv) row(eventID string) lease.Row {

@@ -110,10 +110,13 @@ func run(ctx context.Context, o options, out, logw io.Writer) error {
 	}); err != nil {
 		return err
 	}
-	c := &consumer{client: consumerClient, ledger: ledger, log: log, seen: func(e envelope, r *kgo.Record, applied bool) {
-		what := "applied"
-		if !applied {
+	c := &consumer{client: consumerClient, ledger: ledger, log: log, seen: func(e envelope, o order, r *kgo.Record, how applied) {
+		what := fmt.Sprintf("applied, %s #%d", o.Customer, o.Seq)
+		switch how {
+		case alreadyApplied:
 			what = "already in the inbox: skipped"
+		case appliedOutOfOrder:
+			what = fmt.Sprintf("applied OUT OF ORDER, %s #%d", o.Customer, o.Seq)
 		}
 		p.printf("consumed  %s generation=%d <- %s[%d]@%d: %s", e.EventID, e.Generation, r.Topic, r.Partition, r.Offset, what)
 	}}
@@ -163,12 +166,12 @@ func placeOrders(ctx context.Context, s *shop, o options, p *printer) ([]string,
 			Customer:    fmt.Sprintf("customer-%d", i%o.customers+1),
 			AmountCents: int64(500 + 125*i),
 		}
-		id, err := s.placeOrder(ctx, ord)
+		ord, err := s.placeOrder(ctx, ord)
 		if err != nil {
 			return nil, err
 		}
-		p.printf("placed    order %s for %s (%s): %s is in the outbox", ord.ID, ord.Customer, money(ord.AmountCents), id)
-		ids = append(ids, id)
+		p.printf("placed    order %s for %s #%d (%s): %s is in the outbox", ord.ID, ord.Customer, ord.Seq, money(ord.AmountCents), ord.eventID())
+		ids = append(ids, ord.eventID())
 	}
 	return ids, nil
 }

@@ -34,6 +34,7 @@ func summarize(ctx context.Context, p *printer, ids []string, rows []lease.Row, 
 	p.printf("  records consumed:                     %d", cc.Consumed)
 	p.printf("  effects applied:                      %d", cc.Applied)
 	p.printf("  duplicates skipped by the inbox:      %d", cc.Duplicates)
+	p.printf("  applied out of a customer's order:    %d", cc.OutOfOrder)
 	p.printf("  worker: claimed %d, completed %d, retried %d, stale rejections %d",
 		wc.Claimed, wc.Completed, wc.Retried, wc.StaleRejections)
 	for i := range customers {
@@ -41,10 +42,13 @@ func summarize(ctx context.Context, p *printer, ids []string, rows []lease.Row, 
 		if err != nil {
 			return err
 		}
-		p.printf("  ledger: %s has orders=%d total=%s", t.Customer, t.Orders, money(t.AmountCents))
+		p.printf("  ledger: %s has orders=%d total=%s last=#%d", t.Customer, t.Orders, money(t.AmountCents), t.LastSeq)
 	}
 	if cc.Applied < int64(len(ids)) || published < int64(len(ids)) {
 		return errors.New("fewer events published or applied than placed")
+	}
+	if cc.OutOfOrder > 0 {
+		return fmt.Errorf("%d orders applied out of their customer's order", cc.OutOfOrder)
 	}
 	return nil
 }
