@@ -287,3 +287,58 @@ func TestOrderPerKeyPausedRelay(t *testing.T) {
 		e.wantAppliedInOrder(orders, len(recs), 1)
 	})
 }
+
+// A broker outage: every produce request is refused or dropped while the
+// orders wait in the outbox. Only each customer's head is attempted, again
+// and again with backoff; the later orders wait behind it, never attempted.
+// When the broker is back, the first deliveries per customer are in order
+// and the consumer applies each order once, in order.
+func TestOrderPerKeyBrokerOutage(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		for _, c := range []struct {
+			name  string
+			start outage
+		}{{"rejecting", rejectProduce}, {"down", dropProduce}} {
+			t.Run(c.name, func(t *testing.T) {
+				e := newEnv(t, drv)
+				hits, end := c.start(e)
+				orders := e.placeOrders()
+				rl := e.orderRelay(append(fastRetries, kgo.RecordDeliveryTimeout(time.Second))...)
+				w := e.worker("relay", rl, framework.Config{}, fastPolicy)
+				e.start(w)
+
+				waitFor(t, "every customer's first order to be attempted three times", func() (bool, error) {
+					for _, o := range orders {
+						if r, err := e.store.GetByEventID(e.ctx, o.eventID()); err != nil || (o.Seq == 1 && r.Attempt < 3) {
+							return false, err
+						}
+					}
+					return true, nil
+				})
+				if hits() == 0 {
+					t.Fatal("the outage refused no produce request")
+				}
+				for _, o := range orders {
+					r := e.row(o.eventID())
+					if o.Seq == 1 && (r.Status == leasework.StatusDone || r.Status == leasework.StatusFailed) {
+						t.Fatalf("%s is %s during the outage", o.eventID(), r.Status)
+					}
+					if o.Seq > 1 && (r.Status != leasework.StatusWaiting || r.Attempt != 0) {
+						t.Errorf("%s (%s #%d) is %s after %d attempts during the outage; want WAITING behind #1, never attempted",
+							o.eventID(), o.Customer, o.Seq, r.Status, r.Attempt)
+					}
+				}
+				if recs := e.records(); len(recs) != 0 {
+					t.Fatalf("the topic holds %d records during the outage", len(recs))
+				}
+
+				end()
+				e.waitAllDone(orders)
+				recs := e.records()
+				dups := e.wantFirstDeliveriesInOrder(orders, recs)
+				t.Logf("outage refused %d produce requests; after it, %d records, %d duplicates", hits(), len(recs), len(dups))
+				e.wantAppliedInOrder(orders, len(recs), len(dups))
+			})
+		}
+	})
+}
