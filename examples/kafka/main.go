@@ -5,9 +5,11 @@
 // transaction (the transactional outbox). A leasework worker claims the
 // events and publishes each to a Kafka topic with franz-go, acks=all and an
 // idempotent producer, and marks it DONE only after the broker acknowledged
-// it. A consumer reads the topic and adds each order to its customer's totals
-// in one transaction with an inbox row keyed by the event id, so a record
-// delivered twice is applied once.
+// it. The customer is the event's key: one customer's events are published
+// one at a time, in the order their orders committed. A consumer reads the
+// topic and adds each order to its customer's totals in one transaction with
+// an inbox row keyed by the event id, so a record delivered twice is applied
+// once, and checks each customer's orders arrive in order.
 //
 // With no -brokers it starts an in-process Kafka broker (kfake); with no -dsn
 // and no LEASEWORK_DSN, a throwaway PostgreSQL. See README.md.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -338,6 +340,93 @@ func TestOrderPerKeyBrokerOutage(t *testing.T) {
 				dups := e.wantFirstDeliveriesInOrder(orders, recs)
 				t.Logf("outage refused %d produce requests; after it, %d records, %d duplicates", hits(), len(recs), len(dups))
 				e.wantAppliedInOrder(orders, len(recs), len(dups))
+			})
+		}
+	})
+}
+
+// A FAILED event holds its customer: the relay fails customer-2's first
+// order permanently; the other customers' orders are published, customer-2's
+// later orders wait behind the FAILED one, and nothing of customer-2 is on
+// the topic. HeldKeys names the key. Then an operator either requeues the
+// event (`leasework requeue`): it is published first, then the rest, in
+// order; or discards it (`leasework discard`): the rest are published in
+// order, the discarded one never, and the consumer sees the gap in
+// customer-2's Seq (one order applied after #0 that is not #1).
+func TestOrderPerKeyFailedHoldsCustomer(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		for _, repair := range []string{"requeue", "discard"} {
+			t.Run(repair, func(t *testing.T) {
+				e := newEnv(t, drv)
+				orders := e.placeOrders()
+				held := orders[1] // customer-2 #1
+				if held.Customer != "customer-2" || held.Seq != 1 {
+					t.Fatalf("orders[1] is %s #%d; want customer-2 #1", held.Customer, held.Seq)
+				}
+				var failing atomic.Bool
+				failing.Store(true)
+				rl := e.orderRelay()
+				w := e.worker("relay", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+					if c.EventID == held.eventID() && failing.Load() {
+						return leasework.Permanent(fmt.Errorf("%s refused by the test", c.EventID))
+					}
+					return rl.Handle(ctx, c)
+				}), framework.Config{PollInterval: 50 * time.Millisecond}, framework.RetryPolicy{})
+				e.start(w)
+
+				e.waitHeld(orders, held)
+				row := e.row(held.eventID())
+				if row.Status != leasework.StatusFailed {
+					t.Fatalf("%s is %s; want FAILED", held.eventID(), row.Status)
+				}
+				keys, err := e.store.HeldKeys(e.ctx, lease.HeldKeysRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(keys) != 1 || keys[0].Key != held.Customer || keys[0].EventID != held.eventID() || keys[0].Waiting != ordersEach-1 {
+					t.Fatalf("held keys: %+v; want %s held by %s with %d waiting", keys, held.Customer, held.eventID(), ordersEach-1)
+				}
+				for _, r := range e.records() {
+					if strings.HasPrefix(r.EventID, "order-c2-") {
+						t.Fatalf("a record of %s while its first order is FAILED: %+v", held.Customer, r)
+					}
+				}
+
+				failing.Store(false)
+				want := orders
+				switch repair {
+				case "requeue":
+					if ids, err := e.store.Requeue(e.ctx, lease.RequeueRequest{IDs: []int64{row.ID}}); err != nil || len(ids) != 1 {
+						t.Fatalf("requeue %d: %v, %v", row.ID, ids, err)
+					}
+				case "discard":
+					if _, err := e.store.Discard(e.ctx, leasework.Ref{ID: row.ID, Generation: row.Generation}); err != nil {
+						t.Fatalf("discard %d: %v", row.ID, err)
+					}
+					want = slices.DeleteFunc(slices.Clone(orders), func(o order) bool { return o.ID == held.ID })
+				}
+				e.waitAllDone(want)
+				recs := e.records()
+				if len(recs) != len(want) {
+					t.Fatalf("topic holds %d records; want %d", len(recs), len(want))
+				}
+				if dups := e.wantFirstDeliveriesInOrder(want, recs); len(dups) != 0 {
+					t.Errorf("duplicates on the topic: %+v; want none", dups)
+				}
+				if repair == "requeue" {
+					e.wantAppliedInOrder(orders, len(recs), 0)
+					return
+				}
+				if c := e.consume(len(recs)); c.Applied != int64(len(want)) || c.OutOfOrder != 1 {
+					t.Errorf("consumer after the discard: %+v; want %d applied, 1 of them (customer-2 #2, after #0) out of order", c, len(want))
+				}
+				got, err := e.ledger.totalFor(e.ctx, held.Customer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Orders != ordersEach-1 || got.LastSeq != ordersEach {
+					t.Errorf("ledger line of %s: %+v; want %d orders up to #%d", held.Customer, got, ordersEach-1, ordersEach)
+				}
 			})
 		}
 	})

@@ -25,6 +25,14 @@ import (
 // before DONE is written, another worker publishes the event again under a
 // higher generation. Delivery is at least once; consumers deduplicate on the
 // event id (see consumer.go).
+//
+// Order comes from the outbox, not from the relay: events enqueued with the
+// same key (here the customer) are claimed one at a time, in the order
+// their transactions committed, and a key's next event is claimed only once
+// its head is DONE, that is after the broker acknowledged the head's
+// record. So the first record of each event of one key is written in
+// enqueue order, however many handlers and workers run, through retries,
+// kills and pauses. Only duplicates can come later than that.
 type relay struct {
 	client *kgo.Client
 	topic  string
