@@ -698,3 +698,150 @@ func enqueueOnce(s *lease.Store, events []lease.Event) error {
 	}
 	return tx.Commit()
 }
+
+// Transactional handlers of one key's events that each enqueue an event of
+// another key in the transaction completing them (an order's event
+// publishing to its account), many at once with outside enqueues of the
+// same account keys: a commit that finishes one key and enqueues another
+// may give way or be chosen as a deadlock victim; it is then rolled back
+// whole (its effect and its follow-up with it) and retried. Every effect
+// exists once, each key's events are handled one at a time in key_seq
+// order, no row is left waiting with no head, and no outcome is abandoned.
+func TestTransactionalEnqueuesIntoAnotherKey(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		const orders, perOrder, accounts, outside = 12, 4, 3, 10
+		s := newStore(t, drv)
+		table := keyedEffects(t, s)
+		w := keyedWorker(t, s, false, 8)
+		var order oneAtATime
+		policy := framework.RetryPolicy{InitialInterval: time.Millisecond, RandomizationFactor: -1, MaxAttempts: 1000}
+		registerTx(t, w, "order", policy, func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+			defer order.enter(c.Key)()
+			if err := insertKeyedEffect(ctx, tx, s, table, c); err != nil {
+				return err
+			}
+			var n int
+			if _, err := fmt.Sscanf(c.Key, "order-%d", &n); err != nil {
+				return leasework.Permanent(err)
+			}
+			_, err := s.Enqueue(ctx, tx, lease.Event{Kind: "account", Key: fmt.Sprintf("acct-%d", n%accounts),
+				EventID: "acct-of-" + c.EventID, Payload: []byte("0")})
+			return err
+		})
+		registerTx(t, w, "account", policy, func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+			defer order.enter(c.Key)()
+			return insertKeyedEffect(ctx, tx, s, table, c)
+		})
+		stop := start(t, w)
+		keys := []string{}
+		for i := range perOrder {
+			events := make([]lease.Event, orders)
+			for k := range events {
+				events[k] = lease.Event{Kind: "order", Key: fmt.Sprintf("order-%02d", k), EventID: fmt.Sprintf("o%02d-%d", k, i), Payload: []byte(strconv.Itoa(i))}
+			}
+			pgtest.Enqueue(t, s, events...)
+		}
+		for k := range orders {
+			keys = append(keys, fmt.Sprintf("order-%02d", k))
+		}
+		for a := range accounts {
+			keys = append(keys, fmt.Sprintf("acct-%d", a))
+		}
+		for i := range outside {
+			events := make([]lease.Event, accounts)
+			for a := range events {
+				events[a] = lease.Event{Kind: "account", Key: fmt.Sprintf("acct-%d", a), Payload: []byte(strconv.Itoa(i))}
+			}
+			if err := enqueueOnce(s, events); err != nil {
+				t.Fatal(err)
+			}
+		}
+		total := int64(orders*perOrder*2 + accounts*outside)
+		waitFor(t, "every event completed", func() bool { return w.Counters().Completed == total })
+		stop()
+
+		effects := effectsByKey(t, s, table)
+		checkKeyOrder(t, effects, keys, 0)
+		n := 0
+		for _, es := range effects {
+			n += len(es)
+		}
+		if n != int(total) {
+			t.Errorf("%d effects; want %d, one per event", n, total)
+		}
+		checkNoKeyStranded(t, s)
+		if n := order.count(); n != 0 {
+			t.Errorf("%d times a key's handler started while another of its events was being handled", n)
+		}
+		c := w.Counters()
+		t.Logf("counters %+v", c)
+		if c.Completed != total || c.StaleRejections != 0 || c.OutcomesAbandoned != 0 || c.Failed != 0 {
+			t.Errorf("counters %+v; want %d completed, nothing rejected, abandoned or failed", c, total)
+		}
+	})
+}
+
+// A Transactional handler's commit that enqueues into one key and finishes
+// another gives way (55P03) when the finished key's lock is held, as an
+// enqueue of both keys would hold it while it waits for the first: the
+// whole transaction is rolled back (its effect and its follow-up too), the
+// worker records a retry, and the next attempt commits both once.
+func TestTransactionalCommitGivesWayAndIsRetried(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := newStore(t, drv)
+		table := keyedEffects(t, s)
+		id := pgtest.Enqueue(t, s, lease.Event{Kind: "order", Key: "order-1", EventID: "o1", Payload: []byte("0")})[0].ID
+		w := keyedWorker(t, s, false, 2)
+		// The retry is due in an hour; the test makes it due (a fixture) once
+		// the key's lock is released.
+		registerTx(t, w, "order", framework.RetryPolicy{InitialInterval: time.Hour, RandomizationFactor: -1},
+			func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+				if err := insertKeyedEffect(ctx, tx, s, table, c); err != nil {
+					return err
+				}
+				_, err := s.Enqueue(ctx, tx, lease.Event{Kind: "account", Key: "acct-1", EventID: "acct-of-o1", Payload: []byte("0")})
+				return err
+			})
+		registerTx(t, w, "account", framework.RetryPolicy{}, func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+			return insertKeyedEffect(ctx, tx, s, table, c)
+		})
+		holder, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Rollback()
+		if _, err := holder.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('leasework-key:' || $1 || ':' || $2, 0))`,
+			s.Schema()+"."+s.Table(), "order-1"); err != nil {
+			t.Fatal(err)
+		}
+		start(t, w)
+		r := waitRow(t, s, id, "the first attempt's commit to give way and be retried", func(r lease.Row) bool {
+			return r.Status == leasework.StatusReady && r.Attempt == 1
+		})
+		if !strings.Contains(r.LastError, "gives way") {
+			t.Errorf("the retried row's error is %q; want the commit's giving way", r.LastError)
+		}
+		if got := effectsByKey(t, s, table); len(got) != 0 {
+			t.Errorf("effects %+v after the commit gave way; want none", got)
+		}
+		if _, err := s.GetByEventID(ctx, "acct-of-o1"); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("the follow-up after the commit gave way: %v; want it rolled back", err)
+		}
+		if err := holder.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := leasetest.MakeDue(ctx, s, id); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "both events completed", func() bool { return w.Counters().Completed == 2 })
+		effects := effectsByKey(t, s, table)
+		if len(effects["order-1"]) != 1 || len(effects["acct-1"]) != 1 {
+			t.Errorf("effects %+v; want one per event", effects)
+		}
+		checkNoKeyStranded(t, s)
+		if c := w.Counters(); c.Completed != 2 || c.Retried != 1 || c.StaleRejections != 0 || c.OutcomesAbandoned != 0 {
+			t.Errorf("counters %+v; want 1 retry, 2 completions", c)
+		}
+	})
+}
