@@ -41,15 +41,19 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error
 //   - the handler's context ends first (lease lost, attempt timeout,
 //     shutdown): database/sql rolls the transaction back, and the attempt
 //     ends as any cancelled attempt does;
-//   - COMMIT fails: its outcome may be unknown (the connection was lost
-//     while COMMIT was in flight, and the server may have committed). The
-//     worker then writes the retry (or failure) the error calls for, under
-//     the ownership guard, which waits for the row's lock: if the
-//     transaction committed, the row is DONE at the claim's generation (or,
-//     with DeleteAtCompletion, gone before the lease could expire), the write is
-//     rejected, and the attempt is counted as completed; if it did not, the
-//     retry is recorded and the next attempt applies the effect. Either way
-//     the effect exists once.
+//   - COMMIT fails with an error the server sent (a deferred trigger's at
+//     commit, such as a key's lock given way, SQLSTATE 55P03, or a
+//     deadlock): the server rolled the transaction back, and the error is
+//     handled as any handler's: retried or failed;
+//   - COMMIT fails otherwise: its outcome may be unknown (the connection
+//     was lost while COMMIT was in flight, and the server may have
+//     committed). The worker then writes the retry (or failure) the error
+//     calls for, under the ownership guard, which waits for the row's lock:
+//     if the transaction committed, the row is DONE at the claim's
+//     generation (or, with DeleteAtCompletion, gone before the lease could
+//     expire), the write is rejected, and the attempt is counted as
+//     completed; if it did not, the retry is recorded and the next attempt
+//     applies the effect. Either way the effect exists once.
 //
 // Between the completion and COMMIT the row stays locked: the worker's
 // renewals skip it (they never wait for it, and renew the worker's other
@@ -178,6 +182,15 @@ func (h *txHandler) Handle(ctx context.Context, c *leasework.Claim) error {
 				err = cause
 			}
 			return fmt.Errorf("framework: the handler's transaction was rolled back before its commit: %w", err)
+		}
+		if drv := a.w.store.Driver(); drv.SQLState(err) != "" && leasework.Classify(drv, err) != leasework.ClassConnection {
+			// The server answered COMMIT with an error (a deferred
+			// trigger's, say: a key's lock given way, 55P03, or a
+			// deadlock): it rolled the transaction back.
+			committed = true // nothing left to roll back
+			a.setTx(txNone)
+			return fmt.Errorf("framework: the handler's transaction (row %d generation %d) was rolled back at its commit: %w",
+				a.ref.ID, a.ref.Generation, err)
 		}
 		committed = true // or not: the outcome writer finds out
 		a.setTx(txCommitUnknown)
