@@ -154,11 +154,15 @@ func (o *oneAtATime) count() int {
 }
 
 // keyedWorker makes a worker of a keyed test: DONE rows kept (the default
-// dedupe window) or deleted at completion.
+// dedupe window) or deleted at completion. Its lease is long and its
+// renewals rare, so that only the fixtures expire its claims: a renewal
+// between a fixture's expiry and the stale owner's completion would end
+// the attempt as lost before its completion is rejected.
 func keyedWorker(t testing.TB, s *lease.Store, deleteAtCompletion bool, concurrency int) *framework.Worker {
 	t.Helper()
 	w, err := framework.New(s.DB(), s.Driver(), framework.Config{
 		Schema: s.Schema(), Table: s.Table(), Concurrency: concurrency, PollInterval: 20 * time.Millisecond,
+		Lease: 2 * time.Minute, RenewEvery: time.Minute,
 		DeleteAtCompletion: deleteAtCompletion, Logger: testLogger(),
 	})
 	if err != nil {
