@@ -5,19 +5,12 @@ package framework_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"os/exec"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // The exactly-once test with keyed events: two keys of three events each,
@@ -60,69 +53,28 @@ func TestTransactionalKeyedOrderAcrossKillAndPause(t *testing.T) {
 		}
 	}
 
-	a := startChild(t, "tx", s)
-	claimedA := expectTxClaims(t, a, 2)
-	heads(claimedA)
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	err := a.cmd.Wait()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child A: %v; want death by SIGKILL", err)
-	}
-	for _, cl := range claimedA {
-		if err := leasetest.ExpireLease(ctx, s, cl.id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	followersWait("after A was killed and its leases expired")
-
-	b := startChild(t, "tx", s)
-	claimedB := expectTxClaims(t, b, 2)
-	heads(claimedB)
-	pid := b.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	waitStopped(t, pid)
-	for _, cl := range claimedB {
-		if err := leasetest.ExpireLease(ctx, s, cl.id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	followersWait("after B was paused and its leases expired")
-
-	w := newWorker(t, s, framework.Config{Concurrency: 4, PollInterval: 20 * time.Millisecond})
 	var order oneAtATime
-	registerTx(t, w, "tx", framework.RetryPolicy{}, func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+	run := killedThenPaused(t, s, ids, func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
 		defer order.enter(c.Key)()
 		return insertEffect(ctx, tx, table, c)
+	}, func(step string, claimed []txClaim) {
+		switch step {
+		case "A claimed", "B claimed":
+			heads(claimed)
+		case "A killed":
+			followersWait("after A was killed and its leases expired")
+		case "B paused":
+			followersWait("after B was paused and its leases expired")
+		}
 	})
-	stop := start(t, w)
-	for _, e := range ids {
-		waitRow(t, s, e.ID, "the event to complete", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
-	}
-	stop()
-
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintln(b.stdin, "resume")
-	var kb framework.Counters
-	if err := json.Unmarshal([]byte(b.expect(t, "result ")), &kb); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.cmd.Wait(); err != nil {
-		t.Fatalf("child B: %v", err)
-	}
+	kb, kw := run.paused, run.live
 	if kb.StaleRejections != 2 || kb.Completed != 0 {
 		t.Errorf("paused worker: counters %+v; want both completions rejected, nothing written", kb)
 	}
 	if n := order.count(); n != 0 {
 		t.Errorf("%d times a key's handler started while another of its events was being handled", n)
 	}
-	if kw := w.Counters(); kw.Completed != 6 || kw.Reclaimed != 2 || kw.StaleRejections != 0 {
+	if kw.Completed != 6 || kw.Reclaimed != 2 || kw.StaleRejections != 0 {
 		t.Errorf("live worker: counters %+v; want 6 completed, 2 reclaimed, nothing stale", kw)
 	}
 
