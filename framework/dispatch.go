@@ -14,8 +14,10 @@ import (
 // dispatch is the claim loop. It claims as many rows as there are free
 // handler slots, in one statement. After a full batch it claims again as
 // soon as a slot frees; after a short or failed one it waits for a
-// notification or the poll interval, so it never polls faster than
-// Config.PollInterval unless woken.
+// notification, the poll interval, or, when that comes first, the expiry of
+// the earliest lease another worker holds on a kind it handles (see
+// untilNextExpiry). So it never polls faster than Config.PollInterval
+// unless woken or a lease it can see runs out.
 func (w *Worker) dispatch(ctx context.Context) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
@@ -39,9 +41,38 @@ func (w *Worker) dispatch(ctx context.Context) {
 			free = w.freeSlots()
 		}
 		n, err := w.claim(free)
-		poll.Reset(w.pollWait())
 		more = err == nil && n == free
+		wait := w.pollWait()
+		if err == nil && !more {
+			wait = w.untilNextExpiry(wait)
+		}
+		poll.Reset(wait)
 	}
+}
+
+// Bounds of a wait shortened to the next lease expiry.
+const (
+	expirySlack   = 10 * time.Millisecond // after the expiry: the claim compares with the database clock
+	minExpiryWait = 50 * time.Millisecond // even when a lease looks expired already
+)
+
+// untilNextExpiry shortens wait, the time to the next poll, to the moment
+// the earliest lease of another worker's claim of a kind this worker
+// handles runs out, when that comes first. A crashed worker's claims are
+// then taken over as their leases expire instead of at the next poll: an
+// expired lease sends no notification. On an error it keeps wait.
+func (w *Worker) untilNextExpiry(wait time.Duration) time.Duration {
+	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
+	defer cancel()
+	d, ok, err := w.store.NextExpiry(ctx, w.kindList, w.cfg.WorkerID)
+	if err != nil {
+		w.log.Debug("reading the next lease expiry failed; polling meanwhile", "err", err)
+		return wait
+	}
+	if ok {
+		return min(wait, max(d+expirySlack, minExpiryWait))
+	}
+	return wait
 }
 
 // claim claims up to limit rows and starts their handlers.

@@ -139,3 +139,25 @@ func (s *Store) claimArgs(req ClaimRequest) ([]any, error) {
 	}
 	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker}, nil
 }
+
+// NextExpiry reports how long from now, by the database clock, the earliest
+// lease of an INPROGRESS row of the given kinds (every kind when kinds is
+// empty) runs out, among rows held by workers other than exceptWorker (""
+// excludes none): when that row becomes claimable again if its owner does
+// not renew it. ok is false when no such row exists; a lease already
+// expired gives zero. Workers use it to wake for a crashed owner's claims
+// without waiting for their next poll: an expired lease sends no
+// notification.
+func (s *Store) NextExpiry(ctx context.Context, kinds []string, exceptWorker string) (d time.Duration, ok bool, err error) {
+	if kinds == nil {
+		kinds = []string{}
+	}
+	var secs sql.NullFloat64
+	if err := s.db.QueryRowContext(ctx, s.q.nextExpiry, s.drv.Array(kinds), exceptWorker).Scan(&secs); err != nil {
+		return 0, false, s.wrapErr("next expiry", err)
+	}
+	if !secs.Valid {
+		return 0, false, nil
+	}
+	return max(time.Duration(secs.Float64*float64(time.Second)), 0), true, nil
+}

@@ -250,9 +250,22 @@ WHERE id IN (
     LIMIT $2
     FOR UPDATE SKIP LOCKED)`
 
+// nextExpirySQL reads, in seconds from now by the database clock, when the
+// earliest lease of an INPROGRESS row of the kinds $1 (any kind when empty)
+// held by a worker other than $2 expires; NULL when there is none. It walks
+// the lease index from its first entry.
+const nextExpirySQL = `
+SELECT EXTRACT(EPOCH FROM (
+    SELECT lease_until FROM {{table}}
+    WHERE status = 'INPROGRESS'
+      AND (cardinality($1::text[]) = 0 OR kind = ANY($1::text[]))
+      AND worker IS DISTINCT FROM NULLIF($2, '')
+    ORDER BY lease_until
+    LIMIT 1) - statement_timestamp())::float8`
+
 type queries struct {
 	claim, enqueue, enqueueSkip, existing, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, rejected, get, getByEvent, list, deleteFinished string
+	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry string
 }
 
 func (s *Store) renderQueries() queries {
@@ -275,5 +288,6 @@ func (s *Store) renderQueries() queries {
 		getByEvent:     s.render(getByEventSQL),
 		list:           s.render(listSQL),
 		deleteFinished: s.render(deleteFinishedSQL),
+		nextExpiry:     s.render(nextExpirySQL),
 	}
 }
