@@ -19,6 +19,11 @@ func GuardedWrites(s *Store) map[string]Statement {
 	}
 }
 
+// Progress returns the guarded single-row progress write.
+func Progress(s *Store) Statement {
+	return Statement{s.q.progress, "bigint, bigint, bytea"}
+}
+
 // DeleteFinished returns the retention statement.
 func DeleteFinished(s *Store) Statement {
 	return Statement{s.q.deleteFinished, "bigint, bigint"}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
@@ -76,7 +77,15 @@ func lockOrder(plan string) string {
 // which returns rows in id order, or over a Sort by id), the write reads
 // the table through its primary key only, and nothing is read
 // sequentially.
+//
+// It runs through each driver, whose pool holds the connection the
+// statements are prepared on, and checks the single-row progress write too:
+// it reads its row through the primary key under either plan.
 func TestGuardedWritesLockInIDOrderWhateverThePlan(t *testing.T) {
+	pgtest.EachDriver(t, testGuardedWritePlans)
+}
+
+func testGuardedWritePlans(t *testing.T, drv leasework.Driver) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
 	events := make([]lease.Event, 20_000)
@@ -129,6 +138,12 @@ func TestGuardedWritesLockInIDOrderWhateverThePlan(t *testing.T) {
 			if strings.Contains(plan, "Seq Scan") {
 				t.Errorf("%s, %s: the plan reads the table sequentially:\n%s", name, mode, plan)
 			}
+		}
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		plan := explainPrepared(t, conn, mode, lease.Progress(s), "19900, 1, '\\x00'")
+		if !strings.Contains(plan, pkeyScan+" o ") || strings.Contains(plan, "Seq Scan") {
+			t.Errorf("progress, %s: the write does not read its row through the primary key:\n%s", mode, plan)
 		}
 	}
 }
