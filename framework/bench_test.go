@@ -70,9 +70,11 @@ func BenchmarkPickupLatency(b *testing.B) {
 // (Config.DeleteAtCompletion) deletes them in the completion's statement.
 // "keep-keys=1000" is "default-keep" with the events spread over 1,000
 // keys, each key's events handled in order: every completion promotes the
-// key's next event. jobs/claim is the mean claim batch.
+// key's next event. "zero-config" is "default-keep" with every Config field
+// at its zero value, Concurrency included (the others use 100 slots).
+// jobs/claim is the mean claim batch.
 func BenchmarkThroughput(b *testing.B) {
-	for _, mode := range []string{"default-keep", "delete-at-completion", "keep-keys=1000"} {
+	for _, mode := range []string{"default-keep", "delete-at-completion", "keep-keys=1000", "zero-config"} {
 		b.Run(mode, func(b *testing.B) {
 			s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
 			for i := 0; i < b.N; i += 1000 {
@@ -88,8 +90,11 @@ func BenchmarkThroughput(b *testing.B) {
 			cfg := framework.Config{ // Retention zero: the default, DONE rows kept 24h
 				Schema: s.Schema(), Table: s.Table(), Concurrency: 100, Logger: discard,
 			}
-			if mode == "delete-at-completion" {
+			switch mode {
+			case "delete-at-completion":
 				cfg.DeleteAtCompletion = true
+			case "zero-config":
+				cfg.Concurrency = 0
 			}
 			w, err := framework.New(s.DB(), s.Driver(), cfg)
 			if err != nil {
