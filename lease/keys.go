@@ -52,7 +52,7 @@ var ErrNotFailed = errors.New("lease: not a FAILED row at that generation")
 // ref.Generation is [ErrNotFailed], and nothing is written.
 func (s *Store) Discard(ctx context.Context, ref leasework.Ref) (int64, error) {
 	var gen int64
-	err := s.db.QueryRowContext(ctx, s.render(discardSQL), ref.ID, ref.Generation).Scan(&gen)
+	err := s.db.QueryRowContext(ctx, s.q.discard, ref.ID, ref.Generation).Scan(&gen)
 	if err == nil {
 		return gen, nil
 	}
@@ -96,7 +96,7 @@ func (s *Store) HeldKeys(ctx context.Context, req HeldKeysRequest) ([]HeldKey, e
 	if req.Limit == 0 {
 		req.Limit = 100
 	}
-	rows, err := s.db.QueryContext(ctx, s.render(heldKeysSQL), req.AfterKey, req.Limit)
+	rows, err := s.db.QueryContext(ctx, s.q.heldKeys, req.AfterKey, req.Limit)
 	if err != nil {
 		return nil, s.wrapErr("held keys", err)
 	}
@@ -128,7 +128,7 @@ LIMIT 1`
 // KeyHead returns the head of key: its one READY, INPROGRESS or FAILED row,
 // the one its waiting rows wait for; nil when the key has none.
 func (s *Store) KeyHead(ctx context.Context, key string) (*Row, error) {
-	r, err := scanRow(s.db.QueryRowContext(ctx, s.render(keyHeadSQL), key))
+	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.keyHead, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

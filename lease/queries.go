@@ -265,7 +265,8 @@ SELECT EXTRACT(EPOCH FROM (
 
 type queries struct {
 	claim, enqueue, enqueueSkip, existing, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry string
+	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
+	discard, heldKeys, keyHead string
 }
 
 func (s *Store) renderQueries() queries {
@@ -289,5 +290,8 @@ func (s *Store) renderQueries() queries {
 		list:           s.render(listSQL),
 		deleteFinished: s.render(deleteFinishedSQL),
 		nextExpiry:     s.render(nextExpirySQL),
+		discard:        s.render(discardSQL),
+		heldKeys:       s.render(heldKeysSQL),
+		keyHead:        s.render(keyHeadSQL),
 	}
 }
