@@ -14,8 +14,8 @@ import (
 // dispatch is the claim loop. It claims as many rows as there are free
 // handler slots, in one statement. After a full batch it claims again as
 // soon as a slot frees; after a short or failed one it waits for a
-// notification, the poll interval, or, when that comes first, the expiry of
-// the earliest lease another worker holds on a kind it handles (see
+// notification, the poll interval, or, after a claim that found nothing
+// and when that comes first, the expiry of the earliest running lease (see
 // untilNextExpiry). So it never polls faster than Config.PollInterval
 // unless woken or a lease it can see runs out.
 func (w *Worker) dispatch(ctx context.Context) {
@@ -43,7 +43,7 @@ func (w *Worker) dispatch(ctx context.Context) {
 		n, err := w.claim(free)
 		more = err == nil && n == free
 		wait := w.pollWait()
-		if err == nil && !more {
+		if err == nil && n == 0 {
 			wait = w.untilNextExpiry(wait)
 		}
 		poll.Reset(wait)
@@ -56,15 +56,16 @@ const (
 	minExpiryWait = 50 * time.Millisecond // even when a lease looks expired already
 )
 
-// untilNextExpiry shortens wait, the time to the next poll, to the moment
-// the earliest lease of another worker's claim of a kind this worker
-// handles runs out, when that comes first. A crashed worker's claims are
-// then taken over as their leases expire instead of at the next poll: an
-// expired lease sends no notification. On an error it keeps wait.
+// untilNextExpiry shortens wait, the time to the next poll of an idle
+// worker, to the moment the earliest running lease runs out, when that
+// comes first. A crashed worker's claims are then taken over as their
+// leases expire instead of at the next poll: an expired lease sends no
+// notification. Only an idle worker asks (a claim that found nothing), so
+// a busy one adds no round trip. On an error it keeps wait.
 func (w *Worker) untilNextExpiry(wait time.Duration) time.Duration {
 	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
 	defer cancel()
-	d, ok, err := w.store.NextExpiry(ctx, w.kindList, w.cfg.WorkerID)
+	d, ok, err := w.store.NextExpiry(ctx)
 	if err != nil {
 		w.log.Debug("reading the next lease expiry failed; polling meanwhile", "err", err)
 		return wait

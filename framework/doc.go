@@ -20,13 +20,13 @@
 // driver implements leasework.Notifier, or else for Config.PollInterval plus
 // jitter. Polling also finds what notifications cannot announce: retries
 // coming due and leases that expired. For the latter the worker does not
-// wait for the poll: after a short batch it reads when the earliest lease
-// another worker holds on one of its kinds runs out
-// (lease.Store.NextExpiry), and claims again then, so a crashed worker's
-// claims are taken over within tens of milliseconds of their expiry. Both shipped drivers listen on a
-// connection of their own, outside the worker's pool, so the listener takes
-// none of the pool's connections (driver/pgx also on a pool shared with the
-// application through stdlib.OpenDBFromPool).
+// wait for the poll: after a claim that found nothing it reads when the
+// earliest running lease runs out (lease.Store.NextExpiry, one index
+// entry), and claims again then, so a crashed worker's claims are taken
+// over within tens of milliseconds of their expiry. Both shipped drivers
+// listen on a connection of their own, outside the worker's pool, so the
+// listener takes none of the pool's connections (driver/pgx also on a pool
+// shared with the application through stdlib.OpenDBFromPool).
 //
 // # Leases and renewal
 //

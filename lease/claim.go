@@ -141,19 +141,14 @@ func (s *Store) claimArgs(req ClaimRequest) ([]any, error) {
 }
 
 // NextExpiry reports how long from now, by the database clock, the earliest
-// lease of an INPROGRESS row of the given kinds (every kind when kinds is
-// empty) runs out, among rows held by workers other than exceptWorker (""
-// excludes none): when that row becomes claimable again if its owner does
-// not renew it. ok is false when no such row exists; a lease already
-// expired gives zero. Workers use it to wake for a crashed owner's claims
-// without waiting for their next poll: an expired lease sends no
-// notification.
-func (s *Store) NextExpiry(ctx context.Context, kinds []string, exceptWorker string) (d time.Duration, ok bool, err error) {
-	if kinds == nil {
-		kinds = []string{}
-	}
+// lease still running runs out: when that row becomes claimable again if
+// its owner does not renew it. ok is false when no lease is running. It
+// reads one entry of the lease index. Workers use it to wake for a crashed
+// owner's claims without waiting for their next poll: an expired lease sends
+// no notification.
+func (s *Store) NextExpiry(ctx context.Context) (d time.Duration, ok bool, err error) {
 	var secs sql.NullFloat64
-	if err := s.db.QueryRowContext(ctx, s.q.nextExpiry, s.drv.Array(kinds), exceptWorker).Scan(&secs); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.nextExpiry).Scan(&secs); err != nil {
 		return 0, false, s.wrapErr("next expiry", err)
 	}
 	if !secs.Valid {

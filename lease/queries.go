@@ -251,15 +251,14 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED)`
 
 // nextExpirySQL reads, in seconds from now by the database clock, when the
-// earliest lease of an INPROGRESS row of the kinds $1 (any kind when empty)
-// held by a worker other than $2 expires; NULL when there is none. It walks
-// the lease index from its first entry.
+// earliest lease still running expires; NULL when none runs. It reads one
+// entry of the lease index, whatever the number of claims in flight and
+// whoever holds them: a lease already expired is left to the claim, and a
+// row this worker does not serve costs it one empty claim at most.
 const nextExpirySQL = `
 SELECT EXTRACT(EPOCH FROM (
     SELECT lease_until FROM {{table}}
-    WHERE status = 'INPROGRESS'
-      AND (cardinality($1::text[]) = 0 OR kind = ANY($1::text[]))
-      AND worker IS DISTINCT FROM NULLIF($2, '')
+    WHERE status = 'INPROGRESS' AND lease_until > statement_timestamp()
     ORDER BY lease_until
     LIMIT 1) - statement_timestamp())::float8`
 
