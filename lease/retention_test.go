@@ -34,6 +34,9 @@ func TestRetentionPlanSkipsFailedRows(t *testing.T) {
 		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index Scan using "+s.Table()+"_done_idx") {
 			t.Errorf("%s: retention does not read the index of DONE rows:\n%s", mode, plan)
 		}
+		if !strings.Contains(plan, "Index Scan using "+s.Table()+"_pkey on "+s.Table()) {
+			t.Errorf("%s: retention does not delete its rows through the primary key:\n%s", mode, plan)
+		}
 	}
 	n, err := s.DeleteFinished(ctx, 0, 1000)
 	if err != nil || n != 20 {
