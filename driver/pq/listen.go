@@ -41,13 +41,25 @@ func (*Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasewor
 		}
 		return l, nil
 	case err := <-l.failed: // the caller retries as it sees fit
-		l.Close()
-		<-done
+		l.Close() // ends the Listen call
+		awaitListen(done)
 		return nil, fmt.Errorf("pq: listen: %w", err)
 	case <-ctx.Done():
-		l.Close() // ends the Listen call
-		<-done
+		l.Close()
+		awaitListen(done)
 		return nil, fmt.Errorf("pq: listen: %w", ctx.Err())
+	}
+}
+
+// awaitListen waits, at most closeTimeout, for the Listen call of a closed
+// listener to return: closing its sockets ends it, but no wait is left
+// unbounded on the word of a library.
+func awaitListen(done <-chan error) {
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 
