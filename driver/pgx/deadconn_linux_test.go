@@ -1,9 +1,8 @@
 package pgx_test
 
 import (
-	"context"
+	"net"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
@@ -13,25 +12,7 @@ import (
 // The pool's sockets carry the keepalives and user timeout that the package
 // documentation promises.
 func TestDeadConnSocketOptions(t *testing.T) {
-	db := pgtest.Open(t, pgxdriver.New())
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	var got pgtest.SocketOptions
-	err = conn.Raw(func(dc any) error {
-		got = pgtest.ReadSocketOptions(t, dc.(*stdlib.Conn).Conn().PgConn().Conn())
-		return nil
+	pgtest.CheckSocketOptions(t, pgxdriver.New(), func(dc any) net.Conn {
+		return dc.(*stdlib.Conn).Conn().PgConn().Conn()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := pgtest.SocketOptions{
-		KeepAlive: true, KeepAliveIdle: 15 * time.Second, KeepAliveInterval: 5 * time.Second, KeepAliveCount: 3,
-		UserTimeout: 30 * time.Second,
-	}
-	if got != want {
-		t.Errorf("socket options %+v, want %+v", got, want)
-	}
 }

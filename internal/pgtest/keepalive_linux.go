@@ -1,10 +1,14 @@
 package pgtest
 
 import (
+	"context"
 	"net"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/netdial"
 )
 
 // SocketOptions are the dead-peer settings of a TCP socket.
@@ -47,4 +51,33 @@ func ReadSocketOptions(t testing.TB, nc net.Conn) SocketOptions {
 		t.Fatalf("pgtest: read socket options: %v %v", err, errs)
 	}
 	return o
+}
+
+// CheckSocketOptions checks that a connection of a pool drv opens carries the
+// keepalives and user timeout of internal/netdial, which the drivers'
+// documentation promises. socket returns the TCP connection under one of
+// drv's driver connections, as (*sql.Conn).Raw hands it over.
+func CheckSocketOptions(t *testing.T, drv leasework.Driver, socket func(driverConn any) net.Conn) {
+	t.Helper()
+	db := Open(t, drv)
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var got SocketOptions
+	err = conn.Raw(func(dc any) error {
+		got = ReadSocketOptions(t, socket(dc))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SocketOptions{
+		KeepAlive: true, KeepAliveIdle: netdial.KeepAliveIdle, KeepAliveInterval: netdial.KeepAliveInterval,
+		KeepAliveCount: netdial.KeepAliveCount, UserTimeout: netdial.UserTimeout,
+	}
+	if got != want {
+		t.Errorf("socket options %+v, want %+v", got, want)
+	}
 }
