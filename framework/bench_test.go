@@ -185,11 +185,7 @@ func BenchmarkRecoveryAfterCrash(b *testing.B) {
 	var total time.Duration
 	for range b.N {
 		s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
-		events := make([]lease.Event, rows)
-		for i := range events {
-			events[i] = lease.Event{Kind: "k"}
-		}
-		pgtest.Enqueue(b, s, events...)
+		pgtest.EnqueueN(b, s, rows, "k")
 		w, err := framework.New(s.DB(), s.Driver(), framework.Config{
 			Schema: s.Schema(), Table: s.Table(), Concurrency: rows, Logger: discard, Retention: -1,
 		})

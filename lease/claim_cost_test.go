@@ -28,11 +28,7 @@ func TestClaimPlanIgnoresFinishedRows(t *testing.T) {
 	if err := leasetest.InsertFinished(ctx, s, 50000); err != nil {
 		t.Fatal(err)
 	}
-	events := make([]lease.Event, 20_000)
-	for i := range events {
-		events[i] = lease.Event{Kind: "k"}
-	}
-	pgtest.Enqueue(t, s, events...)
+	pgtest.EnqueueN(t, s, 20_000, "k")
 	if _, err := s.DB().ExecContext(ctx, "ANALYZE "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +68,7 @@ func TestClaimPlanIgnoresWaitingRows(t *testing.T) {
 	if err := leasetest.InsertWaiting(ctx, s, 2000, 10); err != nil {
 		t.Fatal(err)
 	}
-	events := make([]lease.Event, 500)
-	for i := range events {
-		events[i] = lease.Event{Kind: "k"}
-	}
-	pgtest.Enqueue(t, s, events...)
+	pgtest.EnqueueN(t, s, 500, "k")
 	if _, err := s.DB().ExecContext(ctx, "ANALYZE "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
@@ -185,12 +177,7 @@ func benchmarkClaim(b *testing.B, stmt string, history func(context.Context, *le
 	for b.Loop() {
 		if backlog < batch {
 			b.StopTimer()
-			events := make([]lease.Event, 10_000)
-			for i := range events {
-				events[i] = lease.Event{Kind: "k"}
-			}
-			pgtest.Enqueue(b, s, events...)
-			backlog += len(events)
+			backlog += len(pgtest.EnqueueN(b, s, 10_000, "k"))
 			// Fresh statistics, as autovacuum would soon give them:
 			// planned against an empty table's, the claim would scan
 			// the whole table.

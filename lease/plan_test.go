@@ -88,11 +88,7 @@ func TestGuardedWritesLockInIDOrderWhateverThePlan(t *testing.T) {
 func testGuardedWritePlans(t *testing.T, drv leasework.Driver) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
-	events := make([]lease.Event, 20_000)
-	for i := range events {
-		events[i] = lease.Event{Kind: "k"}
-	}
-	pgtest.Enqueue(t, s, events...)
+	pgtest.EnqueueN(t, s, 20_000, "k")
 	for range 2 {
 		if _, err := s.Claim(ctx, lease.ClaimRequest{Limit: lease.MaxClaimLimit, Lease: time.Hour}); err != nil {
 			t.Fatal(err)

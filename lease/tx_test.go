@@ -59,11 +59,7 @@ func BenchmarkRenewBesideOpenCompletion(b *testing.B) {
 			const batch = 50
 			s := pgtest.Store(b, drv, lease.Options{})
 			ctx := context.Background()
-			events := make([]lease.Event, batch)
-			for i := range events {
-				events[i] = lease.Event{Kind: "k"}
-			}
-			pgtest.Enqueue(b, s, events...)
+			pgtest.EnqueueN(b, s, batch, "k")
 			claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: batch, Lease: time.Hour})
 			if err != nil || len(claims) != batch {
 				b.Fatalf("claim = %d, %v", len(claims), err)

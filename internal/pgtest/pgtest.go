@@ -129,6 +129,17 @@ func Enqueue(t testing.TB, s *lease.Store, events ...lease.Event) []lease.Enqueu
 	return out
 }
 
+// EnqueueN enqueues n events of kind with nothing else set, in one
+// transaction, like [Enqueue].
+func EnqueueN(t testing.TB, s *lease.Store, n int, kind string) []lease.Enqueued {
+	t.Helper()
+	events := make([]lease.Event, n)
+	for i := range events {
+		events[i] = lease.Event{Kind: kind}
+	}
+	return Enqueue(t, s, events...)
+}
+
 // Driver is one of the shipped drivers, by the name the CLI and the examples
 // know it by, made fresh for each use.
 type Driver struct {
