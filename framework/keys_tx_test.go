@@ -634,30 +634,10 @@ func TestKeyedCompletionsUnderEnqueueBurst(t *testing.T) {
 		for k := range keys {
 			keys[k] = fmt.Sprintf("key-%02d", k)
 		}
-		var wg sync.WaitGroup
-		errs := make(chan error, enqueuers)
-		for g := range enqueuers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(seed, uint64(g)))
-				for i := range rounds {
-					events := make([]lease.Event, nkeys)
-					for k, p := range rng.Perm(nkeys) {
-						events[k] = lease.Event{Kind: "k", Key: keys[p], Payload: fmt.Appendf(nil, "%d:%d", g, i)}
-					}
-					if err := enqueueOnce(s, events); err != nil {
-						errs <- fmt.Errorf("enqueuer %d round %d: %w", g, i, err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		pgtest.EnqueueShuffled(t, seed, keys, enqueuers, rounds, func(_ int, events []lease.Event) error {
+			_, err := pgtest.EnqueueCommitted(context.Background(), s, events...)
+			return err
+		})
 		total := int64(nkeys * enqueuers * rounds)
 		waitFor(t, "every event completed", func() bool { return w.Counters().Completed == total })
 		t.Logf("%d completion batches gave way", gives.count())
@@ -687,20 +667,6 @@ func TestKeyedCompletionsUnderEnqueueBurst(t *testing.T) {
 			t.Errorf("counters %+v; want %d claimed and completed, nothing abandoned or rejected", c, total)
 		}
 	})
-}
-
-// enqueueOnce enqueues events in a transaction of their own.
-func enqueueOnce(s *lease.Store, events []lease.Event) error {
-	ctx := context.Background()
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := s.Enqueue(ctx, tx, events...); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // Transactional handlers of one key's events that each enqueue an event of
@@ -756,9 +722,7 @@ func TestTransactionalEnqueuesIntoAnotherKey(t *testing.T) {
 			for a := range events {
 				events[a] = lease.Event{Kind: "account", Key: fmt.Sprintf("acct-%d", a), Payload: []byte(strconv.Itoa(i))}
 			}
-			if err := enqueueOnce(s, events); err != nil {
-				t.Fatal(err)
-			}
+			pgtest.Enqueue(t, s, events...)
 		}
 		total := int64(orders*perOrder*2 + accounts*outside)
 		waitFor(t, "every event completed", func() bool { return w.Counters().Completed == total })

@@ -96,36 +96,13 @@ func TestEnqueueKeyedInPgxTxBesideStoreEnqueue(t *testing.T) {
 		for k := range keys {
 			keys[k] = fmt.Sprintf("agg-%02d", k)
 		}
-		var wg sync.WaitGroup
-		errs := make(chan error, enqueuers)
-		for g := range enqueuers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(seed, uint64(g)))
-				for i := range rounds {
-					events := make([]lease.Event, nkeys)
-					for k, p := range rng.Perm(nkeys) {
-						events[k] = lease.Event{Kind: "k", Key: keys[p], Payload: fmt.Appendf(nil, "%d:%d", g, i)}
-					}
-					var err error
-					if g%2 == 0 {
-						err = enqueuePgx(ctx, s, pool, events)
-					} else {
-						err = enqueueSQL(ctx, s, events)
-					}
-					if err != nil {
-						errs <- fmt.Errorf("enqueuer %d round %d: %w", g, i, err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+		pgtest.EnqueueShuffled(t, seed, keys, enqueuers, rounds, func(g int, events []lease.Event) error {
+			if g%2 == 0 {
+				return enqueuePgx(ctx, s, pool, events)
+			}
+			_, err := pgtest.EnqueueCommitted(ctx, s, events...)
+			return err
+		})
 
 		w, err := framework.New(s.DB(), s.Driver(), framework.Config{
 			Schema: s.Schema(), Concurrency: 8, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
@@ -205,17 +182,4 @@ func enqueuePgx(ctx context.Context, s *lease.Store, pool *pgxpool.Pool, events 
 		return err
 	}
 	return tx.Commit(ctx)
-}
-
-// enqueueSQL enqueues events in a database/sql transaction of their own.
-func enqueueSQL(ctx context.Context, s *lease.Store, events []lease.Event) error {
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := s.Enqueue(ctx, tx, events...); err != nil {
-		return err
-	}
-	return tx.Commit()
 }

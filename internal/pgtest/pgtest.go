@@ -15,8 +15,10 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,20 +115,57 @@ func Store(t testing.TB, drv leasework.Driver, opts lease.Options) *lease.Store 
 // failing the test on any error.
 func Enqueue(t testing.TB, s *lease.Store, events ...lease.Event) []lease.Enqueued {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := s.DB().BeginTx(ctx, nil)
+	out, err := EnqueueCommitted(context.Background(), s, events...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// EnqueueCommitted enqueues events in a transaction of their own and
+// commits it; for goroutines, which must not fail the test themselves.
+func EnqueueCommitted(ctx context.Context, s *lease.Store, events ...lease.Event) ([]lease.Enqueued, error) {
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
 	}
 	defer tx.Rollback()
 	out, err := s.Enqueue(ctx, tx, events...)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
+	return out, tx.Commit()
+}
+
+// EnqueueShuffled runs enqueuers goroutines at once, each making rounds
+// calls of enqueue with one event of kind "k" per key, the keys in an order
+// drawn from seed and the enqueuer's number g; each event's payload is
+// "g:round". It reports every error as a test error, naming the enqueuer
+// and the round.
+func EnqueueShuffled(t *testing.T, seed uint64, keys []string, enqueuers, rounds int, enqueue func(g int, events []lease.Event) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, enqueuers)
+	for g := range enqueuers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(seed, uint64(g)))
+			for i := range rounds {
+				events := make([]lease.Event, len(keys))
+				for k, p := range rng.Perm(len(keys)) {
+					events[k] = lease.Event{Kind: "k", Key: keys[p], Payload: fmt.Appendf(nil, "%d:%d", g, i)}
+				}
+				if err := enqueue(g, events); err != nil {
+					errs <- fmt.Errorf("enqueuer %d round %d: %w", g, i, err)
+					return
+				}
+			}
+		})
 	}
-	return out
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
 
 // EnqueueN enqueues n events of kind with nothing else set, in one
