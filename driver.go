@@ -70,6 +70,7 @@ const (
 	SQLStateUniqueViolation      = "23505"
 	SQLStateSerializationFailure = "40001"
 	SQLStateDeadlockDetected     = "40P01"
+	SQLStateQueryCanceled        = "57014"
 )
 
 // ErrorClass is what kind of failure an error is, as far as retrying goes.
@@ -82,6 +83,7 @@ const (
 	ClassUnique                          // a unique violation (SQLSTATE 23505)
 	ClassSerialization                   // serialization failure or deadlock: retry the transaction
 	ClassConnection                      // the connection failed or was lost: retry on another
+	ClassCanceled                        // the server cancelled the statement (SQLSTATE 57014: a statement timeout, or a driver's cancel request when its context ended); it was not applied: retry
 )
 
 // String names the class, for logs.
@@ -95,6 +97,8 @@ func (c ErrorClass) String() string {
 		return "serialization failure"
 	case ClassConnection:
 		return "connection lost"
+	case ClassCanceled:
+		return "statement cancelled"
 	}
 	return "other"
 }
@@ -111,6 +115,8 @@ func Classify(drv Driver, err error) ErrorClass {
 		return ClassUnique
 	case code == SQLStateSerializationFailure || code == SQLStateDeadlockDetected:
 		return ClassSerialization
+	case code == SQLStateQueryCanceled:
+		return ClassCanceled
 	case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03":
 		// connection exception; admin shutdown, crash shutdown, cannot connect now
 		return ClassConnection

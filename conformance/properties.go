@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
@@ -425,6 +426,17 @@ func errorsAreClassified(e *env) {
 	}
 	if drv.IsConnectionError(serErr) {
 		e.t.Fatalf("serialization failure %v reported as a connection error", serErr)
+	}
+
+	conn, err := e.db.Conn(e.ctx)
+	wantOK(e.t, "conn", err)
+	_, err = conn.ExecContext(e.ctx, "SET statement_timeout = 20")
+	wantOK(e.t, "set statement_timeout", err)
+	_, cancelErr := conn.ExecContext(e.ctx, "SELECT pg_sleep(5)")
+	conn.Raw(func(any) error { return driver.ErrBadConn }) // not back to the pool with its timeout
+	conn.Close()
+	if c := leasework.Classify(drv, cancelErr); c != leasework.ClassCanceled || drv.SQLState(cancelErr) != leasework.SQLStateQueryCanceled {
+		e.t.Fatalf("statement cancelled by its timeout %v: classified %v, SQLSTATE %q; want %v", cancelErr, c, drv.SQLState(cancelErr), leasework.ClassCanceled)
 	}
 
 	lostErr := leasetest.LoseConnection(e.ctx, e.db)

@@ -222,17 +222,12 @@ func (w *Worker) transient(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return true
 	}
-	drv := w.store.Driver()
-	switch leasework.Classify(drv, err) {
-	case leasework.ClassConnection, leasework.ClassSerialization:
+	switch leasework.Classify(w.store.Driver(), err) {
+	case leasework.ClassConnection, leasework.ClassSerialization, leasework.ClassCanceled:
 		return true
 	}
-	return drv.SQLState(err) == sqlStateQueryCanceled
+	return false
 }
-
-// sqlStateQueryCanceled is what the server answers to a cancel request,
-// which drivers send when a statement's context ends.
-const sqlStateQueryCanceled = "57014"
 
 func (w *Worker) writeGroup(o op, group []outcome, deadline time.Time) ([]lease.Result, error) {
 	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
