@@ -143,7 +143,8 @@ RETURNING o.id, o.generation, o.status`
 // other claims in the batch (invariant 13). A skipped row whose last
 // committed version still passes the guard is returned as busy (the last
 // column): neither renewed nor lost. Both parts read the rows through the
-// primary key (the id array $1).
+// primary key, the second only the rows the first did not lock (usually
+// none), so a renewal reads each of its rows once.
 const renewSQL = `
 WITH locked AS (
     SELECT id FROM {{table}}
@@ -162,7 +163,7 @@ SELECT id, generation, lease_until, false FROM renewed
 UNION ALL
 SELECT o.id, o.generation, o.lease_until, true
 FROM {{table}} AS o, unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE o.id = ANY ($1::bigint[]) AND o.id <> ALL (ARRAY(SELECT id FROM locked))
+WHERE o.id = ANY (ARRAY(SELECT unnest($1::bigint[]) EXCEPT SELECT id FROM locked))
   AND ` + guard
 
 // releaseSQL gives a claim back at once, for graceful shutdown. The attempt
