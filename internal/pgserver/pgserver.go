@@ -42,6 +42,10 @@ type Server struct {
 // superuser.
 func (s *Server) DSN() string { return s.dsn }
 
+// PID is the process id of the server's postmaster; its backends are its
+// children.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
 // FindBinaries returns the directory holding initdb and postgres: on PATH
 // first, then the newest /usr/lib/postgresql/*/bin.
 func FindBinaries() (string, error) {
@@ -72,6 +76,10 @@ type Options struct {
 	// Durable keeps fsync and synchronous commit on, as a real server has
 	// them. Benchmarks need it; tests and examples run faster without.
 	Durable bool
+
+	// Settings are extra server settings, each "name=value", passed as
+	// -c options (say "shared_preload_libraries=pg_stat_statements").
+	Settings []string
 }
 
 // Start initializes and starts a throwaway cluster for tests and examples
@@ -122,6 +130,12 @@ func StartWith(ctx context.Context, opts Options) (*Server, error) {
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	for _, set := range opts.Settings {
+		if !strings.Contains(set, "=") {
+			return fail(fmt.Errorf("pgserver: setting %q is not name=value", set))
+		}
+		args = append(args, "-c", set)
 	}
 	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
@@ -238,6 +252,17 @@ func freePort() (int, error) {
 // runs as root on a system with apt-get, it installs the postgresql package
 // first. Tests use pgtest instead, which never installs anything.
 func Resolve(ctx context.Context, explicit string) (dsn string, stop func() error, err error) {
+	dsn, srv, err := ResolveWith(ctx, explicit, Options{})
+	if srv != nil {
+		stop = srv.Stop
+	}
+	return dsn, stop, err
+}
+
+// ResolveWith is [Resolve] with options for the throwaway cluster. It returns
+// the cluster when it started one (stop it with [Server.Stop]), nil when
+// the DSN came from explicit or $LEASEWORK_DSN.
+func ResolveWith(ctx context.Context, explicit string, opts Options) (dsn string, srv *Server, err error) {
 	if explicit = strings.TrimSpace(explicit); explicit != "" {
 		return explicit, nil, nil
 	}
@@ -249,11 +274,11 @@ func Resolve(ctx context.Context, explicit string) (dsn string, stop func() erro
 			return "", nil, fmt.Errorf("%w\n(installing it failed: %v)", err, installErr)
 		}
 	}
-	s, err := Start(ctx)
+	s, err := StartWith(ctx, opts)
 	if err != nil {
 		return "", nil, err
 	}
-	return s.DSN(), s.Stop, nil
+	return s.DSN(), s, nil
 }
 
 // install installs Debian's postgresql package, for the examples' first run
