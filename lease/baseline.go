@@ -114,3 +114,13 @@ func (b *UnsafeBaseline) RetryMany(ctx context.Context, reqs []RetryRequest) ([]
 	a := b.drv.Array
 	return b.guarded(ctx, "retry", refs, errs, b.retrySQL, a(ids), a(gens), a(delays), a(errs))
 }
+
+// splitRefs returns the ids and generations of refs, for the baseline's
+// statements, which join the rows with unnest($1, $2) as the lab did.
+func splitRefs(refs []leasework.Ref) (ids, gens []int64) {
+	ids, gens = make([]int64, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		ids[i], gens[i] = r.ID, r.Generation
+	}
+	return ids, gens
+}

@@ -10,12 +10,12 @@ type Statement struct {
 // GuardedWrites returns the store's batched guarded writes by name.
 func GuardedWrites(s *Store) map[string]Statement {
 	return map[string]Statement{
-		"complete":       {s.q.complete, "bigint[], bigint[]"},
-		"completeDelete": {s.q.completeDelete, "bigint[], bigint[]"},
-		"retry":          {s.q.retry, "bigint[], bigint[], bigint[], text[]"},
-		"fail":           {s.q.fail, "bigint[], bigint[], text[]"},
-		"renew":          {s.q.renew, "bigint[], bigint[], bigint"},
-		"release":        {s.q.release, "bigint[], bigint[], text"},
+		"complete":       {s.q.complete, "bigint[], jsonb"},
+		"completeDelete": {s.q.completeDelete, "bigint[], jsonb"},
+		"retry":          {s.q.retry, "bigint[], jsonb"},
+		"fail":           {s.q.fail, "bigint[], jsonb"},
+		"renew":          {s.q.renew, "bigint[], jsonb, bigint"},
+		"release":        {s.q.release, "bigint[], jsonb, text"},
 	}
 }
 
@@ -28,3 +28,6 @@ func Progress(s *Store) Statement {
 func DeleteFinished(s *Store) Statement {
 	return Statement{s.q.deleteFinished, "bigint, bigint"}
 }
+
+// ByID is byID, the per-claim parameter of the batched guarded writes.
+var ByID = byID

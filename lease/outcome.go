@@ -3,8 +3,10 @@ package lease
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/leasework/leasework"
@@ -120,8 +122,7 @@ func (s *Store) Complete(ctx context.Context, ref leasework.Ref) error {
 // reading the rows the guard rejected fails (the accepted writes are then
 // committed: writing the same batch again reports them AlreadyRecorded).
 func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "complete", refs, nil, s.q.complete, s.drv.Array(ids), s.drv.Array(gens))
+	return s.guarded(ctx, "complete", refs, nil, s.q.complete, s.drv.Array(refIDs(refs)), byID(refs, nil))
 }
 
 // CompleteAndDeleteMany completes claims of a table that keeps no history:
@@ -130,8 +131,7 @@ func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Resul
 // reports Status DONE. Deleting forgets the event id, so a later enqueue of
 // the same id is no longer a duplicate.
 func (s *Store) CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "complete", refs, nil, s.q.completeDelete, s.drv.Array(ids), s.drv.Array(gens))
+	return s.guarded(ctx, "complete", refs, nil, s.q.completeDelete, s.drv.Array(refIDs(refs)), byID(refs, nil))
 }
 
 // Retry sends one claim back to READY, due after req.Delay. On the row's last
@@ -153,9 +153,8 @@ func (s *Store) RetryMany(ctx context.Context, reqs []RetryRequest) ([]Result, e
 	if err != nil {
 		return nil, err
 	}
-	ids, gens := splitRefs(refs)
-	a := s.drv.Array
-	return s.guarded(ctx, "retry", refs, errs, s.q.retry, a(ids), a(gens), a(delays), a(errs))
+	rows := byID(refs, func(i int) []any { return []any{delays[i], errs[i]} })
+	return s.guarded(ctx, "retry", refs, errs, s.q.retry, s.drv.Array(refIDs(refs)), rows)
 }
 
 // Fail ends one claim as FAILED with reason. It returns an error matching
@@ -172,9 +171,8 @@ func (s *Store) FailMany(ctx context.Context, reqs []FailRequest) ([]Result, err
 	for i, r := range reqs {
 		refs[i], reasons[i] = r.Ref, CleanText(r.Reason, MaxErrorBytes)
 	}
-	ids, gens := splitRefs(refs)
-	a := s.drv.Array
-	return s.guarded(ctx, "fail", refs, reasons, s.q.fail, a(ids), a(gens), a(reasons))
+	rows := byID(refs, func(i int) []any { return []any{reasons[i]} })
+	return s.guarded(ctx, "fail", refs, reasons, s.q.fail, s.drv.Array(refIDs(refs)), rows)
 }
 
 // Renew extends one claim's lease to lease from now (database time) and
@@ -201,8 +199,7 @@ func (s *Store) RenewMany(ctx context.Context, refs []leasework.Ref, lease time.
 	if lease < time.Millisecond {
 		return nil, fmt.Errorf("lease: renew: lease is %v; it must be at least 1ms", lease)
 	}
-	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "renew", refs, nil, s.q.renew, s.drv.Array(ids), s.drv.Array(gens), lease.Microseconds())
+	return s.guarded(ctx, "renew", refs, nil, s.q.renew, s.drv.Array(refIDs(refs)), byID(refs, nil), lease.Microseconds())
 }
 
 // Release gives one claim back to READY at once and returns the attempt it
@@ -216,8 +213,7 @@ func (s *Store) Release(ctx context.Context, ref leasework.Ref) error {
 
 // ReleaseMany is [Store.Release] for many claims in one statement.
 func (s *Store) ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	ids, gens := splitRefs(refs)
-	return s.guarded(ctx, "release", refs, nil, s.q.release, s.drv.Array(ids), s.drv.Array(gens), s.channel)
+	return s.guarded(ctx, "release", refs, nil, s.q.release, s.drv.Array(refIDs(refs)), byID(refs, nil), s.channel)
 }
 
 // SetProgress records progress for a claim under the ownership guard. The
@@ -386,12 +382,62 @@ func single(res []Result, err error) error {
 	return res[0].Err
 }
 
-func splitRefs(refs []leasework.Ref) (ids, gens []int64) {
-	ids, gens = make([]int64, len(refs)), make([]int64, len(refs))
+func refIDs(refs []leasework.Ref) []int64 {
+	ids := make([]int64, len(refs))
 	for i, r := range refs {
-		ids[i], gens[i] = r.ID, r.Generation
+		ids[i] = r.ID
 	}
-	return ids, gens
+	return ids
+}
+
+// byID encodes the $2 parameter of a batched guarded write (see batchGuard):
+// a JSON object from each claim's id to [generation, values(i)...]. A batch
+// naming an id more than once keeps the entry of the highest generation,
+// the only one that can own the row (the first of equal ones); the others
+// are rejected like any stale claim. values is nil when the write has none.
+func byID(refs []leasework.Ref, values func(i int) []any) string {
+	pick := make(map[int64]int, len(refs))
+	for i, r := range refs {
+		if j, ok := pick[r.ID]; !ok || r.Generation > refs[j].Generation {
+			pick[r.ID] = i
+		}
+	}
+	b := make([]byte, 0, 24*len(pick)+2)
+	b = append(b, '{')
+	for i, r := range refs {
+		if pick[r.ID] != i {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = strconv.AppendInt(b, r.ID, 10)
+		b = append(b, `":[`...)
+		b = strconv.AppendInt(b, r.Generation, 10)
+		if values != nil {
+			for _, v := range values(i) {
+				b = append(b, ',')
+				b = appendJSON(b, v)
+			}
+		}
+		b = append(b, ']')
+	}
+	return string(append(b, '}'))
+}
+
+// appendJSON appends v, an int64 or a string, as JSON.
+func appendJSON(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case int64:
+		return strconv.AppendInt(b, v, 10)
+	case string:
+		// Marshalling a string cannot fail: invalid UTF-8 is replaced, and
+		// the texts are cleaned before (CleanText) anyway.
+		js, _ := json.Marshal(v)
+		return append(b, js...)
+	}
+	panic(fmt.Sprintf("lease: byID: unexpected value %T", v))
 }
 
 func splitRetries(reqs []RetryRequest) (refs []leasework.Ref, delays []int64, errs []string, err error) {

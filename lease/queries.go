@@ -7,9 +7,19 @@ import "fmt"
 // Durations are bound as microseconds.
 
 // guard is invariant 2: the full ownership check of every outcome write. The
-// joined row set r carries the claim's id and generation.
-const guard = `o.id = r.id AND o.status = 'INPROGRESS' AND o.generation = r.generation
+// joined row set r carries the claim's id and generation. The single-row
+// progress write uses it as is; the batched writes use batchGuard.
+const guard = `o.id = r.id AND ` + inProgress + ` AND o.generation = r.generation
   AND o.lease_until > clock_timestamp()`
+
+// inProgress is the guard's status check. Its explicit collation keeps the
+// planner from proving with it the predicate of the partial lease index
+// (status = 'INPROGRESS' under the default collation), which would let a
+// write read every in-flight row's entry of that index and combine it with
+// the primary key (a BitmapAnd) instead of reading its own rows only
+// (invariant 11). Equality of text is the same under every deterministic
+// collation, so the check is the same.
+const inProgress = `o.status = 'INPROGRESS' COLLATE "C"`
 
 // Every batched guarded write locks its rows first, in id order, and writes
 // only the rows it locked. Two batches over overlapping rows given in
@@ -20,14 +30,27 @@ const guard = `o.id = r.id AND o.status = 'INPROGRESS' AND o.generation = r.gene
 // (invariant 11); the plan is LockRows over an ordered primary-key scan, or
 // over a Sort by id.
 const lockedCTE = `locked AS (
-    SELECT id FROM {{table}}
-    WHERE id = ANY ($1::bigint[]) AND status = 'INPROGRESS'
-    ORDER BY id
+    SELECT o.id FROM {{table}} AS o
+    WHERE o.id = ANY ($1::bigint[]) AND ` + inProgress + `
+    ORDER BY o.id
     FOR UPDATE
 )`
 
-// lockedGuard is guard restricted to the rows locked by lockedCTE.
-const lockedGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + guard
+// batchGuard is guard for a batch, restricted to the rows locked by
+// lockedCTE. Each claim's values come from $2, a JSON object from the id
+// (as text) to an array [generation, the write's own values...], looked up
+// per row by key: a binary search in the object. Joining the rows with
+// unnest($1, $2) instead costs the square of the batch under a generic
+// plan, which estimates ten rows for each side and picks a nested loop over
+// the function's output (999,000 rows removed by the join filter for a
+// batch of 1,000, 165 ms instead of 13).
+const batchGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + inProgress + `
+  AND o.generation = (` + rowValue + ` ->> 0)::bigint
+  AND o.lease_until > clock_timestamp()`
+
+// rowValue is the claim's entry of $2; (rowValue ->> 1) is its first value
+// after the generation.
+const rowValue = `($2::jsonb -> o.id::text)`
 
 const claimSQL = `
 WITH exhausted AS (
@@ -99,8 +122,7 @@ WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET status = 'DONE', lease_until = NULL, last_error = NULL,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE ` + lockedGuard + `
+WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, o.status`
 
 // completeDeleteSQL completes claims of a table that keeps no history: the
@@ -108,32 +130,32 @@ RETURNING o.id, o.generation, o.status`
 const completeDeleteSQL = `
 WITH ` + lockedCTE + `
 DELETE FROM {{table}} AS o
-USING unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE ` + lockedGuard + `
+WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, 'DONE'::text`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
-// budget is spent, in which case the row ends FAILED with the error.
+// budget is spent, in which case the row ends FAILED with the error. Each
+// claim's entry of $2 is [generation, delay in microseconds, error].
 const retrySQL = `
 WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET status = CASE WHEN o.attempt >= o.max_attempts THEN 'FAILED' ELSE 'READY' END,
-    lease_until = NULL, last_error = r.error,
+    lease_until = NULL, last_error = ` + rowValue + ` ->> 2,
     worker = CASE WHEN o.attempt >= o.max_attempts THEN o.worker END,
-    next_attempt_at = statement_timestamp() + r.delay * interval '1 microsecond',
+    next_attempt_at = statement_timestamp() + (` + rowValue + ` ->> 1)::bigint * interval '1 microsecond',
     finished_at = CASE WHEN o.attempt >= o.max_attempts THEN statement_timestamp() END,
     updated_at = statement_timestamp()
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, generation, delay, error)
-WHERE ` + lockedGuard + `
+WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, o.status`
 
+// failSQL ends claims FAILED; each claim's entry of $2 is [generation,
+// reason].
 const failSQL = `
 WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
-SET status = 'FAILED', lease_until = NULL, last_error = r.error,
+SET status = 'FAILED', lease_until = NULL, last_error = ` + rowValue + ` ->> 1,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
-FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, generation, error)
-WHERE ` + lockedGuard + `
+WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, o.status`
 
 // renewSQL renews claims. Unlike the other guarded writes it never waits
@@ -147,24 +169,24 @@ RETURNING o.id, o.generation, o.status`
 // none), so a renewal reads each of its rows once.
 const renewSQL = `
 WITH locked AS (
-    SELECT id FROM {{table}}
-    WHERE id = ANY ($1::bigint[]) AND status = 'INPROGRESS'
-    ORDER BY id
+    SELECT o.id FROM {{table}} AS o
+    WHERE o.id = ANY ($1::bigint[]) AND ` + inProgress + `
+    ORDER BY o.id
     FOR UPDATE SKIP LOCKED
 ), renewed AS (
     UPDATE {{table}} AS o
     SET lease_until = statement_timestamp() + $3 * interval '1 microsecond',
         updated_at = statement_timestamp()
-    FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-    WHERE ` + lockedGuard + `
+    WHERE ` + batchGuard + `
     RETURNING o.id, o.generation, o.lease_until
 )
 SELECT id, generation, lease_until, false FROM renewed
 UNION ALL
 SELECT o.id, o.generation, o.lease_until, true
-FROM {{table}} AS o, unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
+FROM {{table}} AS o
 WHERE o.id = ANY (ARRAY(SELECT unnest($1::bigint[]) EXCEPT SELECT id FROM locked))
-  AND ` + guard
+  AND ` + inProgress + ` AND o.generation = (` + rowValue + ` ->> 0)::bigint
+  AND o.lease_until > clock_timestamp()`
 
 // releaseSQL gives a claim back at once, for graceful shutdown. The attempt
 // it consumed is given back too: the handler was stopped, it did not fail.
@@ -176,8 +198,7 @@ WITH ` + lockedCTE + `, released AS (
     SET status = 'READY', lease_until = NULL, worker = NULL,
         attempt = greatest(o.attempt - 1, 0),
         next_attempt_at = statement_timestamp(), updated_at = statement_timestamp()
-    FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-    WHERE ` + lockedGuard + `
+    WHERE ` + batchGuard + `
     RETURNING o.id, o.generation, o.status, o.kind
 )
 SELECT r.id, r.generation, r.status FROM released AS r, pg_notify($3, r.kind)`

@@ -47,10 +47,10 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref, q
 	if tx == nil {
 		return errors.New("lease: complete in transaction: tx is nil")
 	}
-	ids, gens := []int64{ref.ID}, []int64{ref.Generation}
+	refs := []leasework.Ref{ref}
 	var got leasework.Ref
 	var status string
-	err := tx.QueryRowContext(ctx, query, s.drv.Array(ids), s.drv.Array(gens)).Scan(&got.ID, &got.Generation, &status)
+	err := tx.QueryRowContext(ctx, query, s.drv.Array(refIDs(refs)), byID(refs, nil)).Scan(&got.ID, &got.Generation, &status)
 	if err == nil {
 		return nil
 	}
