@@ -63,56 +63,55 @@ func BenchmarkPickupLatency(b *testing.B) {
 	}
 }
 
-// BenchmarkThroughput runs b.N enqueued no-op events through one worker of
-// 100 slots and reports jobs/s: claims, completions and renewals are one
-// statement per batch. "default-keep" is the default configuration: rows are
-// marked DONE and kept for the dedupe window; "delete-at-completion"
-// (Config.DeleteAtCompletion) deletes them in the completion's statement.
-// "keep-keys=1000" is "default-keep" with the events spread over 1,000
-// keys, each key's events handled in order: every completion promotes the
-// key's next event. "zero-config" is "default-keep" with every Config field
-// at its zero value, Concurrency included (the others use 100 slots).
-// jobs/claim is the mean claim batch.
+// BenchmarkThroughput runs b.N enqueued no-op events through one worker,
+// through each shipped driver, and reports jobs/s: claims, completions and
+// renewals are one statement per batch. "zero-config" is a worker with
+// every Config field at its zero value: 1000 slots, DONE rows kept for the
+// dedupe window. "delete-at-completion" (Config.DeleteAtCompletion)
+// deletes rows in the completion's statement. "keep-keys=1000" spreads the
+// events over 1,000 keys, each key's events handled in order: every
+// completion promotes the key's next event. "slots=100" is the zero
+// configuration with 100 slots. jobs/claim is the mean claim batch.
 func BenchmarkThroughput(b *testing.B) {
-	for _, mode := range []string{"default-keep", "delete-at-completion", "keep-keys=1000", "zero-config"} {
-		b.Run(mode, func(b *testing.B) {
-			s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
-			for i := 0; i < b.N; i += 1000 {
-				events := make([]lease.Event, min(1000, b.N-i))
-				for j := range events {
-					events[j] = lease.Event{Kind: "k"}
-					if mode == "keep-keys=1000" {
-						events[j].Key = fmt.Sprintf("key-%d", j)
+	for _, d := range pgtest.Drivers {
+		for _, mode := range []string{"zero-config", "delete-at-completion", "keep-keys=1000", "slots=100"} {
+			b.Run(d.Name+"/"+mode, func(b *testing.B) {
+				s := pgtest.Store(b, d.New(), lease.Options{})
+				for i := 0; i < b.N; i += 1000 {
+					events := make([]lease.Event, min(1000, b.N-i))
+					for j := range events {
+						events[j] = lease.Event{Kind: "k"}
+						if mode == "keep-keys=1000" {
+							events[j].Key = fmt.Sprintf("key-%d", j)
+						}
 					}
+					pgtest.Enqueue(b, s, events...)
 				}
-				pgtest.Enqueue(b, s, events...)
-			}
-			cfg := framework.Config{ // Retention zero: the default, DONE rows kept 24h
-				Schema: s.Schema(), Table: s.Table(), Concurrency: 100, Logger: discard,
-			}
-			switch mode {
-			case "delete-at-completion":
-				cfg.DeleteAtCompletion = true
-			case "zero-config":
-				cfg.Concurrency = 0
-			}
-			w, err := framework.New(s.DB(), s.Driver(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			register(b, w, "k", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
-			b.ResetTimer()
-			begin := time.Now()
-			stop := start(b, w)
-			for w.Counters().Completed < int64(b.N) {
-				time.Sleep(time.Millisecond)
-			}
-			elapsed := time.Since(begin)
-			b.StopTimer()
-			stop()
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
-			b.ReportMetric(float64(b.N)/float64(w.Counters().ClaimQueries), "jobs/claim")
-		})
+				cfg := framework.Config{Schema: s.Schema(), Table: s.Table(), Logger: discard}
+				switch mode {
+				case "delete-at-completion":
+					cfg.DeleteAtCompletion = true
+				case "slots=100":
+					cfg.Concurrency = 100
+				}
+				w, err := framework.New(s.DB(), s.Driver(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				register(b, w, "k", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
+				b.ResetTimer()
+				begin := time.Now()
+				stop := start(b, w)
+				for w.Counters().Completed < int64(b.N) {
+					time.Sleep(time.Millisecond)
+				}
+				elapsed := time.Since(begin)
+				b.StopTimer()
+				stop()
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+				b.ReportMetric(float64(b.N)/float64(w.Counters().ClaimQueries), "jobs/claim")
+			})
+		}
 	}
 }
 
@@ -120,7 +119,7 @@ func BenchmarkThroughput(b *testing.B) {
 // measured in the same run: b.N events through the lease store alone, with
 // no runtime around it. Each of "loops" goroutines claims 100 rows and
 // completes them, one statement each, as fast as it can. Compare jobs/s
-// with BenchmarkThroughput/default-keep as a ratio.
+// with BenchmarkThroughput/pgx/zero-config as a ratio.
 func BenchmarkThroughputReference(b *testing.B) {
 	for _, loops := range []int{1, 2} {
 		b.Run(fmt.Sprintf("loops=%d", loops), func(b *testing.B) {
