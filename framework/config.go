@@ -20,6 +20,7 @@ const (
 	DefaultStopTimeout       = 5 * time.Second
 	DefaultRetentionInterval = time.Minute
 	DefaultRetentionBatch    = 1000
+	DefaultTxConcurrency     = 50
 
 	// DedupeWindow is how long, at least, a completed event's id stays in
 	// the table, so that enqueueing it again is refused as a duplicate
@@ -50,6 +51,12 @@ const (
 	MaxRetention         = 10 * 365 * 24 * time.Hour
 	MaxRetentionInterval = 24 * time.Hour
 	MaxRetentionBatch    = 100000
+
+	// ReservedConns is how many connections of a capped pool the worker
+	// keeps from Transactional handlers (see Config.TxConcurrency): one
+	// each for the claim loop, the outcome writer, the renewals and
+	// retention.
+	ReservedConns = 4
 )
 
 // Config configures a [Worker]. Its zero value is valid: every zero field
@@ -138,6 +145,19 @@ type Config struct {
 	// means 1000; at most 100000; negative is an error.
 	RetentionBatch int
 
+	// TxConcurrency is the most [Transactional] handlers with their
+	// transaction open at once; the others wait for a turn before they
+	// begin theirs, their claims renewed meanwhile. Each open transaction
+	// holds a connection of the worker's pool, which the worker's own
+	// claims, completions and renewals need too, and a server accepts only
+	// so many (max_connections is 100 by default). Zero means the smaller
+	// of Concurrency and 50; at most Concurrency. Either way, on a pool
+	// capped with sql.DB.SetMaxOpenConns it is at most the cap minus
+	// ReservedConns (and at least 1), so the worker's statements always
+	// find a connection. Other handlers that use the pool are not counted:
+	// cap their use yourself, or give them a pool of their own.
+	TxConcurrency int
+
 	// Logger receives the worker's structured logs. Nil means
 	// slog.Default(); pass slog.New(slog.DiscardHandler) for none.
 	Logger *slog.Logger
@@ -214,6 +234,12 @@ func (c Config) normalize() (Config, error) {
 		return c, bad("RetentionBatch", c.RetentionBatch, fmt.Sprintf("it must be between 1 and %d, or zero for %d", MaxRetentionBatch, DefaultRetentionBatch))
 	case c.RetentionBatch == 0:
 		c.RetentionBatch = DefaultRetentionBatch
+	}
+	switch {
+	case c.TxConcurrency < 0 || c.TxConcurrency > c.Concurrency:
+		return c, bad("TxConcurrency", c.TxConcurrency, fmt.Sprintf("it must be between 1 and Concurrency (%d), or zero for the smaller of Concurrency and %d", c.Concurrency, DefaultTxConcurrency))
+	case c.TxConcurrency == 0:
+		c.TxConcurrency = min(c.Concurrency, DefaultTxConcurrency)
 	}
 	if c.WorkerID == "" {
 		c.WorkerID = defaultWorkerID()

@@ -61,6 +61,12 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error
 // lease is then no longer renewed, so commit well within the lease: the
 // completion Transactional makes itself comes last, just before COMMIT.
 //
+// Each transaction holds a connection of the worker's pool from BEGIN to
+// COMMIT. At most Config.TxConcurrency handlers hold one at once (50 by
+// default, fewer on a pool capped below it plus ReservedConns); the others
+// wait for a turn, their claims renewed meanwhile, so the worker's own
+// claims, completions and renewals always find a connection.
+//
 // Transactional returns nil when fn is nil, which [Worker.Register]
 // refuses. The handler it returns works only under a [Worker]; called with
 // any other context it fails permanently with [ErrNoClaim].
@@ -151,6 +157,14 @@ func (h *txHandler) Handle(ctx context.Context, c *leasework.Claim) error {
 	a, ok := attemptFrom(ctx)
 	if !ok {
 		return leasework.Permanent(fmt.Errorf("framework: Transactional handler: %w", ErrNoClaim))
+	}
+	// Wait for a turn (Config.TxConcurrency): a transaction holds a
+	// connection the worker's own statements need too.
+	select {
+	case a.w.txTurns <- struct{}{}:
+		defer func() { <-a.w.txTurns }()
+	case <-ctx.Done():
+		return fmt.Errorf("framework: waiting for a turn to begin the handler's transaction: %w", context.Cause(ctx))
 	}
 	tx, err := a.w.store.DB().BeginTx(ctx, nil)
 	if err != nil {

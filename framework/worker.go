@@ -40,6 +40,7 @@ type Worker struct {
 	slotFreed       chan struct{} // for the claim loop; capacity 1
 	handlerReturned chan struct{} // for the stop; capacity 1
 	outcomes        *outcomeQueue // handler results for the outcome writer
+	txTurns         chan struct{} // a Transactional handler's turn to open a transaction; set by start
 
 	// Set by Run before any of its goroutines start.
 	dbCtx          context.Context // for statements: ends only when Run returns
@@ -236,6 +237,13 @@ func (w *Worker) start() error {
 		return errors.New("framework: Run: no handler is registered")
 	}
 	w.started = true
+	turns := w.cfg.TxConcurrency
+	if capped := w.store.DB().Stats().MaxOpenConnections; capped > 0 && turns > capped-ReservedConns {
+		turns = max(capped-ReservedConns, 1)
+		w.log.Info("Transactional handlers share a capped pool: at most this many transactions open at once",
+			"tx_concurrency", turns, "max_open_conns", capped, "reserved", ReservedConns)
+	}
+	w.txTurns = make(chan struct{}, turns)
 	for k := range w.kinds {
 		w.kindList = append(w.kindList, k)
 	}
