@@ -26,7 +26,11 @@
 // A batched write locks its rows first, in id order, then writes them: two
 // batches over the same rows wait for each other in one order and never
 // deadlock. Rows are always named by an id array and read through the
-// primary key, whatever the statistics or a cached generic plan.
+// primary key, whatever the statistics or a cached generic plan; each
+// claim's generation (and the write's own values, such as a retry's error)
+// is looked up by id in a jsonb object, never by joining the batch with
+// unnest of its arrays, whose plan can cost the square of the batch. The
+// cost of a write grows with its batch, not with the claims in flight.
 //
 // # Completing in the caller's transaction
 //
