@@ -78,6 +78,8 @@ type Config struct {
 	// a goroutine only while it runs, and the claim, completion and renewal
 	// statements cost less per event the more events they carry (a worker
 	// of 1000 slots runs no-op events several times faster than one of 100).
+	// The claims it holds at once, running or finished and waiting for
+	// their outcome to be written, are at most twice Concurrency.
 	// Lower it to bound the load on what the handlers call, or to spread a
 	// small backlog of slow events over several workers: an idle worker
 	// claims up to all of its free slots in one statement. At most 10000

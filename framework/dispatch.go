@@ -109,10 +109,17 @@ func (w *Worker) claim(limit int) (int, error) {
 	return len(claims), nil
 }
 
+// freeSlots is how many rows the next claim may take: the handler slots
+// free, but never so many that the claims held (running, or finished and
+// waiting for their outcome to be written) pass twice Concurrency. A
+// handler's slot frees when it returns, so that claiming overlaps the
+// writing of outcomes; when outcomes are written slowly (a slow or
+// struggling database), claims wait for them instead of piling up
+// unbounded, each to be renewed.
 func (w *Worker) freeSlots() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.cfg.Concurrency - w.running
+	return max(min(w.cfg.Concurrency-w.running, 2*w.cfg.Concurrency-len(w.live)), 0)
 }
 
 // pollWait is the poll interval plus a jitter of up to a fifth of it, so

@@ -367,6 +367,7 @@ func (w *Worker) forget(a *attempt) {
 	w.mu.Lock()
 	delete(w.live, a.ref)
 	w.mu.Unlock()
+	signal(w.slotFreed) // a claim waiting for the outcomes may go on
 }
 
 func refsOf(group []outcome) []leasework.Ref {
