@@ -142,14 +142,16 @@ func TestPoisonedOutcomeDoesNotHoldBackItsBatch(t *testing.T) {
 }
 
 // No handler waits behind a stuck outcome write, and neither does the claim
-// loop: while a completion waits for a row lock, events enqueued behind it
-// are claimed and handled, and every outcome is written once the lock goes.
+// loop, up to its bound of claims held (twice Concurrency): while a
+// completion waits for a row lock, events enqueued behind it are claimed
+// and handled, and every outcome is written once the lock goes.
 func TestStuckOutcomeWriteBlocksNoHandler(t *testing.T) {
 	s := newStore(t, pgtest.Drivers[0].New())
 	gateID := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "gate"})[0].ID
 	// A long lease makes a long statement timeout (RenewEvery, capped at
 	// 30s): the gate's completion stays stuck for all of this test.
-	w := newWorker(t, s, framework.Config{Concurrency: 2, Lease: 2 * time.Minute, RenewEvery: time.Minute, PollInterval: 20 * time.Millisecond})
+	const concurrency = 10
+	w := newWorker(t, s, framework.Config{Concurrency: concurrency, Lease: 2 * time.Minute, RenewEvery: time.Minute, PollInterval: 20 * time.Millisecond})
 	handled := make(chan string, 100)
 	gate := make(chan struct{})
 	register(t, w, "k", framework.RetryPolicy{}, func(_ context.Context, c *leasework.Claim) error {
@@ -166,7 +168,7 @@ func TestStuckOutcomeWriteBlocksNoHandler(t *testing.T) {
 	recv(t, handled, "the gate's handler")
 	waitLockWaiter(t, s)
 
-	const n = 20
+	const n = 2*concurrency - 1 // with the gate's, as many claims as the worker holds
 	var events []lease.Event
 	for i := range n {
 		events = append(events, lease.Event{Kind: "k", EventID: fmt.Sprint("e", i)})
