@@ -29,9 +29,9 @@ import (
 // rows: each is run in every round, and the one with the highest median is
 // reported. Add a candidate here to try it.
 var lwBestCandidates = []lwShape{
-	{Workers: 1, Concurrency: 500},
-	{Workers: 2, Concurrency: 500},
 	{Workers: 1, Concurrency: 1000},
+	{Workers: 1, Concurrency: 2000},
+	{Workers: 2, Concurrency: 1000},
 }
 
 // benchKind is the kind of every leasework event the sections enqueue.
