@@ -14,8 +14,11 @@
 // # Claiming
 //
 // The worker claims as many due rows as it has free handler slots
-// (Config.Concurrency), in one statement. After a full batch it claims again
-// as soon as a slot frees. After a short batch it waits: for a LISTEN/NOTIFY
+// (Config.Concurrency, 1000 by default), in one statement. After a full
+// batch it claims again as soon as a slot frees. A slot frees when its
+// handler returns, before its outcome is written, so claiming overlaps the
+// writing of outcomes; the claims a worker holds, running or waiting for
+// their outcome, never pass twice Concurrency. After a short batch it waits: for a LISTEN/NOTIFY
 // notification that an event of one of its kinds was inserted, when the
 // driver implements leasework.Notifier, or else for Config.PollInterval plus
 // jitter. Polling also finds what notifications cannot announce: retries
