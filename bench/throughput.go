@@ -506,6 +506,7 @@ func throughputRows() []tpRow {
 		{label: "River database/sql + lib/pq (riverdatabasesql), bench settings", candidates: []tpCandidate{{riverBenchName, riverRunner("postgres", riverBench)}}},
 		{label: fmt.Sprintf("bare loop: Claim of %d + CompleteMany, %d loops, pgx", bareClaim, bareLoops), candidates: []tpCandidate{{"lease.Store only", runBareLoop}}},
 		lwBestRow("leasework pgx best, DeleteAtCompletion", "pgx", func(s *lwShape) { s.DeleteAtCompletion = true }),
+		lwBestRow("leasework pq best, DeleteAtCompletion", "pq", func(s *lwShape) { s.DeleteAtCompletion = true }),
 	}
 }
 
