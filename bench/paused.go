@@ -151,17 +151,9 @@ func pausedLeasework(ctx context.Context, e *env, mode string) (pausedResult, er
 	r.tookOver = time.Since(stopped)
 	r.bTookOver = fmt.Sprintf("generation %d, attempt %d", bc.Generation, bc.Attempt)
 
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if r.aSaid, err = resumeAndFinish(a, 30*time.Second); err != nil {
 		return r, err
 	}
-	if err := a.send("finish"); err != nil {
-		return r, err
-	}
-	line, err := a.expect("result", 30*time.Second)
-	if err != nil {
-		return r, err
-	}
-	r.aSaid = strings.TrimSpace(strings.TrimPrefix(line, "result"))
 	row, err := s.Get(ctx, bc.ID)
 	if err != nil {
 		return r, err
@@ -193,6 +185,22 @@ func pausedLeasework(ctx context.Context, e *env, mode string) (pausedResult, er
 }
 
 // leaseRowState is a row as the table shows it.
+// resumeAndFinish resumes the stopped owner a (SIGCONT), tells it to finish
+// its work, and returns what it says its late completion did.
+func resumeAndFinish(a *childProc, timeout time.Duration) (string, error) {
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return "", err
+	}
+	if err := a.send("finish"); err != nil {
+		return "", err
+	}
+	line, err := a.expect("result", timeout)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(strings.TrimPrefix(line, "result")), nil
+}
+
 func leaseRowState(row lease.Row) string {
 	s := fmt.Sprintf("%s, generation %d, attempt %d", row.Status, row.Generation, row.Attempt)
 	if row.Worker != "" {
@@ -263,17 +271,9 @@ func pausedRiver(ctx context.Context, e *env) (pausedResult, error) {
 	r.tookOver = time.Since(stopped)
 	r.bTookOver = fmt.Sprintf("attempt %d", bs.attempt)
 
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if r.aSaid, err = resumeAndFinish(a, 60*time.Second); err != nil {
 		return r, err
 	}
-	if err := a.send("finish"); err != nil {
-		return r, err
-	}
-	line, err := a.expect("result", 60*time.Second)
-	if err != nil {
-		return r, err
-	}
-	r.aSaid = strings.TrimSpace(strings.TrimPrefix(line, "result"))
 	state, during, err := riverRowState(ctx, b, bs.id)
 	if err != nil {
 		return r, err
@@ -346,11 +346,7 @@ func pausedOwner(ctx context.Context, args []string) error {
 	}()
 	switch mode {
 	case "store":
-		drv, err := leaseDriver("pgx")
-		if err != nil {
-			return err
-		}
-		db, err := drv.Open(dsn)
+		db, drv, err := openLeaseDB("pgx", dsn)
 		if err != nil {
 			return err
 		}
@@ -378,11 +374,7 @@ func pausedOwner(ctx context.Context, args []string) error {
 		return nil
 
 	case "worker":
-		drv, err := leaseDriver("pgx")
-		if err != nil {
-			return err
-		}
-		db, err := drv.Open(dsn)
+		db, drv, err := openLeaseDB("pgx", dsn)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -326,14 +327,23 @@ func leaseDriver(name string) (leasework.Driver, error) {
 	return nil, fmt.Errorf("unknown leasework driver %q", name)
 }
 
+// openLeaseDB opens a pool on dsn through leasework's driver drvName.
+func openLeaseDB(drvName, dsn string) (*sql.DB, leasework.Driver, error) {
+	drv, err := leaseDriver(drvName)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := drv.Open(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, drv, nil
+}
+
 // openLeaseStore opens a pool through leasework's driver drvName and
 // migrates an events table in a new schema.
 func openLeaseStore(ctx context.Context, e *env, drvName, schema string) (*lease.Store, error) {
-	drv, err := leaseDriver(drvName)
-	if err != nil {
-		return nil, err
-	}
-	db, err := drv.Open(e.dsn)
+	db, drv, err := openLeaseDB(drvName, e.dsn)
 	if err != nil {
 		return nil, err
 	}

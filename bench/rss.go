@@ -185,11 +185,7 @@ func rssHolder(ctx context.Context, args []string) error {
 	}
 
 	if drvName, ok := strings.CutPrefix(sys, "leasework-"); ok {
-		drv, err := leaseDriver(drvName)
-		if err != nil {
-			return err
-		}
-		db, err := drv.Open(dsn)
+		db, drv, err := openLeaseDB(drvName, dsn)
 		if err != nil {
 			return err
 		}
