@@ -43,6 +43,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{framework.Config{AttemptTimeout: -1}, "Config.AttemptTimeout"},
 		{framework.Config{RetentionInterval: -1}, "Config.RetentionInterval"},
 		{framework.Config{RetentionBatch: -1}, "Config.RetentionBatch"},
+		{framework.Config{TxConcurrency: -1}, "Config.TxConcurrency is -1; it must be between 1 and Concurrency (1000)"},
+		{framework.Config{Concurrency: 5, TxConcurrency: 6}, "Config.TxConcurrency is 6; it must be between 1 and Concurrency (5)"},
 		{framework.Config{Table: "bad name"}, "Options.Table"},
 	}
 	for _, c := range cases {
