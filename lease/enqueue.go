@@ -210,11 +210,11 @@ func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events 
 		ids, kinds, keys = append(ids, e.EventID), append(kinds, e.Kind), append(keys, e.Key)
 		payloads, maxAtt, runAt = append(payloads, payload), append(maxAtt, attempts), append(runAt, at)
 	}
-	q := s.q.enqueue
-	if opts.SkipDuplicates {
-		q = s.q.enqueueSkip
-	}
-	if err := s.insert(ctx, tx, q, out, first, ids, kinds, keys, payloads, maxAtt, runAt); err != nil {
+	if !opts.SkipDuplicates {
+		if err := s.insert(ctx, tx, s.q.enqueue, out, first, ids, kinds, keys, payloads, maxAtt, runAt); err != nil {
+			return nil, err
+		}
+	} else if err := s.insertSkipping(ctx, tx, out, first, ids, kinds, keys, payloads, maxAtt, runAt); err != nil {
 		return nil, err
 	}
 	if err := s.accountForSkipped(ctx, tx, opts, out, first); err != nil {
@@ -248,6 +248,47 @@ func (s *Store) insert(ctx context.Context, tx Tx, q string, out []Enqueued, fir
 		return s.enqueueError(tx, err)
 	}
 	return nil
+}
+
+// insertSkipping inserts the events whose event id is new, in two
+// statements: the first takes a row id for each new event id in the event
+// id table (skipping those there), the second inserts those events with
+// those ids. The rest is left to accountForSkipped.
+func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first map[string]int,
+	ids, kinds, keys []string, payloads [][]byte, maxAtt []int64, runAt []string) error {
+	rows, err := tx.Query(ctx, s.q.claimEventIDs, ids, keys)
+	if err != nil {
+		return s.enqueueError(tx, err)
+	}
+	taken := make(map[string]int64, len(ids))
+	for rows.Next() {
+		var eventID string
+		var id int64
+		if err := rows.Scan(&eventID, &id); err != nil {
+			rows.Close()
+			return s.wrapErrState(tx.SQLState, "enqueue", err)
+		}
+		taken[eventID] = id
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s.enqueueError(tx, err)
+	}
+	if len(taken) == 0 {
+		return nil
+	}
+	var rowIDs, maxAtt2 []int64
+	var ids2, kinds2, keys2, runAt2 []string
+	var payloads2 [][]byte
+	for i, eventID := range ids {
+		id, ok := taken[eventID]
+		if !ok {
+			continue
+		}
+		rowIDs, ids2, kinds2, keys2 = append(rowIDs, id), append(ids2, eventID), append(kinds2, kinds[i]), append(keys2, keys[i])
+		payloads2, maxAtt2, runAt2 = append(payloads2, payloads[i]), append(maxAtt2, maxAtt[i]), append(runAt2, runAt[i])
+	}
+	return s.insert(ctx, tx, s.q.insertClaimed, out, first, rowIDs, ids2, kinds2, keys2, payloads2, maxAtt2, runAt2)
 }
 
 // checkEvent checks one event before anything is sent. Its errors start with

@@ -1,5 +1,7 @@
 package lease
 
+import "context"
+
 // Statement is one of the store's statements with the SQL types of its
 // parameters, for tests that look at plans (PREPARE name(types) AS query).
 type Statement struct {
@@ -31,3 +33,31 @@ func DeleteFinished(s *Store) Statement {
 
 // ByID is byID, the per-claim parameter of the batched guarded writes.
 var ByID = byID
+
+// MigrateTo applies the migrations up to version, as an older release of
+// the package did, recording them like Migrate.
+func MigrateTo(ctx context.Context, s *Store, version int) error {
+	for _, q := range []string{
+		`CREATE SCHEMA IF NOT EXISTS {{schema}}`,
+		`CREATE TABLE IF NOT EXISTS {{schema}}.{{name "migrations"}} (
+			version integer PRIMARY KEY,
+			name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT statement_timestamp())`,
+	} {
+		if _, err := s.db.ExecContext(ctx, s.render(q)); err != nil {
+			return err
+		}
+	}
+	for _, m := range Migrations() {
+		if m.Version > version {
+			break
+		}
+		if _, err := s.db.ExecContext(ctx, s.render(m.sql)); err != nil {
+			return err
+		}
+		if _, err := s.db.ExecContext(ctx, s.render(`INSERT INTO {{schema}}.{{name "migrations"}} (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

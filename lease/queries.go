@@ -1,7 +1,5 @@
 package lease
 
-import "fmt"
-
 // The statements, one copy each. {{table}} and friends are replaced by quoted
 // identifiers when a Store is made; every value is a bound parameter.
 // Durations are bound as microseconds.
@@ -100,22 +98,62 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
     o.progress, COALESCE(o.last_error, '')`
 
+// enqueueSQL inserts events. Their row ids are taken from the table's
+// identity sequence first, so that each event id goes into the event id
+// table beside its row's id, whose primary key refuses a duplicate: the
+// statement then fails as a whole.
 const enqueueSQL = `
-INSERT INTO {{table}} (event_id, kind, key, payload, max_attempts, next_attempt_at)
-SELECT e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
+WITH input AS (
+    SELECT e.*, nextval((SELECT pg_get_serial_sequence({{tableText}}, 'id'))) AS id
+    FROM (SELECT e.event_id, e.kind, NULLIF(e.key, '') AS key, e.payload, e.max_attempts, e.run_at, e.n
+          FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[])
+              WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, n)
+          -- In key order, and in the order given within a key: the
+          -- commit-time step of order per key then takes its keys' locks in
+          -- one order in every call, so two enqueues of the same keys never
+          -- deadlock; the row ids follow the same order.
+          ORDER BY e.key, e.n) AS e
+), ids AS (
+    INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
+    SELECT event_id, id FROM input
+)
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at)
+OVERRIDING SYSTEM VALUE
+SELECT i.id, i.event_id, i.kind, i.key, i.payload, i.max_attempts,
+    COALESCE(NULLIF(i.run_at, '')::timestamptz, statement_timestamp())
+FROM input AS i
+ORDER BY i.key, i.n
+RETURNING id, event_id`
+
+// claimEventIDsSQL is the first step of an enqueue that skips duplicates:
+// it takes a row id for each event id ($1, with its key $2, in the order of
+// enqueueSQL) not in the event id table, and returns the ids it took; the
+// ids already there are skipped.
+const claimEventIDsSQL = `
+INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
+SELECT e.event_id, nextval((SELECT pg_get_serial_sequence({{tableText}}, 'id')))
+FROM (SELECT e.event_id
+      FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS e(event_id, key, n)
+      ORDER BY e.key, e.n) AS e
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id, id`
+
+// insertClaimedSQL is the second step: it inserts the events whose event
+// id the first step took, with the row ids it took.
+const insertClaimedSQL = `
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at)
+OVERRIDING SYSTEM VALUE
+SELECT e.id, e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
     COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp())
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[])
-    WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, n)
--- In key order, and in the order given within a key: the commit-time step
--- of order per key then takes its keys' locks in one order in every call,
--- so two enqueues of the same keys never deadlock.
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[])
+    WITH ORDINALITY AS e(id, event_id, kind, key, payload, max_attempts, run_at, n)
 ORDER BY e.key, e.n
-%s
 RETURNING id, event_id`
 
 // existingSQL reads which of the event ids $1 exist, for an enqueue that
 // skipped them as duplicates.
-const existingSQL = `SELECT event_id FROM {{table}} WHERE event_id = ANY ($1::text[])`
+const existingSQL = `SELECT x.event_id FROM {{schema}}.{{name "event_ids"}} AS x
+WHERE x.event_id = ANY ($1::text[]) AND EXISTS (SELECT 1 FROM {{table}} AS o WHERE o.id = x.id)`
 
 const completeSQL = `
 WITH ` + lockedCTE + `
@@ -256,7 +294,8 @@ FROM {{table}} WHERE id = ANY ($1::bigint[])`
 
 const getSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE id = $1`
 
-const getByEventSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE event_id = $1`
+const getByEventSQL = `SELECT ` + rowColumns + ` FROM {{table}}
+WHERE id = (SELECT id FROM {{schema}}.{{name "event_ids"}} WHERE event_id = $1)`
 
 const listSQL = `SELECT ` + rowColumns + ` FROM {{table}}
 WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND id > $3
@@ -266,7 +305,7 @@ LIMIT $4`
 // deleteFinishedSQL is retention: it picks the oldest DONE rows from the
 // DONE index and deletes them named by an id array, so the delete is a
 // primary-key scan whatever the planner estimates for the subquery
-// (invariant 11), as in the claim.
+// (invariant 11), as in the claim. A trigger forgets their event ids.
 const deleteFinishedSQL = `
 DELETE FROM {{table}}
 WHERE id = ANY (ARRAY(
@@ -289,7 +328,7 @@ SELECT EXTRACT(EPOCH FROM (
     LIMIT 1) - statement_timestamp())::float8`
 
 type queries struct {
-	claim, enqueue, enqueueSkip, existing, complete, completeDelete, retry, fail, renew, release, progress,
+	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
 	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
 	discard, heldKeys, keyHead string
 }
@@ -297,8 +336,9 @@ type queries struct {
 func (s *Store) renderQueries() queries {
 	return queries{
 		claim:          s.render(claimSQL),
-		enqueue:        s.render(fmt.Sprintf(enqueueSQL, "")),
-		enqueueSkip:    s.render(fmt.Sprintf(enqueueSQL, "ON CONFLICT (event_id) DO NOTHING")),
+		enqueue:        s.render(enqueueSQL),
+		claimEventIDs:  s.render(claimEventIDsSQL),
+		insertClaimed:  s.render(insertClaimedSQL),
 		existing:       s.render(existingSQL),
 		complete:       s.render(completeSQL),
 		completeDelete: s.render(completeDeleteSQL),
