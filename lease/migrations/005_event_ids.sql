@@ -21,9 +21,12 @@ ON CONFLICT (event_id) DO NOTHING;
 ALTER TABLE {{table}} DROP CONSTRAINT IF EXISTS {{name "event_id_key"}};
 
 -- Whatever deletes a row (retention, deletion at completion, an operator)
--- frees its event id, as deleting a row did when the id was the row's.
+-- frees its event id, as deleting a row did when the id was the row's. The
+-- functions run with their owner's rights (the role that migrates), so a
+-- worker's role needs no right on the event id table, only on the events
+-- table; their search_path is fixed, as such functions' must be.
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "forget_event_ids"}}() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     DELETE FROM {{schema}}.{{name "event_ids"}}
     WHERE event_id = ANY (ARRAY(SELECT event_id FROM deleted));
@@ -38,7 +41,7 @@ CREATE TRIGGER {{name "forget_event_ids"}}
     FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.{{name "forget_event_ids"}}();
 
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "forget_all_event_ids"}}() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     DELETE FROM {{schema}}.{{name "event_ids"}};
     RETURN NULL;

@@ -1,0 +1,189 @@
+package framework_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// roleDSN returns the test server's DSN logging in as role with password.
+func roleDSN(t *testing.T, role, password string) string {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		u.User = url.UserPassword(role, password)
+		return u.String()
+	}
+	return dsn + fmt.Sprintf(" user=%s password=%s", role, password)
+}
+
+// A worker runs under a role that may only read, update and delete the rows
+// of its events table: no DDL, no other table (the event id table and the
+// migrations table included). The table is migrated, and events enqueued,
+// by an owner role. Through both drivers the worker completes plain events,
+// keyed events in order, a retry, a renewed claim, and, with
+// DeleteAtCompletion, deletes rows, whose event ids are then free again.
+func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		admin := pgtest.Open(t, drv)
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		suffix := hex.EncodeToString(b[:])
+		owner, worker, password := "lw_owner_"+suffix, "lw_worker_"+suffix, "pw_"+suffix
+		schema := pgtest.SchemaName()
+		var database string
+		if err := admin.QueryRowContext(ctx, "SELECT current_database()").Scan(&database); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", owner, password),
+			fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", worker, password),
+			fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s", lease.QuoteIdent(database), owner),
+		} {
+			if _, err := admin.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		t.Cleanup(func() {
+			for _, q := range []string{
+				"DROP SCHEMA IF EXISTS " + lease.QuoteIdent(schema) + " CASCADE",
+				"DROP OWNED BY " + owner + ", " + worker,
+				"DROP ROLE " + worker, "DROP ROLE " + owner,
+			} {
+				if _, err := admin.ExecContext(context.Background(), q); err != nil {
+					t.Errorf("%s: %v", q, err)
+				}
+			}
+		})
+
+		// The owner migrates and grants the worker its rows, nothing else.
+		ownerDB, err := drv.Open(roleDSN(t, owner, password))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ownerDB.Close()
+		s, err := lease.New(ownerDB, drv, lease.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			"GRANT USAGE ON SCHEMA " + lease.QuoteIdent(schema) + " TO " + worker,
+			"GRANT SELECT, UPDATE, DELETE ON " + s.QualifiedTable() + " TO " + worker,
+		} {
+			if _, err := ownerDB.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+
+		workerDB, err := drv.Open(roleDSN(t, worker, password))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer workerDB.Close()
+		for _, q := range []string{
+			"CREATE TABLE " + lease.QuoteIdent(schema) + ".intruder (x int)",
+			"SELECT count(*) FROM " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_migrations"),
+			"SELECT count(*) FROM " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_event_ids"),
+			"INSERT INTO " + s.QualifiedTable() + " (event_id, kind) VALUES ('x', 'x')",
+		} {
+			_, err := workerDB.ExecContext(ctx, q)
+			if got := drv.SQLState(err); got != "42501" {
+				t.Errorf("as the worker, %s: %v (SQLSTATE %q); want insufficient_privilege, 42501", q, err, got)
+			}
+		}
+
+		var failedOnce, renewed atomic.Bool
+		run := func(cfg framework.Config, handle leasework.HandlerFunc) *framework.Worker {
+			cfg.Schema, cfg.Logger = schema, testLogger()
+			w, err := framework.New(workerDB, drv, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"plain", "keyed", "flaky", "slow"} {
+				if err := w.Register(k, handle, framework.RetryPolicy{InitialInterval: time.Millisecond}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return w
+		}
+		handle := func(ctx context.Context, c *leasework.Claim) error {
+			switch c.Kind {
+			case "flaky":
+				if failedOnce.CompareAndSwap(false, true) {
+					return errors.New("first attempt fails")
+				}
+			case "slow": // held until a renewal of its lease shows in the table
+				first := c.LeaseUntil
+				deadline := time.Now().Add(waitTimeout)
+				for time.Now().Before(deadline) {
+					var until time.Time
+					if err := admin.QueryRowContext(ctx, "SELECT lease_until FROM "+s.QualifiedTable()+" WHERE id = $1", c.ID).Scan(&until); err != nil {
+						return err
+					}
+					if until.After(first) {
+						renewed.Store(true)
+						return nil
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				return errors.New("no renewal seen")
+			}
+			return nil
+		}
+		var events []lease.Event
+		for i := range 20 {
+			events = append(events, lease.Event{Kind: "plain", EventID: fmt.Sprint("plain-", i)})
+		}
+		for i := range 5 {
+			events = append(events, lease.Event{Kind: "keyed", Key: "customer-1", EventID: fmt.Sprint("keyed-", i)})
+		}
+		events = append(events, lease.Event{Kind: "flaky", EventID: "flaky"}, lease.Event{Kind: "slow", EventID: "slow"})
+		ids := pgtest.Enqueue(t, s, events...)
+		w := run(framework.Config{Concurrency: 10, Lease: time.Second, RenewEvery: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond, Retention: -1}, handle)
+		stop := start(t, w)
+		for _, e := range ids {
+			waitRow(t, s, e.ID, "every event DONE under the worker's role", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+		}
+		stop()
+		if r, err := s.GetByEventID(ctx, "flaky"); err != nil || r.Attempt != 2 {
+			t.Errorf("flaky event: %+v, %v; want DONE on attempt 2", r, err)
+		}
+		if !renewed.Load() {
+			t.Error("the slow event's lease was never renewed")
+		}
+
+		// Deleting at completion: the rows go, and with them their ids.
+		more := pgtest.EnqueueN(t, s, 10, "plain")
+		w = run(framework.Config{Concurrency: 10, PollInterval: 20 * time.Millisecond, DeleteAtCompletion: true}, handle)
+		stop = start(t, w)
+		waitFor(t, "the rows deleted at completion", func() bool { return w.Counters().Completed == 10 })
+		stop()
+		for _, e := range more {
+			if _, err := s.Get(ctx, e.ID); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("row %d after completion: %v; want it deleted", e.ID, err)
+			}
+		}
+		again := pgtest.Enqueue(t, s, lease.Event{Kind: "plain", EventID: more[0].EventID})
+		if len(again) != 1 || again[0].ID == 0 || again[0].Duplicate {
+			t.Errorf("enqueue of a deleted row's event id: %+v; want a new row", again)
+		}
+		if c := w.Counters(); c.StaleRejections != 0 || c.ClaimErrors != 0 || c.OutcomesAbandoned != 0 {
+			t.Errorf("counters %+v; want no rejected write, claim error or abandoned outcome", c)
+		}
+	})
+}
