@@ -31,20 +31,21 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
     o.attempt, o.max_attempts, o.lease_until, false, o.progress,
     COALESCE(o.last_error, '')`
 
+// The baseline's writes take the store's batch parameters (see batchArgs)
+// and key their update by id alone, reporting the caller's generation as
+// if the write were its own.
 const baselineCompleteSQL = `
 UPDATE {{table}} AS o
 SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()
-FROM unnest($1::bigint[], $2::bigint[]) AS r(id, generation)
-WHERE o.id = r.id
-RETURNING o.id, r.generation, o.status`
+WHERE o.id = ANY ($1::bigint[])
+RETURNING o.id, (` + rowValue + ` ->> 0)::bigint, o.status`
 
 const baselineRetrySQL = `
 UPDATE {{table}} AS o
-SET status = 'READY', lease_until = NULL, last_error = r.error,
-    next_attempt_at = statement_timestamp() + r.delay * interval '1 microsecond'
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[]) AS r(id, generation, delay, error)
-WHERE o.id = r.id
-RETURNING o.id, r.generation, o.status`
+SET status = 'READY', lease_until = NULL, last_error = ` + rowValue + ` ->> 2,
+    next_attempt_at = statement_timestamp() + (` + rowValue + ` ->> 1)::bigint * interval '1 microsecond'
+WHERE o.id = ANY ($1::bigint[])
+RETURNING o.id, (` + rowValue + ` ->> 0)::bigint, o.status`
 
 // UnsafeBaseline is the lab article's intentionally unsafe store, shipped so
 // that the conformance suite can prove it fails where it should: claims see
@@ -91,8 +92,7 @@ func (b *UnsafeBaseline) Complete(ctx context.Context, ref leasework.Ref) error 
 
 // CompleteMany marks rows DONE by id alone.
 func (b *UnsafeBaseline) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	ids, gens := splitRefs(refs)
-	return b.guarded(ctx, "complete", refs, nil, b.completeSQL, b.drv.Array(ids), b.drv.Array(gens))
+	return b.guarded(ctx, "complete", refs, nil, nil, b.completeSQL)
 }
 
 // Retry sends the row back to READY by id alone.
@@ -110,17 +110,6 @@ func (b *UnsafeBaseline) RetryMany(ctx context.Context, reqs []RetryRequest) ([]
 	if err != nil {
 		return nil, err
 	}
-	ids, gens := splitRefs(refs)
-	a := b.drv.Array
-	return b.guarded(ctx, "retry", refs, errs, b.retrySQL, a(ids), a(gens), a(delays), a(errs))
-}
-
-// splitRefs returns the ids and generations of refs, for the baseline's
-// statements, which join the rows with unnest($1, $2) as the lab did.
-func splitRefs(refs []leasework.Ref) (ids, gens []int64) {
-	ids, gens = make([]int64, len(refs)), make([]int64, len(refs))
-	for i, r := range refs {
-		ids[i], gens[i] = r.ID, r.Generation
-	}
-	return ids, gens
+	values := func(i int) []any { return []any{delays[i], errs[i]} }
+	return b.guarded(ctx, "retry", refs, errs, values, b.retrySQL)
 }

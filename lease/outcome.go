@@ -122,7 +122,7 @@ func (s *Store) Complete(ctx context.Context, ref leasework.Ref) error {
 // reading the rows the guard rejected fails (the accepted writes are then
 // committed: writing the same batch again reports them AlreadyRecorded).
 func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	return s.guarded(ctx, "complete", refs, nil, s.q.complete, s.drv.Array(refIDs(refs)), byID(refs, nil))
+	return s.guarded(ctx, "complete", refs, nil, nil, s.q.complete)
 }
 
 // CompleteAndDeleteMany completes claims of a table that keeps no history:
@@ -131,7 +131,7 @@ func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Resul
 // reports Status DONE. Deleting forgets the event id, so a later enqueue of
 // the same id is no longer a duplicate.
 func (s *Store) CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	return s.guarded(ctx, "complete", refs, nil, s.q.completeDelete, s.drv.Array(refIDs(refs)), byID(refs, nil))
+	return s.guarded(ctx, "complete", refs, nil, nil, s.q.completeDelete)
 }
 
 // Retry sends one claim back to READY, due after req.Delay. On the row's last
@@ -153,8 +153,8 @@ func (s *Store) RetryMany(ctx context.Context, reqs []RetryRequest) ([]Result, e
 	if err != nil {
 		return nil, err
 	}
-	rows := byID(refs, func(i int) []any { return []any{delays[i], errs[i]} })
-	return s.guarded(ctx, "retry", refs, errs, s.q.retry, s.drv.Array(refIDs(refs)), rows)
+	values := func(i int) []any { return []any{delays[i], errs[i]} }
+	return s.guarded(ctx, "retry", refs, errs, values, s.q.retry)
 }
 
 // Fail ends one claim as FAILED with reason. It returns an error matching
@@ -171,8 +171,8 @@ func (s *Store) FailMany(ctx context.Context, reqs []FailRequest) ([]Result, err
 	for i, r := range reqs {
 		refs[i], reasons[i] = r.Ref, CleanText(r.Reason, MaxErrorBytes)
 	}
-	rows := byID(refs, func(i int) []any { return []any{reasons[i]} })
-	return s.guarded(ctx, "fail", refs, reasons, s.q.fail, s.drv.Array(refIDs(refs)), rows)
+	values := func(i int) []any { return []any{reasons[i]} }
+	return s.guarded(ctx, "fail", refs, reasons, values, s.q.fail)
 }
 
 // Renew extends one claim's lease to lease from now (database time) and
@@ -199,7 +199,7 @@ func (s *Store) RenewMany(ctx context.Context, refs []leasework.Ref, lease time.
 	if lease < time.Millisecond {
 		return nil, fmt.Errorf("lease: renew: lease is %v; it must be at least 1ms", lease)
 	}
-	return s.guarded(ctx, "renew", refs, nil, s.q.renew, s.drv.Array(refIDs(refs)), byID(refs, nil), lease.Microseconds())
+	return s.guarded(ctx, "renew", refs, nil, nil, s.q.renew, lease.Microseconds())
 }
 
 // Release gives one claim back to READY at once and returns the attempt it
@@ -213,7 +213,7 @@ func (s *Store) Release(ctx context.Context, ref leasework.Ref) error {
 
 // ReleaseMany is [Store.Release] for many claims in one statement.
 func (s *Store) ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	return s.guarded(ctx, "release", refs, nil, s.q.release, s.drv.Array(refIDs(refs)), byID(refs, nil), s.channel)
+	return s.guarded(ctx, "release", refs, nil, nil, s.q.release, s.channel)
 }
 
 // SetProgress records progress for a claim under the ownership guard. The
@@ -234,12 +234,15 @@ func (s *Store) SetProgress(ctx context.Context, ref leasework.Ref, progress []b
 
 // guarded runs one batched outcome statement and matches the rows it
 // returned (id, generation, status or lease_until) to the refs asked for.
-// texts, when not nil, holds per ref the error text the write stores.
-func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, texts []string, query string, args ...any) ([]Result, error) {
+// Its parameters are the batch's ($1 and $2, see batchArgs, with the
+// write's per-claim values) followed by extra. texts, when not nil, holds
+// per ref the error text the write stores.
+func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, texts []string,
+	values func(i int) []any, query string, extra ...any) ([]Result, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	rows, err := s.db.QueryContext(ctx, query, append(s.batchArgs(refs, values), extra...)...)
 	if err != nil {
 		return nil, s.wrapErr(op, err)
 	}
@@ -382,12 +385,15 @@ func single(res []Result, err error) error {
 	return res[0].Err
 }
 
-func refIDs(refs []leasework.Ref) []int64 {
+// batchArgs returns the first two parameters of a batched guarded write:
+// the claims' ids ($1, an array bound by the driver) and their generations
+// with the write's values keyed by id ($2, see byID).
+func (s *Store) batchArgs(refs []leasework.Ref, values func(i int) []any) []any {
 	ids := make([]int64, len(refs))
 	for i, r := range refs {
 		ids[i] = r.ID
 	}
-	return ids
+	return []any{s.drv.Array(ids), byID(refs, values)}
 }
 
 // byID encodes the $2 parameter of a batched guarded write (see batchGuard):
@@ -426,18 +432,14 @@ func byID(refs []leasework.Ref, values func(i int) []any) string {
 	return string(append(b, '}'))
 }
 
-// appendJSON appends v, an int64 or a string, as JSON.
+// appendJSON appends v as JSON: the writes' values are int64s and cleaned
+// texts (CleanText), which marshal without error.
 func appendJSON(b []byte, v any) []byte {
-	switch v := v.(type) {
-	case int64:
-		return strconv.AppendInt(b, v, 10)
-	case string:
-		// Marshalling a string cannot fail: invalid UTF-8 is replaced, and
-		// the texts are cleaned before (CleanText) anyway.
-		js, _ := json.Marshal(v)
-		return append(b, js...)
+	if n, ok := v.(int64); ok {
+		return strconv.AppendInt(b, n, 10)
 	}
-	panic(fmt.Sprintf("lease: byID: unexpected value %T", v))
+	js, _ := json.Marshal(v)
+	return append(b, js...)
 }
 
 func splitRetries(reqs []RetryRequest) (refs []leasework.Ref, delays []int64, errs []string, err error) {

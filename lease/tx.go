@@ -47,10 +47,9 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref, q
 	if tx == nil {
 		return errors.New("lease: complete in transaction: tx is nil")
 	}
-	refs := []leasework.Ref{ref}
 	var got leasework.Ref
 	var status string
-	err := tx.QueryRowContext(ctx, query, s.drv.Array(refIDs(refs)), byID(refs, nil)).Scan(&got.ID, &got.Generation, &status)
+	err := tx.QueryRowContext(ctx, query, s.batchArgs([]leasework.Ref{ref}, nil)...).Scan(&got.ID, &got.Generation, &status)
 	if err == nil {
 		return nil
 	}
