@@ -27,12 +27,16 @@ const inProgress = `o.status = 'INPROGRESS' COLLATE "C"`
 // through the primary key, whatever the statistics or the cached plan
 // (invariant 11); the plan is LockRows over an ordered primary-key scan, or
 // over a Sort by id.
-const lockedCTE = `locked AS (
+const lockedCTE = lockStep + `
+)`
+
+// lockStep is lockedCTE without its end, so that renewSQL can add SKIP
+// LOCKED.
+const lockStep = `locked AS (
     SELECT o.id FROM {{table}} AS o
     WHERE o.id = ANY ($1::bigint[]) AND ` + inProgress + `
     ORDER BY o.id
-    FOR UPDATE
-)`
+    FOR UPDATE`
 
 // batchGuard is guard for a batch, restricted to the rows locked by
 // lockedCTE. Each claim's values come from $2, a JSON object from the id
@@ -42,7 +46,10 @@ const lockedCTE = `locked AS (
 // plan, which estimates ten rows for each side and picks a nested loop over
 // the function's output (999,000 rows removed by the join filter for a
 // batch of 1,000, 165 ms instead of 13).
-const batchGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + inProgress + `
+const batchGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + ownedPerRow
+
+// ownedPerRow is the rest of the guard for a row o of a batch.
+const ownedPerRow = inProgress + `
   AND o.generation = (` + rowValue + ` ->> 0)::bigint
   AND o.lease_until > clock_timestamp()`
 
@@ -98,40 +105,48 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
     o.progress, COALESCE(o.last_error, '')`
 
+// insertEvents is the insert both enqueue paths end with: the rows of e
+// (id, event_id, kind, key or the empty text, payload, max_attempts, run_at, n) with
+// their row ids taken beforehand, in key order and, within a key, in the
+// order given: the commit-time step of order per key then takes its keys'
+// locks in one order in every call, so two enqueues of the same keys never
+// deadlock.
+const insertEvents = `
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at)
+OVERRIDING SYSTEM VALUE
+SELECT e.id, e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
+    COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp())
+FROM `
+
+const insertEventsEnd = ` AS e
+ORDER BY e.key, e.n
+RETURNING id, event_id`
+
+// nextRowID takes the next value of the table's identity sequence.
+const nextRowID = `nextval((SELECT pg_get_serial_sequence({{tableText}}, 'id')))`
+
 // enqueueSQL inserts events. Their row ids are taken from the table's
-// identity sequence first, so that each event id goes into the event id
-// table beside its row's id, whose primary key refuses a duplicate: the
-// statement then fails as a whole.
+// identity sequence first, in insertion order, so that each event id goes
+// into the event id table beside its row's id, whose primary key refuses a
+// duplicate: the statement then fails as a whole.
 const enqueueSQL = `
 WITH input AS (
-    SELECT e.*, nextval((SELECT pg_get_serial_sequence({{tableText}}, 'id'))) AS id
-    FROM (SELECT e.event_id, e.kind, NULLIF(e.key, '') AS key, e.payload, e.max_attempts, e.run_at, e.n
-          FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[])
-              WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, n)
-          -- In key order, and in the order given within a key: the
-          -- commit-time step of order per key then takes its keys' locks in
-          -- one order in every call, so two enqueues of the same keys never
-          -- deadlock; the row ids follow the same order.
-          ORDER BY e.key, e.n) AS e
+    SELECT e.*, ` + nextRowID + ` AS id
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[])
+        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, n)
+    ORDER BY e.key, e.n
 ), ids AS (
     INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
     SELECT event_id, id FROM input
-)
-INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at)
-OVERRIDING SYSTEM VALUE
-SELECT i.id, i.event_id, i.kind, i.key, i.payload, i.max_attempts,
-    COALESCE(NULLIF(i.run_at, '')::timestamptz, statement_timestamp())
-FROM input AS i
-ORDER BY i.key, i.n
-RETURNING id, event_id`
+)` + insertEvents + `input` + insertEventsEnd
 
 // claimEventIDsSQL is the first step of an enqueue that skips duplicates:
 // it takes a row id for each event id ($1, with its key $2, in the order of
-// enqueueSQL) not in the event id table, and returns the ids it took; the
+// insertEvents) not in the event id table, and returns the ids it took; the
 // ids already there are skipped.
 const claimEventIDsSQL = `
 INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
-SELECT e.event_id, nextval((SELECT pg_get_serial_sequence({{tableText}}, 'id')))
+SELECT e.event_id, ` + nextRowID + `
 FROM (SELECT e.event_id
       FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS e(event_id, key, n)
       ORDER BY e.key, e.n) AS e
@@ -140,20 +155,17 @@ RETURNING event_id, id`
 
 // insertClaimedSQL is the second step: it inserts the events whose event
 // id the first step took, with the row ids it took.
-const insertClaimedSQL = `
-INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at)
-OVERRIDING SYSTEM VALUE
-SELECT e.id, e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
-    COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp())
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[])
-    WITH ORDINALITY AS e(id, event_id, kind, key, payload, max_attempts, run_at, n)
-ORDER BY e.key, e.n
-RETURNING id, event_id`
+const insertClaimedSQL = insertEvents + `(
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[])
+        WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, n))` + insertEventsEnd
 
 // existingSQL reads which of the event ids $1 exist, for an enqueue that
-// skipped them as duplicates.
+// skipped them as duplicates: in the event id table, with their row (a
+// trigger of the caller's that drops inserts leaves an id without one).
+// The row is read by a scalar subquery through the primary key, which the
+// planner never turns into a join (invariant 11).
 const existingSQL = `SELECT x.event_id FROM {{schema}}.{{name "event_ids"}} AS x
-WHERE x.event_id = ANY ($1::text[]) AND EXISTS (SELECT 1 FROM {{table}} AS o WHERE o.id = x.id)`
+WHERE x.event_id = ANY ($1::text[]) AND (SELECT true FROM {{table}} AS o WHERE o.id = x.id)`
 
 const completeSQL = `
 WITH ` + lockedCTE + `
@@ -206,11 +218,7 @@ RETURNING o.id, o.generation, o.status`
 // primary key, the second only the rows the first did not lock (usually
 // none), so a renewal reads each of its rows once.
 const renewSQL = `
-WITH locked AS (
-    SELECT o.id FROM {{table}} AS o
-    WHERE o.id = ANY ($1::bigint[]) AND ` + inProgress + `
-    ORDER BY o.id
-    FOR UPDATE SKIP LOCKED
+WITH ` + lockStep + ` SKIP LOCKED
 ), renewed AS (
     UPDATE {{table}} AS o
     SET lease_until = statement_timestamp() + $3 * interval '1 microsecond',
@@ -223,8 +231,7 @@ UNION ALL
 SELECT o.id, o.generation, o.lease_until, true
 FROM {{table}} AS o
 WHERE o.id = ANY (ARRAY(SELECT unnest($1::bigint[]) EXCEPT SELECT id FROM locked))
-  AND ` + inProgress + ` AND o.generation = (` + rowValue + ` ->> 0)::bigint
-  AND o.lease_until > clock_timestamp()`
+  AND ` + ownedPerRow
 
 // releaseSQL gives a claim back at once, for graceful shutdown. The attempt
 // it consumed is given back too: the handler was stopped, it did not fail.
