@@ -36,6 +36,17 @@ func finishedStatus(t *testing.T, s *lease.Store, id int64) string {
 	return string(r.Status)
 }
 
+// claimHeadAlone claims what is claimable and returns it, failing the test
+// unless it is the key's head alone: the row with id head.
+func claimHeadAlone(t *testing.T, s *lease.Store, head int64) leasework.Claim {
+	t.Helper()
+	cs := claimIDs(t, s, 10)
+	if len(cs) != 1 || cs[0].ID != head {
+		t.Fatalf("claimed %+v; want the head alone", cs)
+	}
+	return cs[0]
+}
+
 // A head completed in the caller's transaction releases its key at that
 // transaction's COMMIT, not before: until then its follower waits and
 // nothing of the key can be claimed; a rolled-back completion releases
@@ -50,17 +61,14 @@ func TestCompleteTxReleasesTheKeyAtCommit(t *testing.T) {
 				key := "acct-" + name
 				out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: key}, lease.Event{Kind: "k", Key: key})
 				head, follower := out[0].ID, out[1].ID
-				cs := claimIDs(t, s, 10)
-				if len(cs) != 1 || cs[0].ID != head {
-					t.Fatalf("claimed %+v; want the head alone", cs)
-				}
+				c := claimHeadAlone(t, s, head)
 
 				// Rolled back: as if nothing happened.
 				tx, err := s.DB().BeginTx(ctx, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := complete(ctx, tx, cs[0].Ref()); err != nil {
+				if err := complete(ctx, tx, c.Ref()); err != nil {
 					t.Fatal(err)
 				}
 				if err := tx.Rollback(); err != nil {
@@ -73,7 +81,7 @@ func TestCompleteTxReleasesTheKeyAtCommit(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer tx.Rollback()
-				if err := complete(ctx, tx, cs[0].Ref()); err != nil {
+				if err := complete(ctx, tx, c.Ref()); err != nil {
 					t.Fatal(err)
 				}
 				// Accepted, not committed: the key is not released.
@@ -113,10 +121,7 @@ func TestCompleteTxOfAStaleHeadKeepsTheKey(t *testing.T) {
 				key := "acct-" + name
 				out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: key}, lease.Event{Kind: "k", Key: key})
 				head, follower := out[0].ID, out[1].ID
-				stale := claimIDs(t, s, 10)
-				if len(stale) != 1 || stale[0].ID != head {
-					t.Fatalf("claimed %+v; want the head alone", stale)
-				}
+				stale := claimHeadAlone(t, s, head)
 				if err := leasetest.ExpireLease(ctx, s, head); err != nil {
 					t.Fatal(err)
 				}
@@ -129,7 +134,7 @@ func TestCompleteTxOfAStaleHeadKeepsTheKey(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = complete(ctx, tx, stale[0].Ref())
+				err = complete(ctx, tx, stale.Ref())
 				if !errors.Is(err, leasework.ErrLeaseLost) {
 					t.Fatalf("stale completion = %v; want ErrLeaseLost", err)
 				}
@@ -176,17 +181,14 @@ func TestCompleteTxAndEnqueueOfTheSameKey(t *testing.T) {
 							events = append(events, lease.Event{Kind: "k", Key: key})
 						}
 						out := pgtest.Enqueue(t, s, events...)
-						cs := claimIDs(t, s, 10)
-						if len(cs) != 1 || cs[0].ID != out[0].ID {
-							t.Fatalf("claimed %+v; want the head alone", cs)
-						}
+						c := claimHeadAlone(t, s, out[0].ID)
 						tx, err := s.DB().BeginTx(ctx, nil)
 						if err != nil {
 							t.Fatal(err)
 						}
 						defer tx.Rollback()
 						if completeFirst {
-							if err := complete(ctx, tx, cs[0].Ref()); err != nil {
+							if err := complete(ctx, tx, c.Ref()); err != nil {
 								t.Fatal(err)
 							}
 						}
@@ -195,7 +197,7 @@ func TestCompleteTxAndEnqueueOfTheSameKey(t *testing.T) {
 							t.Fatal(err)
 						}
 						if !completeFirst {
-							if err := complete(ctx, tx, cs[0].Ref()); err != nil {
+							if err := complete(ctx, tx, c.Ref()); err != nil {
 								t.Fatal(err)
 							}
 						}
