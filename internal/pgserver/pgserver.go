@@ -33,7 +33,11 @@ const EnvDSN = "LEASEWORK_DSN"
 // Server is a running throwaway cluster.
 type Server struct {
 	dsn  string
-	dir  string
+	dir  string              // the cluster's directory: data, socket, log
+	bin  string              // where the server binaries are
+	cred *syscall.Credential // the server's user; nil: this process's
+	port int
+	args []string // postgres's command line, for a restart
 	cmd  *exec.Cmd
 	done chan error
 }
@@ -46,10 +50,15 @@ func (s *Server) DSN() string { return s.dsn }
 // children.
 func (s *Server) PID() int { return s.cmd.Process.Pid }
 
-// FindBinaries returns the directory holding initdb and postgres: on PATH
-// first, then the newest /usr/lib/postgresql/*/bin.
+// FindBinaries returns the directory holding initdb and postgres: initdb's
+// on PATH first (links followed), then the newest /usr/lib/postgresql/*/bin.
 func FindBinaries() (string, error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
+		// Follow a link on PATH to the directory of the other binaries
+		// (pg_basebackup, say), which may not be linked beside it.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		dir := filepath.Dir(p)
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
@@ -121,38 +130,50 @@ func StartWith(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	logFile, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		return fail(fmt.Errorf("pgserver: %w", err))
-	}
-	defer logFile.Close()
-	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
+	s.bin, s.cred, s.port = bin, cred, port
+	s.args = []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}
 	if !opts.Durable {
-		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+		s.args = append(s.args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
 	for _, set := range opts.Settings {
 		if !strings.Contains(set, "=") {
 			return fail(fmt.Errorf("pgserver: setting %q is not name=value", set))
 		}
-		args = append(args, "-c", set)
+		// A later -c of the same name wins over the defaults above.
+		s.args = append(s.args, "-c", set)
 	}
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
+	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if err := s.launch(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// launch starts postgres with s.args and waits until it accepts queries.
+// On failure the server is stopped and the error carries its log.
+func (s *Server) launch(ctx context.Context) error {
+	logFile, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgserver: %w", err)
+	}
+	defer logFile.Close()
+	s.cmd = exec.Command(filepath.Join(s.bin, "postgres"), s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
 	// Pdeathsig stops the server if this process dies without Stop.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
 	if err := s.cmd.Start(); err != nil {
-		return fail(fmt.Errorf("pgserver: start postgres: %w", err))
+		return fmt.Errorf("pgserver: start postgres: %w", err)
 	}
 	s.done = make(chan error, 1)
 	go func() { s.done <- s.cmd.Wait() }()
-	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	if err := s.waitReady(ctx); err != nil {
-		s.Stop()
-		log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-		return nil, fmt.Errorf("%w\nserver log:\n%s", err, log)
+		s.shutdown(syscall.SIGINT)
+		log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+		return fmt.Errorf("%w\nserver log:\n%s", err, log)
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Server) waitReady(ctx context.Context) error {
@@ -185,21 +206,80 @@ func (s *Server) waitReady(ctx context.Context) error {
 
 // Stop shuts the server down (fast shutdown) and removes its directory.
 func (s *Server) Stop() error {
-	var err error
-	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-s.done:
-		case <-time.After(30 * time.Second):
-			s.cmd.Process.Kill()
-			<-s.done
-			err = errors.New("pgserver: postgres did not stop within 30s; killed")
-		}
-	}
+	err := s.shutdown(syscall.SIGINT)
 	if rmErr := os.RemoveAll(s.dir); rmErr != nil && err == nil {
 		err = fmt.Errorf("pgserver: %w", rmErr)
 	}
 	return err
+}
+
+// Restart shuts the server down (fast shutdown: open connections are
+// ended) and starts it again on the same port and data, as an operator's
+// restart does. It returns once the server accepts queries again.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.shutdown(syscall.SIGINT); err != nil {
+		return err
+	}
+	return s.launch(ctx)
+}
+
+// Crash kills the postmaster and every backend at once with SIGKILL, as a
+// machine that loses power would, leaving the data directory as it was.
+// [Server.Start] runs crash recovery on it; [Server.Stop] still removes it.
+func (s *Server) Crash() error {
+	if s.cmd == nil || s.cmd.Process == nil || s.exited() {
+		return errors.New("pgserver: crash: the server is not running")
+	}
+	// The server runs in a process group of its own (Setpgid).
+	if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("pgserver: crash: %w", err)
+	}
+	err := <-s.done
+	s.done <- err
+	return nil
+}
+
+// Halt shuts the server down (fast shutdown) and keeps its data, for a
+// later [Server.Start].
+func (s *Server) Halt() error { return s.shutdown(syscall.SIGINT) }
+
+// Start starts a server that was halted or crashed, on the same port and
+// data, and returns once it accepts queries.
+func (s *Server) Start(ctx context.Context) error {
+	if s.cmd != nil && !s.exited() {
+		return errors.New("pgserver: start: the server is running")
+	}
+	return s.launch(ctx)
+}
+
+// exited reports whether the running postmaster has exited.
+func (s *Server) exited() bool {
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// shutdown stops the postmaster with sig (SIGINT: fast shutdown) and waits
+// for it, killing it after 30s.
+func (s *Server) shutdown(sig syscall.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil || s.exited() {
+		return nil
+	}
+	s.cmd.Process.Signal(sig)
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return nil
+	case <-time.After(30 * time.Second):
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		err := <-s.done
+		s.done <- err
+		return errors.New("pgserver: postgres did not stop within 30s; killed")
+	}
 }
 
 // serverUser returns the credential to run the server with: nil when not
