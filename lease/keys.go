@@ -17,7 +17,7 @@ import (
 // every repair.
 const discardSQL = `
 UPDATE {{table}} AS o
-SET status = 'DISCARDED', generation = o.generation + 1, worker = NULL,
+SET status = 'DISCARDED', generation = ` + nextGeneration + `, worker = NULL,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
 WHERE o.id = $1 AND o.status = 'FAILED' AND o.generation = $2
 RETURNING o.generation`

@@ -53,6 +53,20 @@ const ownedPerRow = inProgress + `
   AND o.generation = (` + rowValue + ` ->> 0)::bigint
   AND o.lease_until > clock_timestamp()`
 
+// nextGeneration is the generation a claim or a repair gives row o: one
+// more than its own, and never less than the floor of the server's
+// timeline, (timeline - 1) * 2^32. A promoted standby writes on a new
+// timeline. Without the floor, a claim committed on the old primary and
+// lost with it (asynchronous replication) could be handed out again, at the
+// same generation, by the new primary to a second owner, and the first
+// owner's writes would match the guard. With it, every generation given
+// after a promotion outranks every generation given before it. A server
+// never promoted is on timeline 1: its floor is 0 and generations count
+// 1, 2, 3. The timeline is the first eight hex digits of the name of the
+// WAL file being written; the subquery is evaluated once per statement.
+const nextGeneration = `GREATEST(o.generation + 1, (SELECT
+    (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32))`
+
 // rowValue is the claim's entry of $2; (rowValue ->> 1) is its first value
 // after the generation.
 const rowValue = `($2::jsonb -> o.id::text)`
@@ -95,7 +109,7 @@ WITH exhausted AS (
 -- primary-key index scan.
 UPDATE {{table}} AS o
 SET status = 'INPROGRESS',
-    generation = o.generation + 1,
+    generation = ` + nextGeneration + `,
     attempt = o.attempt + 1,
     lease_until = statement_timestamp() + $3 * interval '1 microsecond',
     worker = NULLIF($4, ''),
@@ -261,7 +275,7 @@ RETURNING o.id`
 const requeueSQL = `
 WITH requeued AS (
     UPDATE {{table}} AS o
-    SET status = 'READY', generation = o.generation + 1, lease_until = NULL, worker = NULL,
+    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
         attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
         max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
         next_attempt_at = statement_timestamp(), finished_at = NULL,

@@ -35,8 +35,11 @@
  * order, handler transactions (CompleteTx), clocks that disagree (the model
  * has one lease flag; the store decides by the database's clock, and a
  * worker's own clock only makes it give up earlier), retention and
- * deletion, lost replies of writes that committed (AlreadyRecorded), and
- * the number of workers beyond two.
+ * deletion, lost replies of writes that committed (AlreadyRecorded), the
+ * number of workers beyond two, and replication: the model has one
+ * database, so a failover that loses a committed claim is outside it
+ * (generations outrank across a promotion by the timeline's floor, which
+ * internal/failover tests against real standbys).
  */
 
 #define MAXATT    2   /* the row's max_attempts */

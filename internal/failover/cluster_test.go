@@ -1,0 +1,137 @@
+package failover
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// pair is a primary and its streaming-replication standby.
+type pair struct {
+	primary, standby *pgserver.Server
+}
+
+// newPair starts a primary and a standby of it. With sync, commits on the
+// primary wait until the standby has flushed them (synchronous_commit on,
+// synchronous_standby_names '*'); without, the standby may lag.
+func newPair(t *testing.T, sync bool) *pair {
+	t.Helper()
+	ctx := context.Background()
+	// Commits must really wait for the standby; fsync stays off, as the
+	// processes die in these tests, never the machine.
+	opts := pgserver.Options{Settings: []string{"synchronous_commit=on"}}
+	primary, err := pgserver.StartWith(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { primary.Stop() })
+	p := &pair{primary: primary}
+	p.addStandby(t, sync)
+	return p
+}
+
+// addStandby makes a new standby of the current primary.
+func (p *pair) addStandby(t *testing.T, sync bool) {
+	t.Helper()
+	ctx := context.Background()
+	standby, err := pgserver.StartStandby(ctx, p.primary, pgserver.Options{Settings: []string{"synchronous_commit=on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Stop() })
+	names := ""
+	if sync {
+		names = "*"
+	}
+	if err := p.primary.RequireSyncStandby(ctx, names); err != nil {
+		t.Fatal(err)
+	}
+	p.standby = standby
+}
+
+// promote makes the standby the primary.
+func (p *pair) promote(t *testing.T) {
+	t.Helper()
+	if err := p.standby.Promote(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.primary, p.standby = p.standby, nil
+}
+
+// dsn is a multi-host connection string, in drv's dialect, for both
+// servers of p, that connects only to the one accepting writes.
+func dsn(drv leasework.Driver, servers ...*pgserver.Server) string {
+	var hosts, ports []string
+	for _, s := range servers {
+		hosts = append(hosts, "127.0.0.1")
+		ports = append(ports, fmt.Sprint(s.Port()))
+	}
+	if drv.Name() == "pq" {
+		// lib/pq reads several hosts only in this form (or as host= and
+		// port= URL parameters), not as URL hosts h1:p1,h2:p2.
+		return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2 target_session_attrs=read-write",
+			strings.Join(hosts, ","), strings.Join(ports, ","))
+	}
+	var addrs []string
+	for i := range hosts {
+		addrs = append(addrs, hosts[i]+":"+ports[i])
+	}
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
+		strings.Join(addrs, ","))
+}
+
+// openStore opens a store on dsn through drv, in schema, and migrates it
+// when migrate is set.
+func openStore(t *testing.T, drv leasework.Driver, dsn, schema string, migrate bool) *lease.Store {
+	t.Helper()
+	db, err := drv.Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := lease.New(db, drv, lease.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if migrate {
+		if _, err := s.Migrate(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// retryConn runs f until it returns an error that is not a lost
+// connection, for at most a minute: a pool keeps connections to the old
+// primary until it uses them.
+func retryConn(t *testing.T, drv leasework.Driver, what string, f func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := f()
+		if leasework.Classify(drv, err) != leasework.ClassConnection || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// query scans one row of q on db.
+func query(t *testing.T, db *sql.DB, q string, args []any, dest ...any) {
+	t.Helper()
+	if err := db.QueryRowContext(context.Background(), q, args...).Scan(dest...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+var _ = errors.Is
+var _ = pgtest.Drivers

@@ -1,0 +1,9 @@
+// Package failover holds the tests that run leasework through a primary
+// database failing over to its standby: a streaming-replication pair of
+// throwaway clusters (internal/pgserver) in every run, and a
+// pg_auto_failover cluster when $LEASEWORK_PG_AUTO_FAILOVER is set.
+//
+// The tests need the PostgreSQL server binaries, pg_basebackup included;
+// they start their own servers, whatever $LEASEWORK_DSN names, because
+// they stop, kill and promote them.
+package failover

@@ -1,0 +1,81 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// A claim committed on a primary that fails over before its standby
+// received it is lost with the old primary, and its owner does not know.
+// The new primary must not hand the same generation to a second owner:
+// the stale owner's writes would match the guard and be accepted. Every
+// claim after a promotion outranks every claim before it, so the stale
+// owner's completion is rejected and the second owner keeps the row.
+func TestAsyncFailoverNeverReissuesAGeneration(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		p := newPair(t, false)
+		schema := pgtest.SchemaName()
+		both := dsn(drv, p.primary, p.standby)
+		a := openStore(t, drv, both, schema, true)
+		if _, err := pgtest.EnqueueCommitted(ctx, a, lease.Event{Kind: "k", EventID: "e"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.primary.CaughtUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The standby stops receiving: A's claim reaches the primary alone.
+		if err := p.standby.Halt(); err != nil {
+			t.Fatal(err)
+		}
+		claimsA, err := a.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "A"})
+		if err != nil || len(claimsA) != 1 {
+			t.Fatalf("A's claim = %v, %v; want one", claimsA, err)
+		}
+		if err := p.primary.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.standby.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p.promote(t)
+
+		// On the new primary the row is READY again; B claims it.
+		b := openStore(t, drv, both, schema, false)
+		var claimsB []leasework.Claim
+		err = retryConn(t, drv, "B's claim", func() (err error) {
+			claimsB, err = b.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "B"})
+			return err
+		})
+		if err != nil || len(claimsB) != 1 {
+			t.Fatalf("B's claim on the new primary = %v, %v; want the row A claimed on the old one", claimsB, err)
+		}
+		gA, gB := claimsA[0].Generation, claimsB[0].Generation
+		t.Logf("A claimed generation %d on the old primary; B claimed generation %d on the new one", gA, gB)
+		if gB <= gA {
+			t.Errorf("B's generation %d does not outrank A's %d from before the failover", gB, gA)
+		}
+
+		// A, stale, completes through its pool, which now reaches the new primary.
+		err = retryConn(t, drv, "A's completion", func() error { return a.Complete(ctx, claimsA[0].Ref()) })
+		if !errors.Is(err, leasework.ErrLeaseLost) {
+			t.Errorf("A's completion after the failover = %v; want leasework.ErrLeaseLost", err)
+		}
+		r, err := b.Get(ctx, claimsB[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != leasework.StatusInProgress || r.Generation != gB || r.Worker != "B" {
+			t.Errorf("row after A's completion: %s at generation %d by %q; want INPROGRESS at %d by B", r.Status, r.Generation, r.Worker, gB)
+		}
+		if err := b.Complete(ctx, claimsB[0].Ref()); err != nil {
+			t.Errorf("B's completion: %v", err)
+		}
+	})
+}
