@@ -131,17 +131,8 @@ func StartWith(ctx context.Context, opts Options) (*Server, error) {
 		return fail(err)
 	}
 	s.bin, s.cred, s.port = bin, cred, port
-	s.args = []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}
-	if !opts.Durable {
-		s.args = append(s.args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
-	}
-	for _, set := range opts.Settings {
-		if !strings.Contains(set, "=") {
-			return fail(fmt.Errorf("pgserver: setting %q is not name=value", set))
-		}
-		// A later -c of the same name wins over the defaults above.
-		s.args = append(s.args, "-c", set)
+	if s.args, err = s.commandLine(opts); err != nil {
+		return fail(err)
 	}
 	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	if err := s.launch(ctx); err != nil {
@@ -149,6 +140,25 @@ func StartWith(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// commandLine is postgres's command line for s's directory and port, with
+// opts and extra arguments. A later -c of a name wins over an earlier one,
+// so opts.Settings override the defaults.
+func (s *Server) commandLine(opts Options, extra ...string) ([]string, error) {
+	args := []string{"-D", filepath.Join(s.dir, "data"), "-p", strconv.Itoa(s.port), "-k", s.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300"}
+	args = append(args, extra...)
+	if !opts.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	for _, set := range opts.Settings {
+		if !strings.Contains(set, "=") {
+			return nil, fmt.Errorf("pgserver: setting %q is not name=value", set)
+		}
+		args = append(args, "-c", set)
+	}
+	return args, nil
 }
 
 // launch starts postgres with s.args and waits until it accepts queries.

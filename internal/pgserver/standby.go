@@ -3,6 +3,7 @@ package pgserver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -40,31 +41,14 @@ func StartStandby(ctx context.Context, primary *Server, opts Options) (*Server, 
 			return fail(fmt.Errorf("pgserver: %w", err))
 		}
 	}
-	data := filepath.Join(dir, "data")
-	// A fast checkpoint: the default spread one makes the copy wait for
-	// minutes on an idle primary.
-	backup := exec.CommandContext(ctx, filepath.Join(s.bin, "pg_basebackup"), "-D", data, "-R",
-		"-X", "stream", "-c", "fast", "--no-sync",
-		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres")
-	backup.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	if out, err := backup.CombinedOutput(); err != nil {
-		return fail(fmt.Errorf("pgserver: pg_basebackup: %w\n%s", err, out))
+	if err := s.copyOf(ctx, primary); err != nil {
+		return fail(err)
 	}
 	if s.port, err = freePort(); err != nil {
 		return fail(err)
 	}
-	// The primary's command line, with this server's directory and port.
-	s.args = []string{"-D", data, "-p", strconv.Itoa(s.port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300",
-		"-c", "hot_standby=on", "-c", "wal_retrieve_retry_interval=100ms"}
-	if !opts.Durable {
-		s.args = append(s.args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
-	}
-	for _, set := range opts.Settings {
-		if !strings.Contains(set, "=") {
-			return fail(fmt.Errorf("pgserver: setting %q is not name=value", set))
-		}
-		s.args = append(s.args, "-c", set)
+	if err := s.setArgs(opts); err != nil {
+		return fail(err)
 	}
 	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
 	if err := s.launch(ctx); err != nil {
@@ -72,6 +56,47 @@ func StartStandby(ctx context.Context, primary *Server, opts Options) (*Server, 
 		return nil, err
 	}
 	return s, nil
+}
+
+// Rejoin makes s, a server stopped or crashed, a standby of primary on
+// its own port, as an old primary rejoins its cluster after a failover:
+// its data is replaced by a new base backup of primary (what pg_rewind
+// would keep, a test need not), and it keeps opts' settings.
+func (s *Server) Rejoin(ctx context.Context, primary *Server, opts Options) error {
+	if s.cmd != nil && !s.exited() {
+		return errors.New("pgserver: rejoin: the server is running; halt or crash it first")
+	}
+	if err := os.RemoveAll(filepath.Join(s.dir, "data")); err != nil {
+		return fmt.Errorf("pgserver: rejoin: %w", err)
+	}
+	if err := s.copyOf(ctx, primary); err != nil {
+		return err
+	}
+	if err := s.setArgs(opts); err != nil {
+		return err
+	}
+	return s.launch(ctx)
+}
+
+// copyOf takes a base backup of primary into s's data directory, with the
+// settings of a standby that follows it (-R).
+func (s *Server) copyOf(ctx context.Context, primary *Server) error {
+	// A fast checkpoint: the default spread one makes the copy wait for
+	// minutes on an idle primary.
+	backup := exec.CommandContext(ctx, filepath.Join(s.bin, "pg_basebackup"), "-D", filepath.Join(s.dir, "data"), "-R",
+		"-X", "stream", "-c", "fast", "--no-sync",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.port), "-U", "postgres")
+	backup.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := backup.CombinedOutput(); err != nil {
+		return fmt.Errorf("pgserver: pg_basebackup: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// setArgs sets the command line of a standby on s's directory and port.
+func (s *Server) setArgs(opts Options) (err error) {
+	s.args, err = s.commandLine(opts, "-c", "hot_standby=on", "-c", "wal_retrieve_retry_interval=100ms")
+	return err
 }
 
 // RequireSyncStandby makes commits on s wait for standbys (remote flush):
