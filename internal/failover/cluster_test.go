@@ -3,15 +3,16 @@ package failover
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgserver"
-	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -67,9 +68,9 @@ func (p *pair) promote(t *testing.T) {
 	p.primary, p.standby = p.standby, nil
 }
 
-// dsn is a multi-host connection string, in drv's dialect, for both
-// servers of p, that connects only to the one accepting writes.
-func dsn(drv leasework.Driver, servers ...*pgserver.Server) string {
+// dsn is a multi-host connection string, in drv's dialect, naming servers,
+// that connects only to the one accepting writes, as application app.
+func dsn(drv leasework.Driver, app string, servers ...*pgserver.Server) string {
 	var hosts, ports []string
 	for _, s := range servers {
 		hosts = append(hosts, "127.0.0.1")
@@ -78,15 +79,15 @@ func dsn(drv leasework.Driver, servers ...*pgserver.Server) string {
 	if drv.Name() == "pq" {
 		// lib/pq reads several hosts only in this form (or as host= and
 		// port= URL parameters), not as URL hosts h1:p1,h2:p2.
-		return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2 target_session_attrs=read-write",
-			strings.Join(hosts, ","), strings.Join(ports, ","))
+		return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2 target_session_attrs=read-write application_name=%s",
+			strings.Join(hosts, ","), strings.Join(ports, ","), app)
 	}
 	var addrs []string
 	for i := range hosts {
 		addrs = append(addrs, hosts[i]+":"+ports[i])
 	}
-	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write",
-		strings.Join(addrs, ","))
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write&application_name=%s",
+		strings.Join(addrs, ","), url.QueryEscape(app))
 }
 
 // openStore opens a store on dsn through drv, in schema, and migrates it
@@ -133,5 +134,10 @@ func query(t *testing.T, db *sql.DB, q string, args []any, dest ...any) {
 	}
 }
 
-var _ = errors.Is
-var _ = pgtest.Drivers
+// testLogger logs the workers' debug lines with -v, nothing otherwise.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}

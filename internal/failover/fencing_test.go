@@ -22,7 +22,7 @@ func TestAsyncFailoverNeverReissuesAGeneration(t *testing.T) {
 		ctx := context.Background()
 		p := newPair(t, false)
 		schema := pgtest.SchemaName()
-		both := dsn(drv, p.primary, p.standby)
+		both := dsn(drv, "fencing", p.primary, p.standby)
 		a := openStore(t, drv, both, schema, true)
 		if _, err := pgtest.EnqueueCommitted(ctx, a, lease.Event{Kind: "k", EventID: "e"}); err != nil {
 			t.Fatal(err)

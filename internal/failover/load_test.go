@@ -1,0 +1,276 @@
+package failover
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// The workers' poll interval in the load runs: longer than any wait of the
+// test, so that work found after a failover is found through a
+// notification or the poll a worker makes when it listens again, never
+// through the timer.
+const loadPollInterval = 10 * time.Minute
+
+// loadRun is one run of events through workers of both drivers while the
+// primary fails over.
+type loadRun struct {
+	// dsn returns a connection string, in drv's dialect, naming every
+	// server that may become the primary, with application_name app.
+	dsn func(drv leasework.Driver, app string) string
+	// events is how many events the producer has acknowledged when it stops.
+	events int
+	// failovers are run one after another while events flow; each returns
+	// once the new primary accepts writes.
+	failovers []func(t *testing.T)
+}
+
+// loadResult is what a run measured.
+type loadResult struct {
+	acked, done, receipts, duplicates int
+	staleAccepted, outcomeWrites      int
+	recovery                          []time.Duration // per failover: its start to the first claim on the new primary
+	pickupAfter                       time.Duration   // of one event enqueued after the last failover
+	counters                          map[string]framework.Counters
+}
+
+func (r loadResult) String() string {
+	var rec []string
+	for _, d := range r.recovery {
+		rec = append(rec, d.Round(time.Millisecond).String())
+	}
+	return fmt.Sprintf("events=%d done=%d lost=%d receipts=%d duplicates=%d outcome_writes=%d stale_accepted=%d failovers=%d recovery=%v pickup_after=%v",
+		r.acked, r.done, r.acked-r.done, r.receipts, r.duplicates, r.outcomeWrites, r.staleAccepted,
+		len(r.recovery), rec, r.pickupAfter.Round(time.Millisecond))
+}
+
+// run runs the load and checks from the final primary that every
+// acknowledged event is DONE with a receipt, that every outcome write was
+// made by the claim's owner at its generation, and that the workers listen
+// again. Failures are the test's; the result is for the log.
+func (l loadRun) run(t *testing.T) loadResult {
+	t.Helper()
+	ctx := context.Background()
+	schema := pgtest.SchemaName()
+	admin := openStore(t, pgtest.Drivers[0].New(), l.dsn(pgtest.Drivers[0].New(), "admin"), schema, true)
+	table := admin.QualifiedTable()
+	if _, err := admin.DB().ExecContext(ctx, fmt.Sprintf(auditSQL, ident(schema), table)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first claim on each timeline: how the test sees work start on a
+	// new primary, whose generations all lie at or above its timeline's
+	// floor, (timeline - 1) << 32.
+	var firstMu sync.Mutex
+	firstOn := map[int64]time.Time{} // by timeline - 1
+	claimed := func(gen int64) {
+		firstMu.Lock()
+		defer firstMu.Unlock()
+		if _, seen := firstOn[gen>>32]; !seen {
+			firstOn[gen>>32] = time.Now()
+		}
+	}
+
+	// Workers, one per driver: each handler writes a receipt in a
+	// transaction of its own, the stand-in for an external system.
+	runCtx, stopWorkers := context.WithCancel(ctx)
+	var workers []*framework.Worker
+	var running sync.WaitGroup
+	for _, d := range pgtest.Drivers {
+		drv := d.New()
+		name := "worker-" + drv.Name()
+		db, err := drv.Open(l.dsn(drv, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		w, err := framework.New(db, drv, framework.Config{
+			WorkerID: name, Schema: schema, Concurrency: 50, Lease: 3 * time.Second,
+			PollInterval: loadPollInterval, Retention: -1, Logger: testLogger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		receipt := fmt.Sprintf("INSERT INTO %s.receipts (event_id, generation, worker) VALUES ($1, $2, $3)", ident(schema))
+		err = w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+			claimed(c.Generation)
+			_, err := db.ExecContext(ctx, receipt, c.EventID, c.Generation, name)
+			return err
+		}), framework.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond, MaxAttempts: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, w)
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			if err := w.Run(runCtx); err != nil {
+				t.Errorf("%s: Run: %v", name, err)
+			}
+		}()
+	}
+	defer func() { stopWorkers(); running.Wait() }()
+
+	// The producer: batches of 20 through each driver in turn, each batch
+	// acknowledged when its commit returns nil. A batch whose commit failed
+	// may or may not exist; its ids are not counted, and the next batch
+	// takes new ones.
+	var acked []string
+	var ackedN atomic.Int64
+	producerDone := make(chan struct{})
+	var producers []*lease.Store
+	for _, d := range pgtest.Drivers {
+		drv := d.New()
+		producers = append(producers, openStore(t, drv, l.dsn(drv, "producer-"+drv.Name()), schema, false))
+	}
+	go func() {
+		defer close(producerDone)
+		for batch := 0; len(acked) < l.events; batch++ {
+			s := producers[batch%len(producers)]
+			var events []lease.Event
+			for i := range 20 {
+				events = append(events, lease.Event{Kind: "k", EventID: fmt.Sprintf("b%d-%d", batch, i)})
+			}
+			if _, err := pgtest.EnqueueCommitted(ctx, s, events...); err != nil {
+				time.Sleep(10 * time.Millisecond) // the primary is away: try again
+				continue
+			}
+			for _, e := range events {
+				acked = append(acked, e.EventID)
+			}
+			ackedN.Store(int64(len(acked)))
+		}
+	}()
+
+	var res loadResult
+	for i, failover := range l.failovers {
+		// Fail over once the producer is well into its share of events.
+		share := int64(l.events * (i + 1) / (len(l.failovers) + 1))
+		waitUntil(t, "the producer to enqueue "+fmt.Sprint(share)+" events", func() bool { return ackedN.Load() >= share })
+		start := time.Now()
+		failover(t)
+		var floor int64
+		if err := retryConn(t, admin.Driver(), "read the new timeline", func() error {
+			return admin.DB().QueryRowContext(ctx, timelineFloorSQL).Scan(&floor)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "a claim on the new primary", func() bool {
+			firstMu.Lock()
+			defer firstMu.Unlock()
+			_, ok := firstOn[floor>>32]
+			return ok
+		})
+		firstMu.Lock()
+		res.recovery = append(res.recovery, firstOn[floor>>32].Sub(start))
+		firstMu.Unlock()
+	}
+	<-producerDone
+	res.acked = len(acked)
+
+	// Every acknowledged event finishes.
+	waitUntil(t, "every acknowledged event to be DONE", func() bool {
+		var n int
+		err := admin.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE status = 'DONE' AND event_id = ANY($1)",
+			admin.Driver().Array(acked)).Scan(&n)
+		res.done = n
+		return err == nil && n == len(acked)
+	})
+
+	// One more event: found at once, so the workers listen again.
+	sent := time.Now()
+	if _, err := pgtest.EnqueueCommitted(ctx, admin, lease.Event{Kind: "k", EventID: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the event enqueued after the failovers to be DONE", func() bool {
+		var done bool
+		err := admin.DB().QueryRowContext(ctx, "SELECT status = 'DONE' FROM "+table+" WHERE event_id = 'after'").Scan(&done)
+		return err == nil && done
+	})
+	res.pickupAfter = time.Since(sent)
+	for _, w := range workers {
+		var listening bool
+		query(t, admin.DB(), "SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'",
+			[]any{w.ID()}, &listening)
+		if !listening {
+			t.Errorf("%s has no LISTEN connection on the new primary", w.ID())
+		}
+	}
+	stopWorkers()
+	running.Wait()
+	res.counters = map[string]framework.Counters{}
+	for _, w := range workers {
+		res.counters[w.ID()] = w.Counters()
+	}
+
+	// The receipts and the audit of outcome writes, from the last primary.
+	query(t, admin.DB(), fmt.Sprintf(`SELECT count(*), count(*) - count(DISTINCT event_id) FROM %s.receipts`, ident(schema)),
+		nil, &res.receipts, &res.duplicates)
+	var withoutReceipt int
+	query(t, admin.DB(), fmt.Sprintf(`SELECT count(*) FROM %s AS e WHERE e.status = 'DONE'
+		AND NOT EXISTS (SELECT FROM %s.receipts AS r WHERE r.event_id = e.event_id)`, table, ident(schema)), nil, &withoutReceipt)
+	if withoutReceipt != 0 {
+		t.Errorf("%d DONE events have no receipt", withoutReceipt)
+	}
+	query(t, admin.DB(), fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE writer IS DISTINCT FROM owner OR new_generation <> old_generation)
+		FROM %s.audit`, ident(schema)), nil, &res.outcomeWrites, &res.staleAccepted)
+	if res.staleAccepted != 0 {
+		t.Errorf("%d outcome writes were accepted from a session other than the claim's owner, or changed the generation", res.staleAccepted)
+	}
+	var notFinal int
+	query(t, admin.DB(), fmt.Sprintf(`SELECT count(*) FROM %s AS e WHERE e.status = 'DONE' AND NOT EXISTS (
+		SELECT FROM %s.audit AS a WHERE a.id = e.id AND a.new_status = 'DONE' AND a.new_generation = e.generation AND a.writer = e.worker)`,
+		table, ident(schema)), nil, &notFinal)
+	if notFinal != 0 {
+		t.Errorf("%d DONE rows were not completed by their last claim's owner at its generation", notFinal)
+	}
+	if res.done != res.acked {
+		t.Errorf("%d of %d acknowledged events are DONE; want all", res.done, res.acked)
+	}
+	return res
+}
+
+// auditSQL records every outcome write, the row leaving INPROGRESS, with
+// the claim it ended and the session that wrote it (the worker's
+// application_name), and keeps the receipts table. %[1]s is the schema,
+// %[2]s the events table.
+const auditSQL = `
+CREATE TABLE %[1]s.receipts (event_id text NOT NULL, generation bigint NOT NULL, worker text NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE %[1]s.audit (id bigint NOT NULL, new_status text NOT NULL, old_generation bigint NOT NULL,
+    new_generation bigint NOT NULL, owner text, writer text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE FUNCTION %[1]s.audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO %[1]s.audit (id, new_status, old_generation, new_generation, owner, writer)
+    VALUES (OLD.id, NEW.status, OLD.generation, NEW.generation, OLD.worker, current_setting('application_name'));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER audit AFTER UPDATE ON %[2]s FOR EACH ROW
+    WHEN (OLD.status = 'INPROGRESS' AND NEW.status <> 'INPROGRESS')
+    EXECUTE FUNCTION %[1]s.audit();`
+
+// timelineFloorSQL is the floor of the primary's generations, as the claim
+// computes it.
+const timelineFloorSQL = `SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32`
+
+// waitUntil polls cond until it holds, failing the test after two minutes.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited two minutes for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ident(name string) string { return lease.QuoteIdent(name) }
