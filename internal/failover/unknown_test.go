@@ -1,0 +1,93 @@
+package failover
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// A completion whose commit returns an error has an unknown outcome: the
+// primary may have committed it or not, and its standby may have it or
+// not. With synchronous replication the commit waits for the standby;
+// halting the standby holds it there, and the test ends the wait by the
+// caller's deadline. Whichever way it went, writing the same completion
+// again on the new primary settles it: accepted when the completion was
+// lost with the old primary, AlreadyRecorded (no error, not a stale
+// rejection) when it had reached the standby.
+func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
+	for _, reached := range []bool{true, false} {
+		name := "lost with the old primary"
+		if reached {
+			name = "reached the standby"
+		}
+		t.Run(name, func(t *testing.T) {
+			pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+				ctx := context.Background()
+				p := newPair(t, true)
+				s := openStore(t, drv, dsn(drv, "unknown", p.primary, p.standby), pgtest.SchemaName(), true)
+				if _, err := pgtest.EnqueueCommitted(ctx, s, lease.Event{Kind: "k", EventID: "e"}); err != nil {
+					t.Fatal(err)
+				}
+				claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "A"})
+				if err != nil || len(claims) != 1 {
+					t.Fatalf("claim = %v, %v; want one", claims, err)
+				}
+				ref := claims[0].Ref()
+
+				// The commit waits for the halted standby until the deadline.
+				if err := p.standby.Halt(); err != nil {
+					t.Fatal(err)
+				}
+				waitCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				_, err = s.CompleteMany(waitCtx, []leasework.Ref{ref})
+				cancel()
+				if err == nil {
+					t.Fatal("the completion returned no error while its commit waited for a halted synchronous standby")
+				}
+				t.Logf("the completion's error: %v (%s)", err, leasework.Classify(drv, err))
+
+				if reached {
+					// The standby comes back and receives the commit.
+					if err := p.standby.Start(ctx); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.primary.CaughtUp(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := p.primary.Crash(); err != nil {
+					t.Fatal(err)
+				}
+				if !reached {
+					if err := p.standby.Start(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p.promote(t)
+
+				var res []lease.Result
+				err = retryConn(t, drv, "the completion again", func() (err error) {
+					res, err = s.CompleteMany(ctx, []leasework.Ref{ref})
+					return err
+				})
+				if err != nil || len(res) != 1 {
+					t.Fatalf("the completion again, on the new primary: %v, %v", res, err)
+				}
+				if res[0].Err != nil || res[0].AlreadyRecorded != reached || res[0].Status != leasework.StatusDone {
+					t.Errorf("the completion again: %+v; want accepted, DONE, AlreadyRecorded %v", res[0], reached)
+				}
+				r, err := s.Get(ctx, ref.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Status != leasework.StatusDone || r.Generation != ref.Generation {
+					t.Errorf("row on the new primary: %s at generation %d; want DONE at %d", r.Status, r.Generation, ref.Generation)
+				}
+			})
+		})
+	}
+}
