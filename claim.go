@@ -46,7 +46,7 @@ type Claim struct {
 	Kind        string    // selects the handler
 	Key         string    // optional ordering key given at enqueue ("" if none); a key's events are claimed one at a time, in enqueue order
 	Payload     []byte    // the event's body, as enqueued
-	Generation  int64     // grows with every claim of the row; the fencing token
+	Generation  int64     // grows with every claim of the row, and past every earlier claim's after a failover; the fencing token
 	Attempt     int       // 1 for the first claim; counts every claim, crashed ones included
 	MaxAttempts int       // the attempt budget of the row
 	LeaseUntil  time.Time // lease deadline set by the claim (database clock); renewals extend the lease in the database, not this copy
