@@ -100,7 +100,9 @@ type Config struct {
 	// PollInterval is how long an idle worker waits before it looks for
 	// work again when no notification wakes it. Each wait adds a random
 	// jitter of up to a fifth of it, so a worker never polls faster than
-	// PollInterval. Zero means 1s; between 10ms and 24h.
+	// PollInterval. After a failed claim the worker tries again sooner:
+	// after 50ms, then waits doubling up to PollInterval. Zero means 1s;
+	// between 10ms and 24h.
 	PollInterval time.Duration
 
 	// GracePeriod is how long a stopping worker lets running handlers

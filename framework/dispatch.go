@@ -13,14 +13,25 @@ import (
 
 // dispatch is the claim loop. It claims as many rows as there are free
 // handler slots, in one statement. After a full batch it claims again as
-// soon as a slot frees; after a short or failed one it waits for a
-// notification, the poll interval, or, after a claim that found nothing
-// and when that comes first, the expiry of the earliest running lease (see
-// untilNextExpiry). So it never polls faster than Config.PollInterval
-// unless woken or a lease it can see runs out.
+// soon as a slot frees; after a short one it waits for a notification, the
+// poll interval, or, after a claim that found nothing and when that comes
+// first, the expiry of the earliest running lease (see untilNextExpiry).
+// So it never polls faster than Config.PollInterval unless woken or a
+// lease it can see runs out.
+//
+// After a failed claim it tries again after a backoff (claimRetryFirst,
+// doubling up to the poll interval) or when woken. A claim fails most
+// often because the database went away: a restart, a failover. Events
+// enqueued meanwhile sent their notifications to nobody, and a worker
+// that waited for the next poll would leave them waiting that long.
 func (w *Worker) dispatch(ctx context.Context) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	retry := &backoff.ExponentialBackOff{
+		InitialInterval: claimRetryFirst, RandomizationFactor: 0.2, Multiplier: 2,
+		MaxInterval: w.cfg.PollInterval, Stop: backoff.Stop, Clock: backoff.SystemClock,
+	}
+	retry.Reset()
 	more := true // claim at once on start
 	for ctx.Err() == nil {
 		if !more {
@@ -43,12 +54,21 @@ func (w *Worker) dispatch(ctx context.Context) {
 		n, err := w.claim(free)
 		more = err == nil && n == free
 		wait := w.pollWait()
-		if err == nil && n == 0 {
+		switch {
+		case err != nil:
+			wait = min(wait, retry.NextBackOff())
+		case n == 0:
+			retry.Reset()
 			wait = w.untilNextExpiry(wait)
+		default:
+			retry.Reset()
 		}
 		poll.Reset(wait)
 	}
 }
+
+// claimRetryFirst is the first wait after a failed claim; see dispatch.
+const claimRetryFirst = 50 * time.Millisecond
 
 // Bounds of a wait shortened to the next lease expiry.
 const (

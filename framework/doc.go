@@ -26,7 +26,11 @@
 // wait for the poll: after a claim that found nothing it reads when the
 // earliest running lease runs out (lease.Store.NextExpiry, one index
 // entry), and claims again then, so a crashed worker's claims are taken
-// over within tens of milliseconds of their expiry. Both shipped drivers
+// over within tens of milliseconds of their expiry. A claim that fails (the
+// database restarting or failing over) is tried again after 50ms, then
+// after waits doubling up to PollInterval, and at once when the listener
+// connects again: notifications sent while the worker could not listen are
+// lost, and the events behind them do not wait for the poll. Both shipped drivers
 // listen on a connection of their own, outside the worker's pool, so the
 // listener takes none of the pool's connections (driver/pgx also on a pool
 // shared with the application through stdlib.OpenDBFromPool).

@@ -71,10 +71,19 @@ func (p *pair) promote(t *testing.T) {
 // dsn is a multi-host connection string, in drv's dialect, naming servers,
 // that connects only to the one accepting writes, as application app.
 func dsn(drv leasework.Driver, app string, servers ...*pgserver.Server) string {
-	var hosts, ports []string
+	var ports []int
 	for _, s := range servers {
+		ports = append(ports, s.Port())
+	}
+	return dsnPorts(drv, app, ports...)
+}
+
+// dsnPorts is [dsn] for servers listening on ports of 127.0.0.1.
+func dsnPorts(drv leasework.Driver, app string, portNumbers ...int) string {
+	var hosts, ports []string
+	for _, p := range portNumbers {
 		hosts = append(hosts, "127.0.0.1")
-		ports = append(ports, fmt.Sprint(s.Port()))
+		ports = append(ports, fmt.Sprint(p))
 	}
 	if drv.Name() == "pq" {
 		// lib/pq reads several hosts only in this form (or as host= and
@@ -141,3 +150,6 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.DiscardHandler)
 }
+
+// servers lists p's servers, primary first.
+func (p *pair) servers() []*pgserver.Server { return []*pgserver.Server{p.primary, p.standby} }

@@ -17,7 +17,7 @@ import (
 func TestFailoverOnStreamingReplication(t *testing.T) {
 	ctx := context.Background()
 	p := newPair(t, true)
-	servers := []*pgserver.Server{p.primary, p.standby} // fixed ports, whichever is primary
+	servers := p.servers() // fixed ports, whichever is primary
 	switchOver := func(stop func(*pgserver.Server) error) func(t *testing.T) {
 		return func(t *testing.T) {
 			old := p.primary

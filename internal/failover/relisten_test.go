@@ -1,0 +1,111 @@
+package failover
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// An event enqueued on the new primary while a worker could not connect
+// to it notifies nobody: the notification is lost. The worker must still
+// claim it as soon as it is back, not at its next poll (ten minutes away):
+// a worker that listens again claims at once. The worker's role is kept
+// from logging in across the failover, so the event is surely enqueued
+// while the worker is away.
+func TestEventEnqueuedWhileWorkerReconnectsIsClaimedAtOnce(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		p := newPair(t, true)
+		servers := p.servers()
+		schema := pgtest.SchemaName()
+		admin := openStore(t, pgtest.Drivers[0].New(), dsn(pgtest.Drivers[0].New(), "admin", servers...), schema, true)
+		exec := func(q string) {
+			t.Helper()
+			if err := retryConn(t, admin.Driver(), q, func() error { _, err := admin.DB().ExecContext(ctx, q); return err }); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		exec("CREATE ROLE lw_worker LOGIN SUPERUSER")
+
+		workerDSN := strings.Replace(strings.Replace(dsn(drv, "worker", servers...),
+			"postgres://postgres@", "postgres://lw_worker@", 1), "user=postgres", "user=lw_worker", 1)
+		db, err := drv.Open(workerDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		w, err := framework.New(db, drv, framework.Config{
+			WorkerID: "worker", Schema: schema, Lease: 3 * time.Second,
+			PollInterval: loadPollInterval, Retention: -1, Logger: testLogger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan string, 2)
+		if err := w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+			done <- c.EventID
+			return nil
+		}), framework.RetryPolicy{}); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		go func() { stopped <- w.Run(runCtx) }()
+		defer func() {
+			stop()
+			if err := <-stopped; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}()
+		sessions := func() (n int) {
+			query(t, admin.DB(), "SELECT count(*) FROM pg_stat_activity WHERE usename = 'lw_worker' AND query ILIKE 'LISTEN%'", nil, &n)
+			return n
+		}
+		waitUntil(t, "the worker to listen", func() bool { return sessions() > 0 })
+		enqueue := func(id string) {
+			t.Helper()
+			if err := retryConn(t, admin.Driver(), "enqueue", func() error {
+				_, err := pgtest.EnqueueCommitted(ctx, admin, lease.Event{Kind: "k", EventID: id})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enqueue("before")
+		if got := <-done; got != "before" {
+			t.Fatalf("handled %q; want before", got)
+		}
+
+		// The failover, with the worker's role refused at login meanwhile.
+		exec("ALTER ROLE lw_worker NOLOGIN")
+		if err := p.primary.CaughtUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.primary.Crash(); err != nil {
+			t.Fatal(err)
+		}
+		p.promote(t)
+		enqueue("during")
+		if n := sessions(); n != 0 {
+			t.Fatalf("the worker has %d LISTEN sessions on the new primary while its role cannot log in", n)
+		}
+		back := time.Now()
+		exec("ALTER ROLE lw_worker LOGIN")
+		select {
+		case got := <-done:
+			if got != "during" {
+				t.Fatalf("handled %q; want during", got)
+			}
+			t.Logf("the event enqueued during the failover was claimed %v after the worker could connect again", time.Since(back).Round(time.Millisecond))
+		case <-time.After(time.Minute):
+			t.Fatalf("the event enqueued while the worker was away was not claimed within a minute of its return (poll interval %v)", loadPollInterval)
+		}
+		waitUntil(t, "the worker to listen again", func() bool { return sessions() > 0 })
+	})
+}
