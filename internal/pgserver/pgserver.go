@@ -233,20 +233,58 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.launch(ctx)
 }
 
-// Crash kills the postmaster and every backend at once with SIGKILL, as a
-// machine that loses power would, leaving the data directory as it was.
-// [Server.Start] runs crash recovery on it; [Server.Stop] still removes it.
+// Crash kills the postmaster and every backend with SIGKILL, as a machine
+// that loses power would: no process of the server says goodbye to its
+// clients, and the data directory stays as it was. [Server.Start] runs
+// crash recovery on it; [Server.Stop] still removes it.
 func (s *Server) Crash() error {
 	if s.cmd == nil || s.cmd.Process == nil || s.exited() {
 		return errors.New("pgserver: crash: the server is not running")
 	}
-	// The server runs in a process group of its own (Setpgid).
-	if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	pid := s.cmd.Process.Pid
+	// Each backend runs in a session of its own, outside the postmaster's
+	// process group: stop the postmaster so that it starts no other, kill
+	// its children, then kill it.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pgserver: crash: %w", err)
+	}
+	for _, child := range children(pid) {
+		syscall.Kill(child, syscall.SIGKILL)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("pgserver: crash: %w", err)
 	}
 	err := <-s.done
 	s.done <- err
 	return nil
+}
+
+// children returns the ids of the processes whose parent is pid, read from
+// /proc.
+func children(pid int) []int {
+	var out []int
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // it exited
+		}
+		// The parent's id is the second field after the parenthesized
+		// command name, which may hold spaces.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[i+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == pid {
+			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 // Halt shuts the server down (fast shutdown) and keeps its data, for a

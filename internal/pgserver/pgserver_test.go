@@ -1,8 +1,11 @@
 package pgserver
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
+	"os"
 	"testing"
 )
 
@@ -75,8 +78,18 @@ func TestStandbyPromotedAfterPrimaryCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	query(t, primary.DSN(), "CREATE TABLE t (v int); INSERT INTO t SELECT generate_series(1, 1000)")
+	backends := children(primary.PID())
+	if len(backends) == 0 {
+		t.Fatal("the primary's postmaster has no child processes")
+	}
 	if err := primary.Crash(); err != nil {
 		t.Fatal(err)
+	}
+	for _, pid := range backends {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 && !bytes.HasPrefix(stat[i+1:], []byte(" Z")) {
+			t.Errorf("process %d of the crashed server is alive: %s", pid, stat)
+		}
 	}
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
