@@ -44,10 +44,18 @@ type pipe struct {
 // the test. Its [Proxy.DSN] is the test server's with the proxy's address.
 func NewProxy(t testing.TB) *Proxy {
 	t.Helper()
-	server := DSN(t)
+	return NewProxyTo(t, DSN(t))
+}
+
+// NewProxyTo starts a proxy to the server of server, a DSN, and closes it
+// at the end of the test. Its [Proxy.DSN] is server with the proxy's
+// address. The server's address is resolved once: a server restarted on
+// the same address is reached again by new connections.
+func NewProxyTo(t testing.TB, server string) *Proxy {
+	t.Helper()
 	cfg, err := pgconn.ParseConfig(server)
 	if err != nil {
-		t.Fatalf("pgtest: proxy: parse the test server's DSN: %v", err)
+		t.Fatalf("pgtest: proxy: parse the server's DSN: %v", err)
 	}
 	network, target := "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 	if strings.HasPrefix(cfg.Host, "/") {
