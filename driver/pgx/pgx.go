@@ -33,6 +33,11 @@
 //     the connection, idle or not). A dead peer is so found within about
 //     30s even on a connection no context bounds. A pool opened otherwise
 //     keeps its own dial settings.
+//   - Setting up a connection (dial, TLS, startup, authentication) of a
+//     pool opened by [Driver.Open] ends when the caller's context does, and
+//     takes at most the DSN's connect_timeout, 30s when it gives none: a
+//     server that accepts the connection and then says nothing holds no
+//     one forever.
 //   - A listener pings its connection after 5s without a notification; a
 //     ping not answered within 5s ends [leasework.Listener.Wait] with an
 //     error, so a dead listener is noticed within about 10s and the caller
@@ -89,6 +94,9 @@ func (Driver) Open(dsn string) (*sql.DB, error) {
 		return nil, fmt.Errorf("pgx: open: %w", err)
 	}
 	cfg.DialFunc = netdial.Dialer().DialContext
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = netdial.ConnectTimeout
+	}
 	return stdlib.OpenDB(*cfg), nil
 }
 

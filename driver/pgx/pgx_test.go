@@ -30,6 +30,10 @@ func TestDeadConnStatement(t *testing.T) { pgtest.DeadStatements(t, pgxdriver.Ne
 // Close returns, both within the documented bounds.
 func TestDeadConnListener(t *testing.T) { pgtest.DeadListener(t, pgxdriver.New()) }
 
+// The set-up of a connection to a server that accepts it and then says
+// nothing ends with the context, and with connect_timeout.
+func TestDeadConnHandshake(t *testing.T) { pgtest.DeadHandshake(t, pgxdriver.New()) }
+
 // The listener's connection is not one of the pool's: on a pool of one
 // connection, statements still run while a listener listens, whoever opened
 // the pool.

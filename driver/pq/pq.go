@@ -10,8 +10,8 @@
 // # Dead connections
 //
 // A server that stops answering, its packets dropped and its socket left
-// open, is noticed by bounds rather than waited for. The first two hold for
-// pools opened by [Driver.Open]:
+// open, is noticed by bounds rather than waited for. The first three hold
+// for pools opened by [Driver.Open]:
 //
 //   - When the context of a statement, a transaction or a query whose rows
 //     are being read ends, lib/pq sends the server a cancel request; 1s
@@ -19,6 +19,11 @@
 //     returns even when the server never answers, with an error that
 //     [leasework.Classify] calls a lost connection, and the connection is
 //     discarded. A cancel request itself is given up after 10s.
+//   - Setting up a connection (dial, TLS, startup, authentication) ends
+//     when the caller's context does, and takes at most the DSN's
+//     connect_timeout, 30s when it gives none: a server that accepts the
+//     connection and then says nothing holds no one forever. (lib/pq
+//     itself bounds only the dial.)
 //   - Connections are dialled with TCP keepalives (a first probe after 15s
 //     of silence, then one every 5s, the connection dropped after 3
 //     unanswered) and, on Linux, a TCP_USER_TIMEOUT of 30s (data left
@@ -104,11 +109,35 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	d := &connDialer{}
 	pc.Dialer(d)
+	// lib/pq bounds the dial by ctx and connect_timeout, not the startup
+	// that follows: a server that accepted the connection and then says
+	// nothing would hold the caller forever, past its context. When ctx
+	// ends or the bound passes, the socket gets a deadline.
+	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout())
+	defer cancel()
+	expire := context.AfterFunc(ctx, d.expire)
 	dc, err := pc.Connect(ctx)
+	if !expire() {
+		// The deadline came first: the socket, if any, has passed it.
+		if err == nil {
+			dc.Close()
+			return nil, fmt.Errorf("pq: connect: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("pq: connect: %w: %w", ctx.Err(), err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return wrapConn(dc, d.connected())
+}
+
+// connectTimeout bounds a connection's set-up: the DSN's connect_timeout,
+// or netdial.ConnectTimeout.
+func (c *connector) connectTimeout() time.Duration {
+	if c.cfg.ConnectTimeout > 0 {
+		return c.cfg.ConnectTimeout
+	}
+	return netdial.ConnectTimeout
 }
 
 func (c *connector) Driver() driver.Driver { return dsnDriver{Driver: &pq.Driver{}, dsn: c.dsn} }
@@ -121,9 +150,21 @@ type dsnDriver struct {
 // connDialer dials the socket of one connection, and then lib/pq's cancel
 // requests for it.
 type connDialer struct {
-	mu     sync.Mutex
-	socket net.Conn // the last dialled while connecting
-	done   bool     // connected: later dials are cancel requests
+	mu      sync.Mutex
+	socket  net.Conn // the last dialled while connecting
+	done    bool     // connected: later dials are cancel requests
+	expired bool     // the set-up's time ran out: sockets fail at once
+}
+
+// expire ends the set-up of the connection: its socket, and any dialled
+// later, get a deadline in the past.
+func (d *connDialer) expire() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.expired = true
+	if d.socket != nil && !d.done {
+		d.socket.SetDeadline(time.Now())
+	}
 }
 
 func (d *connDialer) Dial(network, address string) (net.Conn, error) {
@@ -149,6 +190,9 @@ func (d *connDialer) DialContext(ctx context.Context, network, address string) (
 		nc.SetDeadline(time.Now().Add(cancelTimeout))
 	} else {
 		d.socket = nc
+		if d.expired {
+			nc.SetDeadline(time.Now())
+		}
 	}
 	return nc, nil
 }

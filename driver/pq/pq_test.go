@@ -82,6 +82,10 @@ func TestDeadConnStatement(t *testing.T) { pgtest.DeadStatements(t, pqdriver.New
 // Close returns, both within the documented bounds.
 func TestDeadConnListener(t *testing.T) { pgtest.DeadListener(t, pqdriver.New()) }
 
+// The set-up of a connection to a server that accepts it and then says
+// nothing ends with the context, and with connect_timeout.
+func TestDeadConnHandshake(t *testing.T) { pgtest.DeadHandshake(t, pqdriver.New()) }
+
 // The package's connections, statements and rows wrap lib/pq's and implement
 // every optional database/sql/driver interface that lib/pq's do, so that
 // database/sql treats them the same. (A transaction is only ever committed

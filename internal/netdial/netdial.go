@@ -15,6 +15,12 @@ const (
 	KeepAliveInterval = 5 * time.Second  // between probes
 	KeepAliveCount    = 3                // unanswered probes that drop the connection
 	UserTimeout       = 30 * time.Second // unacknowledged data that drops the connection (Linux only)
+
+	// ConnectTimeout bounds the set-up of a connection (dial, TLS,
+	// startup, authentication) when the DSN gives no connect_timeout: a
+	// server that accepts connections and then says nothing would
+	// otherwise hold the caller, and the connection's pool, forever.
+	ConnectTimeout = 30 * time.Second
 )
 
 // Dialer returns a dialer with the keepalives and user timeout above.

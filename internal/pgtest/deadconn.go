@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,4 +217,98 @@ func DeadListener(t *testing.T, drv leasework.Driver) {
 		proxy.Close() // let it end
 		<-closed
 	}
+}
+
+// DeadHandshake checks that drv bounds the set-up of a connection to a
+// server that accepts it and then says nothing (an overloaded or stopped
+// server process, a blackhole past the accept): opening the connection for
+// a ping ends with an error when the ping's context ends, though the DSN
+// allows ten minutes, and when the DSN's connect_timeout passes, though the
+// context has no deadline; each within [DeadConnBound]. It logs how long
+// each took.
+func DeadHandshake(t *testing.T, drv leasework.Driver) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range accepted {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() { defer wg.Done(); io.Copy(io.Discard, c) }() // read, never answer
+		}
+	}()
+	silent := withAddress(DSN(t), ln.Addr().(*net.TCPAddr))
+	for _, c := range []struct {
+		name, connectTimeout string
+		ctxDeadline          time.Duration // 0: none
+	}{
+		{"the context's deadline", "600", deadline},
+		{"connect_timeout", "1", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, err := drv.Open(withSetting(silent, "connect_timeout", c.connectTimeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+			if c.ctxDeadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.ctxDeadline)
+				defer cancel()
+			}
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- db.PingContext(ctx) }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("%s: a ping of a server that never answers succeeded", drv.Name())
+				}
+				t.Logf("%s: the connection's set-up ended after %v: %v", drv.Name(), time.Since(start).Round(time.Millisecond), err)
+			case <-time.After(DeadConnBound):
+				t.Errorf("%s: the set-up of a connection to a silent server still waiting after %v", drv.Name(), DeadConnBound)
+				ln.Close()
+				mu.Lock()
+				for _, c := range accepted {
+					c.Close()
+				}
+				mu.Unlock()
+				<-done
+			}
+		})
+	}
+}
+
+// withSetting returns dsn, a URL or key=value connection string, with the
+// setting name=value.
+func withSetting(dsn, name, value string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set(name, value)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return fmt.Sprintf("%s %s=%s", dsn, name, value)
 }
