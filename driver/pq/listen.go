@@ -20,7 +20,7 @@ import (
 // it returns an error wrapping errors.ErrUnsupported: lib/pq does not tell
 // the settings of its other pools, so the caller should poll instead of
 // trying again.
-func (*Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
+func (Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework.Listener, error) {
 	dd, ok := db.Driver().(dsnDriver)
 	if !ok {
 		return nil, fmt.Errorf("pq: listen: cannot listen on a pool not opened by this package's Driver.Open: its DSN is unknown: %w", errors.ErrUnsupported)

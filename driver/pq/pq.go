@@ -68,20 +68,20 @@ const (
 type Driver struct{}
 
 var (
-	_ leasework.Driver   = (*Driver)(nil)
-	_ leasework.Notifier = (*Driver)(nil)
+	_ leasework.Driver   = Driver{}
+	_ leasework.Notifier = Driver{}
 )
 
-// New returns a lib/pq driver.
-func New() *Driver { return &Driver{} }
+// New returns the lib/pq driver.
+func New() Driver { return Driver{} }
 
 // Name returns "pq".
-func (*Driver) Name() string { return "pq" }
+func (Driver) Name() string { return "pq" }
 
 // Open opens a pool for dsn, a URL or key=value connection string, whose
 // connections are bounded as the package documentation says. It fails when
 // dsn does not parse, not when the server is unreachable.
-func (*Driver) Open(dsn string) (*sql.DB, error) {
+func (Driver) Open(dsn string) (*sql.DB, error) {
 	if dsn == "" {
 		return nil, errors.New("pq: Open: dsn is empty")
 	}
@@ -207,10 +207,10 @@ func (d *connDialer) connected() net.Conn {
 }
 
 // Array wraps slice with pq.Array.
-func (*Driver) Array(slice any) any { return pq.Array(slice) }
+func (Driver) Array(slice any) any { return pq.Array(slice) }
 
 // SQLState returns the SQLSTATE of a server error, or "".
-func (*Driver) SQLState(err error) string {
+func (Driver) SQLState(err error) string {
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
 		return string(pqErr.Code)
@@ -221,7 +221,7 @@ func (*Driver) SQLState(err error) string {
 // IsConnectionError reports whether err means the connection failed or was
 // lost: lib/pq reports a dead connection as driver.ErrBadConn, or as a
 // network error when the server goes away mid-statement.
-func (*Driver) IsConnectionError(err error) bool {
+func (Driver) IsConnectionError(err error) bool {
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) {
 		return pqErr.Code.Class() == "08" || pqErr.Fatal()
