@@ -63,10 +63,11 @@ type RetryPolicy struct {
 	MaxAttempts int
 }
 
-// normalize validates p and fills in its defaults.
+// normalize validates p and fills in its defaults. Its errors start with
+// the field's name: [Worker.Register] puts its prefix in front.
 func (p RetryPolicy) normalize() (RetryPolicy, error) {
 	bad := func(field string, v any, want string) (RetryPolicy, error) {
-		return p, fmt.Errorf("framework: RetryPolicy.%s is %v; %s", field, v, want)
+		return p, fmt.Errorf("RetryPolicy.%s is %v; %s", field, v, want)
 	}
 	finite := func(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 	switch {

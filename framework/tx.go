@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/errprefix"
 )
 
 // TxFunc is the body of a handler made with [Transactional]: it makes the
@@ -156,7 +157,7 @@ func (st *txState) outcome() (completed bool, rejected error) {
 func (h *txHandler) Handle(ctx context.Context, c *leasework.Claim) error {
 	a, ok := attemptFrom(ctx)
 	if !ok {
-		return leasework.Permanent(fmt.Errorf("framework: Transactional handler: %w", ErrNoClaim))
+		return leasework.Permanent(fmt.Errorf("framework: Transactional handler: %w", errprefix.Trim("framework: ", ErrNoClaim)))
 	}
 	// Wait for a turn (Config.TxConcurrency): a transaction holds a
 	// connection the worker's own statements need too.

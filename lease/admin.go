@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/errprefix"
 )
 
 // Row is the whole persisted state of one event, for operators and tests.
@@ -61,7 +62,7 @@ func scanRow(sc scanner) (Row, error) {
 func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
 	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.get, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Row{}, fmt.Errorf("lease: get row %d: %w", id, ErrNotFound)
+		return Row{}, fmt.Errorf("lease: get row %d: %w", id, errprefix.Trim("lease: ", ErrNotFound))
 	}
 	if err != nil {
 		return Row{}, s.wrapErr(fmt.Sprintf("get row %d", id), err)
@@ -73,7 +74,7 @@ func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
 func (s *Store) GetByEventID(ctx context.Context, eventID string) (Row, error) {
 	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.getByEvent, eventID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Row{}, fmt.Errorf("lease: get event %q: %w", eventID, ErrNotFound)
+		return Row{}, fmt.Errorf("lease: get event %q: %w", eventID, errprefix.Trim("lease: ", ErrNotFound))
 	}
 	if err != nil {
 		return Row{}, s.wrapErr(fmt.Sprintf("get event %q", eventID), err)

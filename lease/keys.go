@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/errprefix"
 )
 
 // discardSQL is the operator's way out of a FAILED row: it ends DISCARDED,
@@ -61,10 +62,10 @@ func (s *Store) Discard(ctx context.Context, ref leasework.Ref) (int64, error) {
 	}
 	row, gerr := s.Get(ctx, ref.ID)
 	if gerr != nil {
-		return 0, fmt.Errorf("lease: discard row %d: %w", ref.ID, gerr)
+		return 0, fmt.Errorf("lease: discard row %d: %w", ref.ID, errprefix.Trim("lease: ", gerr))
 	}
 	return 0, fmt.Errorf("lease: discard row %d generation %d: it is %s at generation %d: %w",
-		ref.ID, ref.Generation, row.Status, row.Generation, ErrNotFailed)
+		ref.ID, ref.Generation, row.Status, row.Generation, errprefix.Trim("lease: ", ErrNotFailed))
 }
 
 // HeldKey is a key held by a FAILED event: the events waiting behind it are

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/errprefix"
 )
 
 // Result reports what one guarded write did to one claim.
@@ -284,7 +285,7 @@ func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, te
 			out[i].Status, out[i].LeaseUntil = a.status, a.leaseUntil
 		} else if busy[ref] {
 			out[i].Busy = true
-			out[i].Err = fmt.Errorf("lease: %s row %d generation %d: %w", op, ref.ID, ref.Generation, ErrRowBusy)
+			out[i].Err = fmt.Errorf("lease: %s row %d generation %d: %w", op, ref.ID, ref.Generation, errprefix.Trim("lease: ", ErrRowBusy))
 		} else {
 			out[i].Err = lost(op, ref)
 			rejected = true

@@ -60,6 +60,5 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref, q
 		return fmt.Errorf("lease: complete in transaction row %d generation %d: the transaction was rolled back: %w",
 			ref.ID, ref.Generation, leasework.ErrLeaseLost)
 	}
-	return fmt.Errorf("lease: complete in transaction row %d generation %d: the transaction was rolled back: %w",
-		ref.ID, ref.Generation, s.wrapErr("complete", err))
+	return s.wrapErr(fmt.Sprintf("complete in transaction row %d generation %d: the transaction was rolled back", ref.ID, ref.Generation), err)
 }

@@ -37,13 +37,13 @@ func (Driver) Listen(ctx context.Context, db *sql.DB, channel string) (leasework
 	case err := <-done:
 		if err != nil {
 			l.Close()
-			return nil, fmt.Errorf("pq: listen: %w", err)
+			return nil, fmt.Errorf("pq: listen: %w", unprefixed(err))
 		}
 		return l, nil
 	case err := <-l.failed: // the caller retries as it sees fit
 		l.Close() // ends the Listen call
 		awaitListen(done)
-		return nil, fmt.Errorf("pq: listen: %w", err)
+		return nil, fmt.Errorf("pq: listen: %w", unprefixed(err))
 	case <-ctx.Done():
 		l.Close()
 		awaitListen(done)
@@ -107,7 +107,7 @@ func (l *listener) Wait(ctx context.Context) (string, error) {
 			}
 			return n.Extra, nil
 		case err := <-l.lost:
-			return "", fmt.Errorf("pq: listen: connection lost: %w", err)
+			return "", fmt.Errorf("pq: listen: connection lost: %w", unprefixed(err))
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-quiet.C:
@@ -129,7 +129,7 @@ func (l *listener) ping(ctx context.Context) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("pq: listen: ping: %w", err)
+			return fmt.Errorf("pq: listen: ping: %w", unprefixed(err))
 		}
 		return nil
 	case <-t.C:

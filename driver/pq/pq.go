@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/errprefix"
 	"github.com/leasework/leasework/internal/netdial"
 	"github.com/lib/pq"
 )
@@ -87,7 +88,7 @@ func (Driver) Open(dsn string) (*sql.DB, error) {
 	}
 	cfg, err := pq.NewConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("pq: open: %w", err)
+		return nil, fmt.Errorf("pq: open: %w", unprefixed(err))
 	}
 	return sql.OpenDB(&connector{cfg: cfg, dsn: dsn}), nil
 }
@@ -123,13 +124,19 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 			dc.Close()
 			return nil, fmt.Errorf("pq: connect: %w", ctx.Err())
 		}
-		return nil, fmt.Errorf("pq: connect: %w: %w", ctx.Err(), err)
+		return nil, fmt.Errorf("pq: connect: %w: %w", ctx.Err(), unprefixed(err))
 	}
 	if err != nil {
 		return nil, err
 	}
 	return wrapConn(dc, d.connected())
 }
+
+// unprefixed leaves "pq: " out of the start of err's message: lib/pq's
+// messages start with it, as this package's do, and wrapped in one of ours
+// it would read twice ("pq: listen: pq: password authentication failed").
+// errors.As still finds a *pq.Error.
+func unprefixed(err error) error { return errprefix.Trim("pq: ", err) }
 
 // connectTimeout bounds a connection's set-up: the DSN's connect_timeout,
 // or netdial.ConnectTimeout.
