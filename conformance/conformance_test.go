@@ -2,7 +2,6 @@ package conformance_test
 
 import (
 	"bytes"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -11,11 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/conformance"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/internal/pgtest"
-	"github.com/leasework/leasework/lease"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -26,8 +23,9 @@ const envSuiteTarget = "LEASEWORK_SELFTEST_TARGET"
 
 // TestBaselineSelfTest proves the suite can fail. It runs the lab's six
 // tests in two child processes, one against the real store and one against
-// the lab's unsafe baseline, and asserts the article's result: all six pass
-// on the real store; on the baseline exactly four fail and two pass.
+// the lab's unsafe baseline (baseline_test.go), and asserts the article's
+// result: all six pass on the real store; on the baseline exactly four fail
+// and two pass.
 func TestBaselineSelfTest(t *testing.T) {
 	switch os.Getenv(envSuiteTarget) {
 	case "safe":
@@ -71,10 +69,6 @@ func TestBaselineSelfTest(t *testing.T) {
 	if !errors.As(baseErr, &exit) || exit.ExitCode() != 1 {
 		t.Errorf("the suite against the baseline exited with %v, want exit status 1", baseErr)
 	}
-}
-
-func newBaseline(db *sql.DB, drv leasework.Driver, opts lease.Options) (conformance.Store, error) {
-	return lease.NewUnsafeBaseline(db, drv, opts)
 }
 
 var resultLine = regexp.MustCompile(`--- (PASS|FAIL|SKIP): TestBaselineSelfTest/(\w+)`)

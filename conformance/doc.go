@@ -81,10 +81,12 @@
 //
 // # Proving the suite can fail
 //
-// lease.UnsafeBaseline is the lab's unsafe store: claims see only due READY
-// rows and outcome writes key on the row id alone. Run with
-// Target.NewStore set to it, exactly four of the lab's six subtests fail
-// (KilledWorkerClaimIsRecovered, StaleOwnerCannotComplete,
-// StaleOwnerCannotRetry, ExpiredOwnerCannotFinalize) and two pass, as in the
-// article. This package's own tests assert that.
+// This package's own tests hold the lab's unsafe store (baseline_test.go,
+// built on lease's public API; it ships in no package): a lease.Store whose
+// claims see only due READY rows and whose complete and retry key on the
+// row id alone. Run with Target.NewStore set to it, exactly four of the
+// lab's six subtests fail (KilledWorkerClaimIsRecovered,
+// StaleOwnerCannotComplete, StaleOwnerCannotRetry,
+// ExpiredOwnerCannotFinalize) and two pass, as in the article;
+// TestBaselineSelfTest asserts that.
 package conformance

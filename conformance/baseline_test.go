@@ -1,0 +1,207 @@
+package conformance_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/conformance"
+	"github.com/leasework/leasework/lease"
+)
+
+// unsafeBaseline is the lab article's intentionally unsafe store, which
+// TestBaselineSelfTest runs the lab's six tests against to prove that the
+// suite fails where it should. Its claim selects only due READY rows, so a
+// committed claim whose worker died is stranded forever; its complete and
+// retry key on the row id alone, so a stale owner overwrites the claim that
+// replaced it. Everything else is the real store's, which it embeds.
+//
+// It is built on lease's public API only (the store's pool and its table's
+// name) and lives in this package's tests, so that it never ships.
+type unsafeBaseline struct {
+	*lease.Store
+	claimSQL, completeSQL, retrySQL string
+}
+
+// The lab's statements; {{table}} is the store's quoted table name.
+const (
+	// $1 limit, $2 kinds (empty for every kind), $3 lease in microseconds,
+	// $4 worker.
+	baselineClaimSQL = `
+WITH candidate AS (
+    SELECT id FROM {{table}}
+    WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()
+      AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+    ORDER BY id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {{table}} AS o
+SET status = 'INPROGRESS', generation = o.generation + 1, attempt = o.attempt + 1,
+    lease_until = statement_timestamp() + $3 * interval '1 microsecond',
+    worker = NULLIF($4, ''), updated_at = statement_timestamp()
+WHERE o.id = ANY (ARRAY(SELECT id FROM candidate))
+RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
+    o.attempt, o.max_attempts, o.lease_until, o.progress, COALESCE(o.last_error, '')`
+
+	// $1 ids.
+	baselineCompleteSQL = `
+UPDATE {{table}} AS o
+SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()
+WHERE o.id = ANY ($1::bigint[])
+RETURNING o.id, o.status`
+
+	// $1 ids, $2 delays in microseconds, $3 error texts.
+	baselineRetrySQL = `
+UPDATE {{table}} AS o
+SET status = 'READY', lease_until = NULL, last_error = r.error,
+    next_attempt_at = statement_timestamp() + r.delay * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS r(id, delay, error)
+WHERE o.id = r.id
+RETURNING o.id, o.status`
+)
+
+var _ conformance.Store = (*unsafeBaseline)(nil)
+
+// newBaseline is the Target.NewStore of the suite's run against the baseline.
+func newBaseline(db *sql.DB, drv leasework.Driver, opts lease.Options) (conformance.Store, error) {
+	s, err := lease.New(db, drv, opts)
+	if err != nil {
+		return nil, err
+	}
+	table := func(q string) string { return strings.ReplaceAll(q, "{{table}}", s.QualifiedTable()) }
+	return &unsafeBaseline{
+		Store:       s,
+		claimSQL:    table(baselineClaimSQL),
+		completeSQL: table(baselineCompleteSQL),
+		retrySQL:    table(baselineRetrySQL),
+	}, nil
+}
+
+// querier is *sql.DB or *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Claim claims due READY rows only.
+func (b *unsafeBaseline) Claim(ctx context.Context, req lease.ClaimRequest) ([]leasework.Claim, error) {
+	return b.claim(ctx, b.DB(), req)
+}
+
+// ClaimTx is Claim inside tx.
+func (b *unsafeBaseline) ClaimTx(ctx context.Context, tx *sql.Tx, req lease.ClaimRequest) ([]leasework.Claim, error) {
+	if tx == nil {
+		return nil, errors.New("baseline: claim: tx is nil")
+	}
+	return b.claim(ctx, tx, req)
+}
+
+func (b *unsafeBaseline) claim(ctx context.Context, q querier, req lease.ClaimRequest) ([]leasework.Claim, error) {
+	kinds := req.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
+	rows, err := q.QueryContext(ctx, b.claimSQL,
+		req.Limit, b.Driver().Array(kinds), req.Lease.Microseconds(), req.Worker)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: claim: %w", err)
+	}
+	defer rows.Close()
+	var claims []leasework.Claim
+	for rows.Next() {
+		var c leasework.Claim
+		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
+			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Progress, &c.LastError); err != nil {
+			return nil, fmt.Errorf("baseline: claim: %w", err)
+		}
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("baseline: claim: %w", err)
+	}
+	return claims, nil
+}
+
+// Complete marks the row DONE by id alone.
+func (b *unsafeBaseline) Complete(ctx context.Context, ref leasework.Ref) error {
+	res, err := b.CompleteMany(ctx, []leasework.Ref{ref})
+	if err != nil {
+		return err
+	}
+	return res[0].Err
+}
+
+// CompleteMany marks rows DONE by id alone.
+func (b *unsafeBaseline) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error) {
+	ids := make([]int64, len(refs))
+	for i, ref := range refs {
+		ids[i] = ref.ID
+	}
+	return b.write(ctx, "complete", refs, b.completeSQL, b.Driver().Array(ids))
+}
+
+// Retry sends the row back to READY by id alone.
+func (b *unsafeBaseline) Retry(ctx context.Context, req lease.RetryRequest) (leasework.Status, error) {
+	res, err := b.RetryMany(ctx, []lease.RetryRequest{req})
+	if err != nil {
+		return "", err
+	}
+	return res[0].Status, res[0].Err
+}
+
+// RetryMany sends rows back to READY by id alone.
+func (b *unsafeBaseline) RetryMany(ctx context.Context, reqs []lease.RetryRequest) ([]lease.Result, error) {
+	refs := make([]leasework.Ref, len(reqs))
+	ids, delays, texts := make([]int64, len(reqs)), make([]int64, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
+		if r.Delay < 0 {
+			return nil, fmt.Errorf("baseline: retry: row %d generation %d: Delay is %v; it must not be negative", r.Ref.ID, r.Ref.Generation, r.Delay)
+		}
+		refs[i], ids[i], delays[i] = r.Ref, r.Ref.ID, r.Delay.Microseconds()
+		texts[i] = lease.CleanText(r.Error, lease.MaxErrorBytes)
+	}
+	drv := b.Driver()
+	return b.write(ctx, "retry", refs, b.retrySQL, drv.Array(ids), drv.Array(delays), drv.Array(texts))
+}
+
+// write runs an outcome statement keyed by id alone, and reports each ref's
+// result as the real store does: an updated row is accepted whatever its
+// generation (the baseline's flaw); a row that no longer exists is lost and
+// Gone.
+func (b *unsafeBaseline) write(ctx context.Context, op string, refs []leasework.Ref, query string, args ...any) ([]lease.Result, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	rows, err := b.DB().QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %s: %w", op, err)
+	}
+	defer rows.Close()
+	status := make(map[int64]leasework.Status, len(refs))
+	for rows.Next() {
+		var id int64
+		var s leasework.Status
+		if err := rows.Scan(&id, &s); err != nil {
+			return nil, fmt.Errorf("baseline: %s: %w", op, err)
+		}
+		status[id] = s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("baseline: %s: %w", op, err)
+	}
+	out := make([]lease.Result, len(refs))
+	for i, ref := range refs {
+		out[i].Ref = ref
+		if s, ok := status[ref.ID]; ok {
+			out[i].Status = s
+			continue
+		}
+		out[i].Gone = true
+		out[i].Err = fmt.Errorf("baseline: %s row %d generation %d: the row no longer exists: %w",
+			op, ref.ID, ref.Generation, leasework.ErrLeaseLost)
+	}
+	return out, nil
+}
