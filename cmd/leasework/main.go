@@ -8,7 +8,16 @@
 //
 //	leasework <command> [flags]
 //
-// The commands are migrate, stats, list, requeue, discard, explain and help.
+// The commands, as "leasework help" lists them:
+//
+//	migrate   create or upgrade the schema (safe to run again)
+//	stats     rows per status, eligible rows, expired claims, oldest eligible age, held keys
+//	list      list rows by status and kind, with their last error; or the held keys
+//	requeue   move FAILED rows back to READY, due now
+//	discard   give up on a FAILED row; its key's waiting events go on
+//	explain   show the claim's query plan: scans and rows it throws away
+//	help      this text, or a command's flags: leasework help <command>
+//
 // Every command reads the database from -dsn or $LEASEWORK_DSN; it never
 // starts a server of its own. Output is an aligned table, or JSON with -json.
 //

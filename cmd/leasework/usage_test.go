@@ -1,6 +1,8 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
 	"slices"
 	"strings"
 	"testing"
@@ -100,5 +102,39 @@ func TestUsageErrors(t *testing.T) {
 				t.Errorf("leasework %s: a usage error printed on stdout:\n%s", strings.Join(args, " "), r.stdout)
 			}
 		})
+	}
+}
+
+// TestEveryCommandIsListed checks that "leasework help" lists every command
+// of the dispatcher's table, and help, one line each and nothing else, and
+// that the package documentation lists them with the same lines.
+func TestEveryCommandIsListed(t *testing.T) {
+	t.Parallel()
+	names := []string{"help"}
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	usage := must(t, exitOK, "help").stdout
+	_, after, ok := strings.Cut(usage, "\nCommands:\n\n")
+	list, _, _ := strings.Cut(after, "\n\n")
+	if !ok || list == "" {
+		t.Fatalf("leasework help has no command list:\n%s", usage)
+	}
+	lines := strings.Split(list, "\n")
+	if len(lines) != len(names) {
+		t.Errorf("leasework help lists %d commands; the dispatcher has %d (%v):\n%s", len(lines), len(names), names, list)
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "\t"+name+" ") }) {
+			t.Errorf("leasework help does not list the command %q:\n%s", name, list)
+		}
+	}
+
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc := f.Doc.Text(); !strings.Contains(doc, list+"\n") {
+		t.Errorf("the package documentation does not list the commands as leasework help does; want these lines in it:\n%s\n\ndocumentation:\n%s", list, doc)
 	}
 }
