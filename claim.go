@@ -53,6 +53,8 @@ type Claim struct {
 	Reclaimed   bool      // true when the previous owner's lease expired unfinished
 	Progress    []byte    // the last progress recorded by an earlier attempt, or nil
 	LastError   string    // the error recorded by the previous attempt, or ""
+	Queue       string    // the queue the event was claimed from
+	Priority    int       // the event's priority: 0 (claimed first) to 9
 }
 
 // Ref names one claim of one row: the row id and the generation it was claimed

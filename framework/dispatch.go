@@ -85,7 +85,7 @@ const (
 func (w *Worker) untilNextExpiry(wait time.Duration) time.Duration {
 	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
 	defer cancel()
-	d, ok, err := w.store.NextExpiry(ctx)
+	d, ok, err := w.store.NextExpiry(ctx, "")
 	if err != nil {
 		w.log.Debug("reading the next lease expiry failed; polling meanwhile", "err", err)
 		return wait

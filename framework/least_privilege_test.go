@@ -84,6 +84,8 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 		for _, q := range []string{
 			"GRANT USAGE ON SCHEMA " + lease.QuoteIdent(schema) + " TO " + worker,
 			"GRANT SELECT, UPDATE, DELETE ON " + s.QualifiedTable() + " TO " + worker,
+			// The claim reads whether its queue is paused.
+			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_queues") + " TO " + worker,
 		} {
 			if _, err := ownerDB.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
@@ -99,6 +101,7 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 			"CREATE TABLE " + lease.QuoteIdent(schema) + ".intruder (x int)",
 			"SELECT count(*) FROM " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_migrations"),
 			"SELECT count(*) FROM " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_event_ids"),
+			"INSERT INTO " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_queues") + " (queue) VALUES ('q')",
 			"INSERT INTO " + s.QualifiedTable() + " (event_id, kind) VALUES ('x', 'x')",
 		} {
 			_, err := workerDB.ExecContext(ctx, q)

@@ -29,12 +29,17 @@ type ClaimRequest struct {
 	Kinds []string
 	// Worker names the claiming worker in the row, for operators. Optional.
 	Worker string
+	// Queue is the queue to claim from. Empty means [DefaultQueue]. A
+	// paused queue gives nothing (see [Store.PauseQueue]).
+	Queue string
 }
 
-// Claim claims up to req.Limit eligible rows in one statement: due READY rows
-// and INPROGRESS rows whose lease has expired. Each claimed row gets a new
-// generation, an attempt, and a lease of req.Lease from the database clock.
-// The claim is committed when Claim returns.
+// Claim claims up to req.Limit eligible rows of one queue in one
+// statement: INPROGRESS rows whose lease has expired, then due READY rows,
+// priority 0 first, in due order within a priority. Each claimed row gets a
+// new generation, an attempt, and a lease of req.Lease from the database
+// clock. The claim is committed when Claim returns. A paused queue gives
+// nothing.
 //
 // Expired rows on their last allowed attempt are moved to FAILED by the same
 // statement instead of being returned.
@@ -58,15 +63,15 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, req ClaimRequest) ([]le
 	return s.scanClaims(ctx, tx, s.q.claim, req)
 }
 
-// Querier is what the store needs to run a query: *sql.DB, *sql.Conn and
+// querier is what the store needs to run a query: *sql.DB, *sql.Conn and
 // *sql.Tx all have it.
-type Querier interface {
+type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // scanClaims runs a claim statement (the store's, or the baseline's) and
 // reads the claims it returns.
-func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req ClaimRequest) ([]leasework.Claim, error) {
+func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) ([]leasework.Claim, error) {
 	args, err := s.claimArgs(req)
 	if err != nil {
 		return nil, err
@@ -80,7 +85,8 @@ func (s *Store) scanClaims(ctx context.Context, q Querier, query string, req Cla
 	for rows.Next() {
 		var c leasework.Claim
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
-			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError); err != nil {
+			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError,
+			&c.Queue, &c.Priority); err != nil {
 			return nil, s.wrapErr("claim", err)
 		}
 		claims = append(claims, c)
@@ -133,22 +139,42 @@ func (s *Store) claimArgs(req ClaimRequest) ([]any, error) {
 	if req.Lease < time.Millisecond {
 		return nil, fmt.Errorf("lease: claim: Lease is %v; it must be at least 1ms", req.Lease)
 	}
+	queue, err := checkQueue("claim", req.Queue)
+	if err != nil {
+		return nil, err
+	}
 	kinds := req.Kinds
 	if kinds == nil {
 		kinds = []string{}
 	}
-	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker}, nil
+	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker, queue}, nil
+}
+
+// checkQueue returns the queue named, [DefaultQueue] for "", or an error
+// for op when the name is not valid.
+func checkQueue(op, queue string) (string, error) {
+	if queue == "" {
+		return DefaultQueue, nil
+	}
+	if err := validateText("Queue", queue, MaxQueueBytes); err != nil {
+		return "", fmt.Errorf("lease: %s: %w", op, err)
+	}
+	return queue, nil
 }
 
 // NextExpiry reports how long from now, by the database clock, the earliest
-// lease still running runs out: when that row becomes claimable again if
-// its owner does not renew it. ok is false when no lease is running. It
-// reads one entry of the lease index. Workers use it to wake for a crashed
-// owner's claims without waiting for their next poll: an expired lease sends
-// no notification.
-func (s *Store) NextExpiry(ctx context.Context) (d time.Duration, ok bool, err error) {
+// lease still running in queue (empty: [DefaultQueue]) runs out: when that
+// row becomes claimable again if its owner does not renew it. ok is false
+// when no lease is running there. It reads one entry of the lease index.
+// Workers use it to wake for a crashed owner's claims without waiting for
+// their next poll: an expired lease sends no notification.
+func (s *Store) NextExpiry(ctx context.Context, queue string) (d time.Duration, ok bool, err error) {
+	queue, err = checkQueue("next expiry", queue)
+	if err != nil {
+		return 0, false, err
+	}
 	var secs sql.NullFloat64
-	if err := s.db.QueryRowContext(ctx, s.q.nextExpiry).Scan(&secs); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q.nextExpiry, queue).Scan(&secs); err != nil {
 		return 0, false, s.wrapErr("next expiry", err)
 	}
 	if !secs.Valid {

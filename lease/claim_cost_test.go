@@ -36,7 +36,7 @@ func TestClaimPlanIgnoresFinishedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Index Scan using events_ready_idx", "Index Scan using events_lease_idx",
+	for _, want := range []string{"Index Scan using events_queue_ready_idx", "Index Scan using events_queue_lease_idx",
 		"Index Scan using events_pkey on events o ", "rows=100 loops=1"} {
 		if !strings.Contains(plan, want) {
 			t.Errorf("claim plan lacks %q:\n%s", want, plan)
@@ -76,7 +76,7 @@ func TestClaimPlanIgnoresWaitingRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(plan, "Index Scan using events_ready_idx") || strings.Contains(plan, "Seq Scan") {
+	if !strings.Contains(plan, "Index Scan using events_queue_ready_idx") || strings.Contains(plan, "Seq Scan") {
 		t.Errorf("claim plan does not read the READY index alone:\n%s", plan)
 	}
 	for _, m := range removedByFilter.FindAllStringSubmatch(plan, -1) {
@@ -150,7 +150,7 @@ func benchmarkClaim(b *testing.B, stmt string, history func(context.Context, *le
 		return refs, err
 	}
 	if stmt == "lab-or-pkey-only" {
-		for _, idx := range []string{"events_ready_idx", "events_lease_idx"} {
+		for _, idx := range []string{"events_queue_ready_idx", "events_queue_lease_idx"} {
 			if _, err := s.DB().ExecContext(ctx, "DROP INDEX "+lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(idx)); err != nil {
 				b.Fatal(err)
 			}

@@ -39,6 +39,16 @@ type Event struct {
 	MaxAttempts int
 	// RunAt delays the first attempt. Zero means at once (database time).
 	RunAt time.Time
+	// Queue is the queue the event is claimed from. Empty means
+	// [DefaultQueue]. Valid UTF-8 without NUL bytes, at most
+	// [MaxQueueBytes].
+	Queue string
+	// Priority orders the due events of a queue: 0, the default, are
+	// claimed first, then 1, and so on to [MaxPriority]. Within a level,
+	// due order. Priority is strict: while a queue always has due events of
+	// a level, it claims none of a later level (see "Queues and priorities"
+	// in the package doc).
+	Priority int
 }
 
 // Enqueued reports one enqueued event.
@@ -174,9 +184,7 @@ func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events 
 		return nil, nil
 	}
 	n := len(events)
-	var ids, kinds, keys, runAt []string
-	var payloads [][]byte
-	var maxAtt []int64
+	var cols columns
 	first := make(map[string]int, n) // event id -> index of its first event
 	out := make([]Enqueued, n)
 	for i, e := range events {
@@ -195,32 +203,68 @@ func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events 
 			continue
 		}
 		first[e.EventID] = i
-		payload := e.Payload
-		if payload == nil {
-			payload = []byte{}
-		}
-		attempts := int64(e.MaxAttempts)
-		if attempts == 0 {
-			attempts = int64(s.maxAtt)
-		}
-		var at string
-		if !e.RunAt.IsZero() {
-			at = e.RunAt.UTC().Format(time.RFC3339Nano)
-		}
-		ids, kinds, keys = append(ids, e.EventID), append(kinds, e.Kind), append(keys, e.Key)
-		payloads, maxAtt, runAt = append(payloads, payload), append(maxAtt, attempts), append(runAt, at)
+		cols.add(e, s.maxAtt)
 	}
 	if !opts.SkipDuplicates {
-		if err := s.insert(ctx, tx, s.q.enqueue, out, first, ids, kinds, keys, payloads, maxAtt, runAt); err != nil {
+		if err := s.insert(ctx, tx, s.q.enqueue, out, first, cols.args()...); err != nil {
 			return nil, err
 		}
-	} else if err := s.insertSkipping(ctx, tx, out, first, ids, kinds, keys, payloads, maxAtt, runAt); err != nil {
+	} else if err := s.insertSkipping(ctx, tx, out, first, cols); err != nil {
 		return nil, err
 	}
 	if err := s.accountForSkipped(ctx, tx, opts, out, first); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// columns are the parameters of an enqueue's insert: one array per column,
+// one entry per event sent, in the order of insertEvents.
+type columns struct {
+	ids, kinds, keys, runAt, queues []string
+	payloads                        [][]byte
+	maxAtt, priorities              []int64
+}
+
+// add appends e, checked, with the store's attempt budget when it has none.
+func (c *columns) add(e Event, defaultAttempts int) {
+	payload := e.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	attempts := int64(e.MaxAttempts)
+	if attempts == 0 {
+		attempts = int64(defaultAttempts)
+	}
+	var at string
+	if !e.RunAt.IsZero() {
+		at = e.RunAt.UTC().Format(time.RFC3339Nano)
+	}
+	queue := e.Queue
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	c.ids, c.kinds, c.keys = append(c.ids, e.EventID), append(c.kinds, e.Kind), append(c.keys, e.Key)
+	c.payloads, c.maxAtt, c.runAt = append(c.payloads, payload), append(c.maxAtt, attempts), append(c.runAt, at)
+	c.queues, c.priorities = append(c.queues, queue), append(c.priorities, int64(e.Priority))
+}
+
+// pick returns the entries whose index keep accepts.
+func (c columns) pick(keep func(i int) bool) columns {
+	var p columns
+	for i := range c.ids {
+		if keep(i) {
+			p.ids, p.kinds, p.keys = append(p.ids, c.ids[i]), append(p.kinds, c.kinds[i]), append(p.keys, c.keys[i])
+			p.payloads, p.maxAtt, p.runAt = append(p.payloads, c.payloads[i]), append(p.maxAtt, c.maxAtt[i]), append(p.runAt, c.runAt[i])
+			p.queues, p.priorities = append(p.queues, c.queues[i]), append(p.priorities, c.priorities[i])
+		}
+	}
+	return p
+}
+
+// args are the columns as the insert's parameters, $1 to $8.
+func (c columns) args() []any {
+	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities}
 }
 
 // insert runs the insert statement q and records the row id of each event
@@ -254,13 +298,12 @@ func (s *Store) insert(ctx context.Context, tx Tx, q string, out []Enqueued, fir
 // statements: the first takes a row id for each new event id in the event
 // id table (skipping those there), the second inserts those events with
 // those ids. The rest is left to accountForSkipped.
-func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first map[string]int,
-	ids, kinds, keys []string, payloads [][]byte, maxAtt []int64, runAt []string) error {
-	rows, err := tx.Query(ctx, s.q.claimEventIDs, ids, keys)
+func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first map[string]int, cols columns) error {
+	rows, err := tx.Query(ctx, s.q.claimEventIDs, cols.ids, cols.keys)
 	if err != nil {
 		return s.enqueueError(tx, err)
 	}
-	taken := make(map[string]int64, len(ids))
+	taken := make(map[string]int64, len(cols.ids))
 	for rows.Next() {
 		var eventID string
 		var id int64
@@ -277,18 +320,12 @@ func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first
 	if len(taken) == 0 {
 		return nil
 	}
-	var rowIDs, maxAtt2 []int64
-	var ids2, kinds2, keys2, runAt2 []string
-	var payloads2 [][]byte
-	for i, eventID := range ids {
-		id, ok := taken[eventID]
-		if !ok {
-			continue
-		}
-		rowIDs, ids2, kinds2, keys2 = append(rowIDs, id), append(ids2, eventID), append(kinds2, kinds[i]), append(keys2, keys[i])
-		payloads2, maxAtt2, runAt2 = append(payloads2, payloads[i]), append(maxAtt2, maxAtt[i]), append(runAt2, runAt[i])
+	fresh := cols.pick(func(i int) bool { _, ok := taken[cols.ids[i]]; return ok })
+	rowIDs := make([]int64, len(fresh.ids))
+	for i, eventID := range fresh.ids {
+		rowIDs[i] = taken[eventID]
 	}
-	return s.insert(ctx, tx, s.q.insertClaimed, out, first, rowIDs, ids2, kinds2, keys2, payloads2, maxAtt2, runAt2)
+	return s.insert(ctx, tx, s.q.insertClaimed, out, first, append([]any{rowIDs}, fresh.args()...)...)
 }
 
 // checkEvent checks one event before anything is sent. Its errors start with
@@ -309,6 +346,13 @@ func (s *Store) checkEvent(e Event) error {
 	}
 	if e.MaxAttempts < 0 {
 		return fmt.Errorf("MaxAttempts is %d; it must be positive, or zero for the default", e.MaxAttempts)
+	}
+	if err := validateText("Queue", e.Queue, MaxQueueBytes); err != nil {
+		return err
+	}
+	if e.Priority < 0 || e.Priority > MaxPriority {
+		//lint:ignore ST1005 the message starts with the field's name, Priority
+		return fmt.Errorf("Priority is %d; it must be between 0 and %d", e.Priority, MaxPriority)
 	}
 	return nil
 }

@@ -32,8 +32,8 @@ func TestEventIDsMoveToTheirOwnTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		applied, err := s.Migrate(ctx)
-		if err != nil || len(applied) != 1 || applied[0] != 5 {
-			t.Fatalf("Migrate = %v, %v; want [5] applied", applied, err)
+		if err != nil || len(applied) == 0 || applied[0] != 5 {
+			t.Fatalf("Migrate = %v, %v; want 5 and the later ones applied", applied, err)
 		}
 
 		enqueue := func(opts lease.EnqueueOptions, events ...lease.Event) ([]lease.Enqueued, error) {

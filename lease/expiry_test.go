@@ -20,7 +20,7 @@ func TestNextExpiry(t *testing.T) {
 		ctx := context.Background()
 		next := func() (time.Duration, bool) {
 			t.Helper()
-			d, ok, err := s.NextExpiry(ctx)
+			d, ok, err := s.NextExpiry(ctx, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -159,7 +159,7 @@ func testGuardedWritePlans(t *testing.T, drv leasework.Driver) {
 			if strings.Contains(plan, "Seq Scan") {
 				t.Errorf("%s, %s: the plan reads the table sequentially:\n%s", name, mode, plan)
 			}
-			if strings.Contains(plan, s.Table()+"_lease_idx") {
+			if strings.Contains(plan, s.Table()+"_queue_lease_idx") {
 				t.Errorf("%s, %s: the plan reads the lease index, every in-flight row's entry:\n%s", name, mode, plan)
 			}
 			if strings.Contains(plan, "Rows Removed by Join Filter") {

@@ -72,7 +72,10 @@ const nextGeneration = `GREATEST(o.generation + 1, (SELECT
 const rowValue = `($2::jsonb -> o.id::text)`
 
 const claimSQL = `
-WITH exhausted AS (
+WITH paused AS (
+    -- A paused queue gives nothing: one primary-key probe.
+    SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} WHERE queue = $5) AS yes
+), exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
     -- row in FAILED instead of granting another attempt.
     UPDATE {{table}} AS o
@@ -81,7 +84,7 @@ WITH exhausted AS (
         last_error = format('lease expired on attempt %s of %s', o.attempt, o.max_attempts)
     WHERE o.id IN (
         SELECT id FROM {{table}}
-        WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp()
+        WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
           AND attempt >= max_attempts
         ORDER BY lease_until
         LIMIT 100
@@ -89,19 +92,28 @@ WITH exhausted AS (
     RETURNING o.id
 ), expired AS (
     SELECT id FROM {{table}}
-    WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp()
+    WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
       AND attempt < max_attempts
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+      AND NOT (SELECT yes FROM paused)
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), ready AS (
-    SELECT id FROM {{table}}
-    WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()
-      AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
-    ORDER BY next_attempt_at, id
+    -- One range of the queue's READY index per priority level, 0 first:
+    -- each reads due rows only, so rows not yet due (retries backing off,
+    -- events scheduled for later) cost nothing, whatever their priority.
+    SELECT r.id FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+    CROSS JOIN LATERAL (
+        SELECT id FROM {{table}}
+        WHERE queue = $5 AND priority = p.level
+          AND status = 'READY' AND next_attempt_at <= statement_timestamp()
+          AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+        ORDER BY next_attempt_at, id
+        LIMIT $1 - (SELECT count(*) FROM expired)
+        FOR UPDATE SKIP LOCKED) AS r
+    WHERE NOT (SELECT yes FROM paused)
     LIMIT $1 - (SELECT count(*) FROM expired)
-    FOR UPDATE SKIP LOCKED
 )
 -- The rows to update are named by an array, not joined: a join's size
 -- estimate (LIMIT minus a subquery is unknown to the planner) can turn it
@@ -117,19 +129,23 @@ SET status = 'INPROGRESS',
 WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
-    o.progress, COALESCE(o.last_error, '')`
+    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority`
+
+// maxPriorityText is MaxPriority in the claim's text.
+const maxPriorityText = "9"
 
 // insertEvents is the insert both enqueue paths end with: the rows of e
-// (id, event_id, kind, key or the empty text, payload, max_attempts, run_at, n) with
+// (id, event_id, kind, key or the empty text, payload, max_attempts, run_at,
+// queue, priority, n) with
 // their row ids taken beforehand, in key order and, within a key, in the
 // order given: the commit-time step of order per key then takes its keys'
 // locks in one order in every call, so two enqueues of the same keys never
 // deadlock.
 const insertEvents = `
-INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at)
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority)
 OVERRIDING SYSTEM VALUE
 SELECT e.id, e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
-    COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp())
+    COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp()), e.queue, e.priority
 FROM `
 
 const insertEventsEnd = ` AS e
@@ -146,8 +162,8 @@ const nextRowID = `nextval((SELECT pg_get_serial_sequence({{tableText}}, 'id')))
 const enqueueSQL = `
 WITH input AS (
     SELECT e.*, ` + nextRowID + ` AS id
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[])
-        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, n)
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[], $7::text[], $8::smallint[])
+        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, queue, priority, n)
     ORDER BY e.key, e.n
 ), ids AS (
     INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
@@ -170,8 +186,9 @@ RETURNING event_id, id`
 // insertClaimedSQL is the second step: it inserts the events whose event
 // id the first step took, with the row ids it took.
 const insertClaimedSQL = insertEvents + `(
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[])
-        WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, n))` + insertEventsEnd
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[],
+        $8::text[], $9::smallint[])
+        WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, n))` + insertEventsEnd
 
 // existingSQL reads which of the event ids $1 exist, for an enqueue that
 // skipped them as duplicates: in the event id table, with their row (a
@@ -337,21 +354,21 @@ WHERE id = ANY (ARRAY(
     FOR UPDATE SKIP LOCKED))`
 
 // nextExpirySQL reads, in seconds from now by the database clock, when the
-// earliest lease still running expires; NULL when none runs. It reads one
+// earliest lease still running in queue $1 expires; NULL when none runs. It reads one
 // entry of the lease index, whatever the number of claims in flight and
 // whoever holds them: a lease already expired is left to the claim, and a
 // row this worker does not serve costs it one empty claim at most.
 const nextExpirySQL = `
 SELECT EXTRACT(EPOCH FROM (
     SELECT lease_until FROM {{table}}
-    WHERE status = 'INPROGRESS' AND lease_until > statement_timestamp()
+    WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
     ORDER BY lease_until
     LIMIT 1) - statement_timestamp())::float8`
 
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
 	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
-	discard, heldKeys, keyHead string
+	discard, heldKeys, keyHead, pause, resume, queues string
 }
 
 func (s *Store) renderQueries() queries {
@@ -379,5 +396,8 @@ func (s *Store) renderQueries() queries {
 		discard:        s.render(discardSQL),
 		heldKeys:       s.render(heldKeysSQL),
 		keyHead:        s.render(keyHeadSQL),
+		pause:          s.render(pauseSQL),
+		resume:         s.render(resumeSQL),
+		queues:         s.render(queuesSQL),
 	}
 }

@@ -21,7 +21,18 @@ const (
 
 	// MaxKeyBytes bounds an event's key.
 	MaxKeyBytes = 1024
+
+	// MaxQueueBytes bounds a queue's name.
+	MaxQueueBytes = 128
 )
+
+// DefaultQueue is the queue of events enqueued without one, and the queue a
+// claim reads when given none.
+const DefaultQueue = "default"
+
+// MaxPriority is the last priority level: an event's priority runs from 0,
+// the default and the first to be claimed, to MaxPriority.
+const MaxPriority = 9
 
 // ValidateKind reports whether kind can name events: non-empty, valid UTF-8,
 // no NUL byte, at most [MaxKindBytes]. PostgreSQL's text type refuses NUL

@@ -17,10 +17,14 @@ func TestExplainShowsAnIndexDrivenClaimAndClaimsNothing(t *testing.T) {
 	if err := leasetest.InsertFinished(t.Context(), st, 20000); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Enqueue(t, st, lease.Event{Kind: "a"}, lease.Event{Kind: "b"})
+	events := []lease.Event{{Kind: "a"}}
+	for range 20 {
+		events = append(events, lease.Event{Kind: "b"})
+	}
+	pgtest.Enqueue(t, st, events...)
 
 	r := must(t, exitOK, on(t, st, "pgx", "explain", "-limit", "10")...)
-	for _, want := range []string{"Index Scan using events_ready_idx", "sequential scans: none", "rows read and discarded by filters: 0"} {
+	for _, want := range []string{"Index Scan using events_queue_ready_idx", "sequential scans: none", "rows read and discarded by filters: 0"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("explain output lacks %q:\n%s", want, r.stdout)
 		}
@@ -28,18 +32,18 @@ func TestExplainShowsAnIndexDrivenClaimAndClaimsNothing(t *testing.T) {
 
 	var got explainJSON
 	decode(t, must(t, exitOK, on(t, st, "pgx", "explain", "-kind", "a", "-json")...), &got)
-	// Restricted to kind a, the claim reads the READY row of kind b in due
-	// order and discards it: eligible rows of other kinds cost, finished
-	// rows do not.
-	if got.SeqScans != 0 || got.RowsDiscarded != 1 || got.ClaimLimit != 100 || len(got.ClaimedKinds) != 1 || got.ClaimedKinds[0] != "a" || !strings.Contains(got.Plan, "LockRows") {
+	// Restricted to kind a, the claim reads the READY rows of kind b in
+	// due order and discards them: eligible rows of other kinds cost,
+	// finished rows do not.
+	if got.SeqScans != 0 || got.RowsDiscarded != 20 || got.Queue != lease.DefaultQueue || got.ClaimLimit != 100 || len(got.ClaimedKinds) != 1 || got.ClaimedKinds[0] != "a" || !strings.Contains(got.Plan, "LockRows") {
 		t.Fatalf("explain -json = %+v", got)
 	}
 
-	// The explained claims were rolled back: both rows are still READY at
+	// The explained claims were rolled back: every row is still READY at
 	// generation 0.
 	rows, err := st.List(t.Context(), lease.ListRequest{Status: "READY"})
-	if err != nil || len(rows) != 2 {
-		t.Fatalf("READY rows after explain: %d, %v; want 2", len(rows), err)
+	if err != nil || len(rows) != len(events) {
+		t.Fatalf("READY rows after explain: %d, %v; want %d", len(rows), err, len(events))
 	}
 	for _, r := range rows {
 		if r.Status != "READY" || r.Generation != 0 {
