@@ -18,6 +18,7 @@ import (
 // worker stops).
 type attempt struct {
 	w         *Worker
+	q         *queue // the queue it was claimed from
 	ref       leasework.Ref
 	claim     leasework.Claim // handed to the handler
 	kind      *kind
@@ -44,9 +45,10 @@ var errAttemptOver = errors.New("framework: attempt over")
 // time taken before the claim statement was sent: the database's lease
 // cannot have started earlier. It reports false, and starts nothing, when
 // the worker has stopped.
-func (w *Worker) startAttempt(c leasework.Claim, sent time.Time) bool {
+func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent time.Time) bool {
 	a := &attempt{
 		w:         w,
+		q:         q,
 		ref:       c.Ref(),
 		claim:     c,
 		kind:      w.kinds[c.Kind],
@@ -71,7 +73,8 @@ func (w *Worker) startAttempt(c leasework.Claim, sent time.Time) bool {
 	a.watchdog = time.AfterFunc(time.Until(a.deadline), a.expire)
 	a.mu.Unlock()
 	w.live[a.ref] = a
-	w.running++
+	q.running++
+	q.held++
 	w.mu.Unlock()
 
 	w.count.claimed.Add(1)
@@ -86,7 +89,7 @@ func (w *Worker) startAttempt(c leasework.Claim, sent time.Time) bool {
 // runAttempt runs the handler and queues its outcome. Whatever happens, the
 // handler's slot is freed when it returns.
 func (w *Worker) runAttempt(a *attempt) {
-	defer w.attemptDone()
+	defer w.attemptDone(a.q)
 	var err error
 	if a.kind == nil { // cannot happen: claims are restricted to registered kinds
 		err = fmt.Errorf("framework: no handler for kind %q", a.claim.Kind)
@@ -119,12 +122,12 @@ func (w *Worker) runAttempt(a *attempt) {
 	}
 }
 
-// attemptDone frees a handler's slot.
-func (w *Worker) attemptDone() {
+// attemptDone frees a handler's slot in q.
+func (w *Worker) attemptDone(q *queue) {
 	w.mu.Lock()
-	w.running--
+	q.running--
 	w.mu.Unlock()
-	signal(w.slotFreed)
+	signal(q.slotFreed)
 	signal(w.handlerReturned)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/leasework/leasework/lease"
@@ -85,6 +86,12 @@ type Config struct {
 	// claims up to all of its free slots in one statement. At most 10000
 	// (lease.MaxClaimLimit).
 	Concurrency int
+
+	// Queues are the queues this worker claims from (lease.Event.Queue).
+	// Each has its own handler slots and its own claims, so a busy queue
+	// never takes another's slots. Empty means lease.DefaultQueue alone,
+	// with Concurrency slots. Names must be distinct.
+	Queues []Queue
 
 	// Lease is how long a claim is owned without renewal before another
 	// worker may take the row. Zero means 30s; between 100ms and 24h.
@@ -167,6 +174,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Queue is one queue a worker serves.
+type Queue struct {
+	// Name is the queue's name. Required; see lease.ValidateQueue.
+	Name string
+	// Concurrency is the most handlers of this queue running at once, as
+	// Config.Concurrency is for a worker of one queue. Zero means
+	// Config.Concurrency; at most 10000 (lease.MaxClaimLimit).
+	Concurrency int
+}
+
 // normalize validates c and fills in its defaults.
 func (c Config) normalize() (Config, error) {
 	bad := func(field string, v any, want string) error {
@@ -177,6 +194,29 @@ func (c Config) normalize() (Config, error) {
 		return c, bad("Concurrency", c.Concurrency, fmt.Sprintf("it must be between 1 and %d, or zero for %d", MaxConcurrency, DefaultConcurrency))
 	case c.Concurrency == 0:
 		c.Concurrency = DefaultConcurrency
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []Queue{{Name: lease.DefaultQueue}}
+	} else {
+		c.Queues = slices.Clone(c.Queues)
+	}
+	seen := map[string]bool{}
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		field := fmt.Sprintf("Queues[%d]", i)
+		if err := lease.ValidateQueue(q.Name); err != nil {
+			return c, fmt.Errorf("framework: Config.%s.Name: %w", field, err)
+		}
+		if seen[q.Name] {
+			return c, bad(field+".Name", fmt.Sprintf("%q", q.Name), "a queue may be named once")
+		}
+		seen[q.Name] = true
+		switch {
+		case q.Concurrency < 0 || q.Concurrency > MaxConcurrency:
+			return c, bad(field+".Concurrency", q.Concurrency, fmt.Sprintf("it must be between 1 and %d, or zero for Concurrency (%d)", MaxConcurrency, c.Concurrency))
+		case q.Concurrency == 0:
+			q.Concurrency = c.Concurrency
+		}
 	}
 	switch {
 	case c.Lease != 0 && (c.Lease < MinLease || c.Lease > MaxLease):

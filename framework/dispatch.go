@@ -24,7 +24,7 @@ import (
 // often because the database went away: a restart, a failover. Events
 // enqueued meanwhile sent their notifications to nobody, and a worker
 // that waited for the next poll would leave them waiting that long.
-func (w *Worker) dispatch(ctx context.Context) {
+func (w *Worker) dispatch(ctx context.Context, q *queue) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	retry := &backoff.ExponentialBackOff{
@@ -38,20 +38,20 @@ func (w *Worker) dispatch(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-w.wake:
+			case <-q.wake:
 			case <-poll.C:
 			}
 		}
-		free := w.freeSlots()
+		free := w.freeSlots(q)
 		for free == 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-w.slotFreed:
+			case <-q.slotFreed:
 			}
-			free = w.freeSlots()
+			free = w.freeSlots(q)
 		}
-		n, err := w.claim(free)
+		n, err := w.claim(q, free)
 		more = err == nil && n == free
 		wait := w.pollWait()
 		switch {
@@ -59,7 +59,7 @@ func (w *Worker) dispatch(ctx context.Context) {
 			wait = min(wait, retry.NextBackOff())
 		case n == 0:
 			retry.Reset()
-			wait = w.untilNextExpiry(wait)
+			wait = w.untilNextExpiry(q, wait)
 		default:
 			retry.Reset()
 		}
@@ -82,10 +82,10 @@ const (
 // leases expire instead of at the next poll: an expired lease sends no
 // notification. Only an idle worker asks (a claim that found nothing), so
 // a busy one adds no round trip. On an error it keeps wait.
-func (w *Worker) untilNextExpiry(wait time.Duration) time.Duration {
+func (w *Worker) untilNextExpiry(q *queue, wait time.Duration) time.Duration {
 	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
 	defer cancel()
-	d, ok, err := w.store.NextExpiry(ctx, "")
+	d, ok, err := w.store.NextExpiry(ctx, q.name)
 	if err != nil {
 		w.log.Debug("reading the next lease expiry failed; polling meanwhile", "err", err)
 		return wait
@@ -96,8 +96,8 @@ func (w *Worker) untilNextExpiry(wait time.Duration) time.Duration {
 	return wait
 }
 
-// claim claims up to limit rows and starts their handlers.
-func (w *Worker) claim(limit int) (int, error) {
+// claim claims up to limit rows of q and starts their handlers.
+func (w *Worker) claim(q *queue, limit int) (int, error) {
 	// A claim in flight is allowed to finish even when the worker stops,
 	// so that its rows are started (and, on a stop, released) rather than
 	// left to wait out their lease.
@@ -110,15 +110,16 @@ func (w *Worker) claim(limit int) (int, error) {
 		Lease:  w.cfg.Lease,
 		Kinds:  w.kindList,
 		Worker: w.cfg.WorkerID,
+		Queue:  q.name,
 	})
 	if err != nil {
 		w.count.claimErrors.Add(1)
-		w.log.Warn("claim failed", "err", err)
+		w.log.Warn("claim failed", "queue", q.name, "err", err)
 		return 0, err
 	}
 	var dropped []int64
 	for _, c := range claims {
-		if !w.startAttempt(c, sent) {
+		if !w.startAttempt(q, c, sent) {
 			dropped = append(dropped, c.ID)
 		}
 	}
@@ -136,10 +137,10 @@ func (w *Worker) claim(limit int) (int, error) {
 // writing of outcomes; when outcomes are written slowly (a slow or
 // struggling database), claims wait for them instead of piling up
 // unbounded, each to be renewed.
-func (w *Worker) freeSlots() int {
+func (w *Worker) freeSlots(q *queue) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return max(min(w.cfg.Concurrency-w.running, 2*w.cfg.Concurrency-len(w.live)), 0)
+	return max(min(q.concurrency-q.running, 2*q.concurrency-q.held), 0)
 }
 
 // pollWait is the poll interval plus a jitter of up to a fifth of it, so
@@ -180,7 +181,7 @@ func (w *Worker) listen(ctx context.Context) {
 		if err == nil {
 			wait.Reset()
 			w.listenOnce.Do(func() { close(w.listening) })
-			signal(w.wake) // anything inserted before LISTEN took effect
+			w.wakeAll() // anything inserted before LISTEN took effect
 			err = w.receive(ctx, l)
 			_ = l.Close()
 		}
@@ -205,9 +206,11 @@ func (w *Worker) receive(ctx context.Context, l leasework.Listener) error {
 		if err != nil {
 			return err
 		}
-		// An empty payload means "maybe missed some": wake anyway.
+		// An empty payload means "maybe missed some" (or a queue
+		// resumed): wake anyway. A notification names a kind, not a
+		// queue: every queue looks.
 		if _, mine := w.kinds[kind]; mine || kind == "" {
-			signal(w.wake)
+			w.wakeAll()
 		}
 	}
 }

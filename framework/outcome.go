@@ -365,9 +365,12 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 // forget drops a claim whose outcome is settled.
 func (w *Worker) forget(a *attempt) {
 	w.mu.Lock()
-	delete(w.live, a.ref)
+	if _, held := w.live[a.ref]; held {
+		delete(w.live, a.ref)
+		a.q.held--
+	}
 	w.mu.Unlock()
-	signal(w.slotFreed) // a claim waiting for the outcomes may go on
+	signal(a.q.slotFreed) // a claim waiting for the outcomes may go on
 }
 
 func refsOf(group []outcome) []leasework.Ref {

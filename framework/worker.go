@@ -30,14 +30,12 @@ type Worker struct {
 	started bool
 	stopped bool                       // Run is returning: no attempt starts any more
 	live    map[leasework.Ref]*attempt // claims held, until their outcome is written
-	running int                        // handlers running
+	queues  []*queue                   // the queues served, as Config.Queues
 
 	stopNow         chan struct{} // closed by StopNow
 	stopNowOnce     sync.Once
 	listening       chan struct{} // closed once notifications are being received
 	listenOnce      sync.Once
-	wake            chan struct{} // a notification or a freed slot; capacity 1
-	slotFreed       chan struct{} // for the claim loop; capacity 1
 	handlerReturned chan struct{} // for the stop; capacity 1
 	outcomes        *outcomeQueue // handler results for the outcome writer
 	txTurns         chan struct{} // a Transactional handler's turn to open a transaction; set by start
@@ -69,16 +67,19 @@ func New(db *sql.DB, drv leasework.Driver, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("framework: %w", err)
 	}
+	queues := make([]*queue, len(cfg.Queues))
+	for i, q := range cfg.Queues {
+		queues[i] = newQueue(q)
+	}
 	return &Worker{
 		cfg:             cfg,
+		queues:          queues,
 		store:           store,
 		log:             cfg.Logger.With("worker", cfg.WorkerID),
 		kinds:           map[string]*kind{},
 		live:            map[leasework.Ref]*attempt{},
 		stopNow:         make(chan struct{}),
 		listening:       make(chan struct{}),
-		wake:            make(chan struct{}, 1),
-		slotFreed:       make(chan struct{}, 1),
 		handlerReturned: make(chan struct{}, 1),
 		outcomes:        newOutcomeQueue(),
 	}, nil
@@ -183,11 +184,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopClaiming()
 	default:
 	}
-	w.log.Info("worker started", "kinds", w.kindList, "concurrency", w.cfg.Concurrency, "lease", w.cfg.Lease)
+	w.log.Info("worker started", "kinds", w.kindList, "queues", w.cfg.Queues, "lease", w.cfg.Lease)
 
 	renewed := goDone(func() { w.renewLoop(renewCtx) })
 	written := goDone(w.writeOutcomes)
-	dispatched := goDone(func() { w.dispatch(claimCtx) })
+	dispatched := goDone(func() {
+		var loops conc.WaitGroup
+		for _, q := range w.queues {
+			loops.Go(func() { w.dispatch(claimCtx, q) })
+		}
+		loops.Wait()
+	})
 	var others conc.WaitGroup
 	others.Go(func() { w.listen(claimCtx) })
 	others.Go(func() { w.retain(claimCtx) })
@@ -331,10 +338,15 @@ func waitUntil(done <-chan struct{}, deadline time.Time) bool {
 	}
 }
 
+// runningCount is how many handlers run, in every queue.
 func (w *Worker) runningCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.running
+	n := 0
+	for _, q := range w.queues {
+		n += q.running
+	}
+	return n
 }
 
 func signal(ch chan struct{}) {

@@ -43,16 +43,22 @@ ORDER BY 1`
 // PauseQueue pauses queue (empty: [DefaultQueue]): from the moment it
 // returns, claims take nothing from it, not even expired leases. Running
 // handlers go on and record their outcomes; events can still be enqueued
-// into it. Pausing a paused queue does nothing.
-func (s *Store) PauseQueue(ctx context.Context, queue string) error {
+// into it. It reports whether the queue ran: pausing a paused queue does
+// nothing.
+func (s *Store) PauseQueue(ctx context.Context, queue string) (bool, error) {
 	queue, err := checkQueue("pause queue", queue)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if _, err := s.db.ExecContext(ctx, s.q.pause, queue); err != nil {
-		return s.wrapErr("pause queue", err)
+	res, err := s.db.ExecContext(ctx, s.q.pause, queue)
+	if err != nil {
+		return false, s.wrapErr("pause queue", err)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, s.wrapErr("pause queue", err)
+	}
+	return n > 0, nil
 }
 
 // ResumeQueue resumes a paused queue (empty: [DefaultQueue]) and wakes

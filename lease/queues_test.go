@@ -84,11 +84,11 @@ func TestPausedQueueGivesNothing(t *testing.T) {
 		if got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "mail"}); len(got) != 1 {
 			t.Fatalf("claim = %v; want one", got)
 		}
-		if err := s.PauseQueue(ctx, "mail"); err != nil {
-			t.Fatal(err)
+		if ran, err := s.PauseQueue(ctx, "mail"); err != nil || !ran {
+			t.Fatalf("PauseQueue = %v, %v; want true (it ran)", ran, err)
 		}
-		if err := s.PauseQueue(ctx, "mail"); err != nil {
-			t.Fatalf("pausing a paused queue: %v", err)
+		if ran, err := s.PauseQueue(ctx, "mail"); err != nil || ran {
+			t.Fatalf("pausing a paused queue = %v, %v; want false", ran, err)
 		}
 		if _, err := s.DB().ExecContext(ctx, "UPDATE "+s.QualifiedTable()+" SET lease_until = now() - interval '1 second' WHERE status = 'INPROGRESS'"); err != nil {
 			t.Fatal(err)
@@ -157,7 +157,7 @@ func TestQueueAndPriorityAreChecked(t *testing.T) {
 	if _, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "bad\xff"}); err == nil {
 		t.Error("a claim of a queue that is not UTF-8 was accepted")
 	}
-	if err := s.PauseQueue(ctx, strings.Repeat("q", lease.MaxQueueBytes+1)); err == nil {
+	if _, err := s.PauseQueue(ctx, strings.Repeat("q", lease.MaxQueueBytes+1)); err == nil {
 		t.Error("pausing a queue whose name is too long was accepted")
 	}
 }

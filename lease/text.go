@@ -48,6 +48,19 @@ func ValidateKind(kind string) error {
 	return nil
 }
 
+// ValidateQueue reports whether queue can name a queue: not empty, valid
+// UTF-8 without NUL bytes, at most [MaxQueueBytes]. (An event or a claim
+// given no queue is in [DefaultQueue].)
+func ValidateQueue(queue string) error {
+	if queue == "" {
+		return fmt.Errorf("lease: queue is empty")
+	}
+	if err := validateText("queue", queue, MaxQueueBytes); err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	return nil
+}
+
 // validateText checks a text value given by a caller: valid UTF-8, no NUL
 // byte, at most maxBytes. The error starts with field.
 func validateText(field, s string, maxBytes int) error {

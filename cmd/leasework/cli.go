@@ -46,7 +46,7 @@ nothing. Concurrent runs are serialized by the database.`,
 	},
 	{
 		name:    "stats",
-		summary: "rows per status, eligible rows, expired claims, oldest eligible age, held keys",
+		summary: "rows per status, eligible rows, expired claims, oldest eligible age, held keys, paused queues",
 		doc: `Stats prints the table's figures, read in one query: rows per status; rows
 eligible now (READY and due); expired claims (INPROGRESS rows whose lease has
 passed, abandoned by a dead or stalled worker); how long the oldest
@@ -100,8 +100,35 @@ A row that is not FAILED at that generation, or does not exist, is an error
 		new: func() action { return &discardCmd{} },
 	},
 	{
+		name:     "queues",
+		summary:  "each queue with unfinished rows or paused: when paused, rows per status",
+		doc: `Queues lists, by name, every queue that has unfinished rows (READY,
+INPROGRESS, FAILED, WAITING) or is paused, with when it was paused and its
+rows per status. It scans the table's unfinished rows.`,
+		new: func() action { return &queuesCmd{} },
+	},
+	{
+		name:     "pause",
+		synopsis: "-queue Q",
+		summary:  "stop workers claiming from a queue; running handlers finish",
+		doc: `Pause stops every worker claiming from the queue, from the moment it returns:
+their next claim of it takes nothing, not even expired claims. Handlers
+already running finish and record their outcomes; events can still be
+enqueued into it. Pausing a paused queue does nothing.`,
+		new: func() action { return &pauseCmd{} },
+	},
+	{
+		name:     "resume",
+		synopsis: "-queue Q",
+		summary:  "let workers claim from a paused queue again, at once",
+		doc: `Resume lets workers claim from a paused queue again and wakes the listening
+ones, so that its events are claimed at once. Resuming a queue that runs
+says so and changes nothing.`,
+		new: func() action { return &resumeCmd{} },
+	},
+	{
 		name:     "explain",
-		synopsis: "[-limit N] [-kind K ...]",
+		synopsis: "[-limit N] [-queue Q] [-kind K ...]",
 		summary:  "show the claim's query plan: scans and rows it throws away",
 		doc: `Explain runs the claim statement under EXPLAIN (ANALYZE, BUFFERS) inside a
 transaction that is rolled back, so nothing is claimed (the rows it would

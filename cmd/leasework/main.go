@@ -1,8 +1,8 @@
 // Command leasework is the operator's tool for a leasework events table: it
 // creates or upgrades the schema, prints the table's figures, lists rows with
 // their last error and the keys held by a FAILED event, sends FAILED rows back
-// to READY, and discards the ones an operator gives up on (releasing their
-// key).
+// to READY, discards the ones an operator gives up on (releasing their
+// key), and pauses and resumes queues.
 //
 // Usage:
 //
@@ -11,10 +11,13 @@
 // The commands, as "leasework help" lists them:
 //
 //	migrate   create or upgrade the schema (safe to run again)
-//	stats     rows per status, eligible rows, expired claims, oldest eligible age, held keys
+//	stats     rows per status, eligible rows, expired claims, oldest eligible age, held keys, paused queues
 //	list      list rows by status and kind, with their last error; or the held keys
 //	requeue   move FAILED rows back to READY, due now
 //	discard   give up on a FAILED row; its key's waiting events go on
+//	queues    each queue with unfinished rows or paused: when paused, rows per status
+//	pause     stop workers claiming from a queue; running handlers finish
+//	resume    let workers claim from a paused queue again, at once
 //	explain   show the claim's query plan: scans and rows it throws away
 //	help      this text, or a command's flags: leasework help <command>
 //

@@ -44,7 +44,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			r = must(t, exitOK, args("stats", "-json")...)
 			var st statsJSON
 			decode(t, r, &st)
-			if !reflect.DeepEqual(st, statsJSON{Schema: schema, Table: "jobs", Held: []heldKeyJSON{}}) {
+			if !reflect.DeepEqual(st, statsJSON{Schema: schema, Table: "jobs", Held: []heldKeyJSON{}, PausedQueues: []string{}}) {
 				t.Fatalf("stats of a new table = %+v; want all zero", st)
 			}
 		})

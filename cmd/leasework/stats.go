@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leasework/leasework/lease"
@@ -31,6 +32,9 @@ type statsJSON struct {
 	// first few (list -held names them all).
 	HeldKeys int64         `json:"held_keys"`
 	Held     []heldKeyJSON `json:"held"`
+	// PausedQueues names the paused queues (leasework queues lists every
+	// queue with its figures).
+	PausedQueues []string `json:"paused_queues"`
 }
 
 // shownHeld is how many held keys stats names.
@@ -47,9 +51,20 @@ func (*statsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error 
 			return err
 		}
 	}
+	queues, err := st.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	paused := []string{}
+	for _, q := range queues {
+		if !q.Paused.IsZero() {
+			paused = append(paused, q.Name)
+		}
+	}
 	if out.json {
 		res := statsJSON{
-			Schema: st.Schema(), Table: st.Table(),
+			PausedQueues: paused,
+			Schema:       st.Schema(), Table: st.Table(),
 			Ready: s.Ready, InProgress: s.InProgress, Done: s.Done, Failed: s.Failed,
 			Waiting: s.Waiting, Discarded: s.Discarded,
 			Eligible: s.Eligible, ExpiredClaims: s.ExpiredClaims,
@@ -80,6 +95,11 @@ func (*statsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error 
 	if more := s.HeldKeys - int64(len(held)); more > 0 {
 		rows = append(rows, []string{"", fmt.Sprintf("and %d more (leasework list -held)", more)})
 	}
+	pausedLine := "none"
+	if len(paused) > 0 {
+		pausedLine = strings.Join(paused, ", ")
+	}
+	rows = append(rows, []string{"paused queues", pausedLine})
 	return out.Table(nil, rows)
 }
 

@@ -43,7 +43,7 @@ func TestStats(t *testing.T) {
 			age := got.OldestEligibleAge
 			got.OldestEligibleAge = 0
 			want := statsJSON{Schema: st.Schema(), Table: st.Table(),
-				Ready: 3, InProgress: 1, Done: 1, Failed: 1, Eligible: 2, ExpiredClaims: 1, Held: []heldKeyJSON{}}
+				Ready: 3, InProgress: 1, Done: 1, Failed: 1, Eligible: 2, ExpiredClaims: 1, Held: []heldKeyJSON{}, PausedQueues: []string{}}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("stats -json = %+v\nwant %+v", got, want)
 			}
