@@ -100,8 +100,8 @@ A row that is not FAILED at that generation, or does not exist, is an error
 		new: func() action { return &discardCmd{} },
 	},
 	{
-		name:     "queues",
-		summary:  "each queue with unfinished rows or paused: when paused, rows per status",
+		name:    "queues",
+		summary: "each queue with unfinished rows or paused: when paused, rows per status",
 		doc: `Queues lists, by name, every queue that has unfinished rows (READY,
 INPROGRESS, FAILED, WAITING) or is paused, with when it was paused and its
 rows per status. It scans the table's unfinished rows.`,
