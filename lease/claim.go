@@ -69,8 +69,7 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// scanClaims runs a claim statement (the store's, or the baseline's) and
-// reads the claims it returns.
+// scanClaims runs a claim statement and reads the claims it returns.
 func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) ([]leasework.Claim, error) {
 	args, err := s.claimArgs(req)
 	if err != nil {

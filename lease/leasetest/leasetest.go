@@ -123,6 +123,25 @@ func insertFinished(ctx context.Context, s *lease.Store, n int, status leasework
 	return nil
 }
 
+// InsertReady inserts n due READY rows of kind "backlog" into queue in one
+// statement, as a queue with a backlog nobody works off has, and vacuums
+// and analyzes the table. It is for plan tests and benchmarks of other queues' claims.
+func InsertReady(ctx context.Context, s *lease.Store, queue string, n int) error {
+	_, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+`
+		(event_id, kind, queue, next_attempt_at)
+		SELECT 'backlog-' || $2 || '-' || g, 'backlog', $2, statement_timestamp() - interval '1 hour'
+		FROM generate_series(1, $1::int) AS g`, n, queue)
+	if err != nil {
+		return fmt.Errorf("leasetest: insert READY rows: %w", err)
+	}
+	// VACUUM too, as autovacuum soon would after a bulk insert: its work
+	// would otherwise compete with what is measured.
+	if _, err := s.DB().ExecContext(ctx, `VACUUM (ANALYZE) `+s.QualifiedTable()); err != nil {
+		return fmt.Errorf("leasetest: vacuum: %w", err)
+	}
+	return nil
+}
+
 // LoseConnection takes a connection from db, has the server terminate it
 // from another connection, then runs a statement on it and returns the error
 // that statement got: a lost connection, as the driver reports it.
