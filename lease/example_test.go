@@ -147,3 +147,66 @@ func Example_orderPerKey() {
 	// key order-42 held by order-42-paid (card declined), 1 waiting
 	// after discard, claimed [order-42-shipped]
 }
+
+// Queues and priorities: a claim reads one queue, priority 0 first; a
+// paused queue gives nothing until it is resumed.
+func Example_queues() {
+	ctx := context.Background()
+	drv := pgx.New()
+	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	schema := fmt.Sprintf("example_%d", time.Now().UnixNano())
+	store, err := lease.New(db, drv, lease.Options{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer store.DropSchema(ctx)
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Enqueue(ctx, tx,
+		lease.Event{EventID: "report-1", Kind: "report", Queue: "bulk"},
+		lease.Event{EventID: "newsletter", Kind: "email", Queue: "mail", Priority: 5},
+		lease.Event{EventID: "password-reset", Kind: "email", Queue: "mail"}, // priority 0: first
+	); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+
+	claimOne := func(queue string) string {
+		claims, err := store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: 30 * time.Second, Queue: queue})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if len(claims) == 0 {
+			return "nothing"
+		}
+		return claims[0].EventID
+	}
+	fmt.Println("mail:", claimOne("mail"))
+	fmt.Println("mail:", claimOne("mail"))
+
+	if _, err := store.PauseQueue(ctx, "bulk"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("bulk, paused:", claimOne("bulk"))
+	if _, err := store.ResumeQueue(ctx, "bulk"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("bulk, resumed:", claimOne("bulk"))
+	// Output:
+	// mail: password-reset
+	// mail: newsletter
+	// bulk, paused: nothing
+	// bulk, resumed: report-1
+}

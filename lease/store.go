@@ -125,11 +125,30 @@
 //     the same keys; PostgreSQL aborts one of them with SQLSTATE 40P01, an
 //     error to retry.)
 //
+// # Queues and priorities
+//
+// Every event belongs to a queue (Event.Queue; [DefaultQueue] when empty)
+// and has a priority from 0, the default, to [MaxPriority]. A claim reads
+// one queue (ClaimRequest.Queue): its expired leases first, then its due
+// READY rows, priority 0 before 1 and so on, in due order within a level.
+// Priority is strict: while a queue always has due events of a level, its
+// claims take none of a later one. To keep bulk work from starving, or
+// being starved, put it in a queue of its own: a worker gives each queue it
+// serves its own slots (framework.Config.Queues).
+//
+// [Store.PauseQueue] stops every claim of a queue at once, expired leases
+// included; handlers already running finish. [Store.ResumeQueue] lets
+// claims take from it again and wakes listening workers. Pausing is a row
+// in the table's queues table, which the claim reads by its primary key.
+//
 // # Indexes
 //
-// Claim reads two partial indexes, one over READY rows in due order and one
-// over INPROGRESS rows in lease order. Finished rows are in neither, so the
-// cost of a claim does not grow with the number of DONE and FAILED rows.
+// Claim reads two partial indexes, one over READY rows by (queue,
+// priority, due time), read one priority level at a time so that rows not
+// yet due are never read, and one over INPROGRESS rows by (queue, lease
+// deadline). Finished rows are in neither, and a queue's claim reads no
+// row of another queue, so the cost of a claim grows neither with the
+// number of DONE and FAILED rows nor with the backlog of other queues.
 // Retention ([Store.DeleteFinished]) reads a third, over DONE rows only in
 // finish order: FAILED rows, kept until repaired, are in none of them. Two
 // more serve order per key: WAITING rows by (key, key_seq), for the
