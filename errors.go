@@ -30,7 +30,29 @@ var (
 	// ErrAttemptTimeout is the context cause of a handler that ran past its
 	// per-attempt timeout.
 	ErrAttemptTimeout = errors.New("leasework: attempt timed out")
+
+	// ErrCancelled is the context cause of a handler whose event was
+	// cancelled from outside while it ran (lease.Store.Cancel, leasework
+	// cancel): the event ended at once, its generation moved on, and every
+	// later write of the attempt is rejected. It also matches ErrLeaseLost.
+	ErrCancelled error = &lostLease{"leasework: event cancelled"}
+
+	// ErrLeaseUnconfirmed is the context cause of a handler whose worker
+	// gave its claim up because no renewal was confirmed before the lease's
+	// local deadline: the database was unreachable or too slow, and another
+	// worker may own the row by now, or not yet. It also matches
+	// ErrLeaseLost. A claim the database itself rejected has cause
+	// ErrLeaseLost (or ErrCancelled).
+	ErrLeaseUnconfirmed error = &lostLease{"leasework: lease not confirmed in time"}
 )
+
+// lostLease is a reason a lease was lost that errors.Is also matches to
+// ErrLeaseLost, so that callers who only ask "is my lease gone?" need not
+// know every reason.
+type lostLease struct{ msg string }
+
+func (e *lostLease) Error() string        { return e.msg }
+func (e *lostLease) Is(target error) bool { return target == ErrLeaseLost }
 
 // PermanentError marks an error that must not be retried. Create it with
 // [Permanent].

@@ -37,8 +37,10 @@ import "context"
 // or the attempt budget is spent, in which case the event is marked FAILED
 // with the error's text.
 //
-// The context ends when the lease is lost (context.Cause is [ErrLeaseLost]),
-// when the worker shuts down, or when the attempt times out. A handler should
+// The context ends when the lease is lost (context.Cause matches
+// [ErrLeaseLost]; it is [ErrCancelled] when the event was cancelled, and
+// [ErrLeaseUnconfirmed] when the worker could not confirm its lease in
+// time), when the worker shuts down, or when the attempt times out. A handler should
 // return promptly once ctx is done; whatever it returns after losing its lease
 // is rejected by the database and changes nothing.
 type Handler interface {

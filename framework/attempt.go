@@ -30,7 +30,7 @@ type attempt struct {
 	deadline  time.Time   // local instant at which the worker gives the claim up
 	confirmed time.Time   // when the statement that set deadline was sent
 	watchdog  *time.Timer // cancels the handler at deadline
-	lost      bool        // the handler was cancelled with ErrLeaseLost
+	lost      bool        // the handler was cancelled with a cause matching ErrLeaseLost
 	stale     bool        // the database said the claim is no longer ours
 	ended     bool        // the handler returned
 	endedAt   time.Time
@@ -248,7 +248,7 @@ func (a *attempt) expire() {
 	a.mu.Unlock()
 	a.w.count.leasesLost.Add(1)
 	a.w.count.localLeaseTimeouts.Add(1)
-	a.cancel(leasework.ErrLeaseLost)
+	a.cancel(leasework.ErrLeaseUnconfirmed)
 	a.w.log.Warn("lease not confirmed in time; handler cancelled", "id", a.ref.ID, "generation", a.ref.Generation, "kind", a.claim.Kind)
 }
 
@@ -268,8 +268,9 @@ func (a *attempt) abandon() {
 }
 
 // lose records that the database rejected a write for this claim, and
-// cancels the handler if it is still running.
-func (a *attempt) lose(why string) {
+// cancels the handler if it is still running, with cause: ErrLeaseLost, or
+// ErrCancelled when the rejection showed the event cancelled.
+func (a *attempt) lose(why string, cause error) {
 	a.mu.Lock()
 	a.stale = true
 	if a.lost || a.ended {
@@ -280,8 +281,11 @@ func (a *attempt) lose(why string) {
 	a.watchdog.Stop()
 	a.mu.Unlock()
 	a.w.count.leasesLost.Add(1)
-	a.cancel(leasework.ErrLeaseLost)
-	a.w.log.Warn("lease lost; handler cancelled", "id", a.ref.ID, "generation", a.ref.Generation, "kind", a.claim.Kind, "by", why)
+	if errors.Is(cause, leasework.ErrCancelled) {
+		a.w.count.cancelled.Add(1)
+	}
+	a.cancel(cause)
+	a.w.log.Warn("lease lost; handler cancelled", "id", a.ref.ID, "generation", a.ref.Generation, "kind", a.claim.Kind, "by", why, "cause", cause)
 }
 
 // extend moves the local deadline after a confirmed renewal. sent is the

@@ -65,14 +65,20 @@
 //   - a renewal or a progress write is rejected by the database because the
 //     claim is no longer owned (another worker claimed the row after the
 //     lease expired, or it was repaired): cause leasework.ErrLeaseLost;
+//   - a renewal is rejected because the event was cancelled from outside
+//     (lease.Store.Cancel, leasework cancel): cause leasework.ErrCancelled,
+//     at the claim's next renewal, within Config.RenewEvery;
 //   - no renewal was confirmed before the claim's local deadline (the
-//     database is unreachable or too slow): cause leasework.ErrLeaseLost;
+//     database is unreachable or too slow): cause
+//     leasework.ErrLeaseUnconfirmed;
 //   - the attempt ran longer than Config.AttemptTimeout: cause
 //     leasework.ErrAttemptTimeout;
 //   - the worker is stopping and the grace period is over, or
 //     [Worker.StopNow] was called: cause leasework.ErrShutdown.
 //
-// Nothing else cancels it: in particular not the end of the context given
+// ErrCancelled and ErrLeaseUnconfirmed also match leasework.ErrLeaseLost
+// (errors.Is): a handler that only asks whether its claim is gone need not
+// tell them apart. Nothing else cancels it: in particular not the end of the context given
 // to Run, which starts the graceful stop instead. Values of Run's context
 // are visible in handlers' contexts.
 //

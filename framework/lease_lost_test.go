@@ -58,8 +58,9 @@ func TestReclaimedRowCancelsHandlerAndRejectsLateCompletion(t *testing.T) {
 			t.Fatalf("b claimed generation %d, reclaimed %v; want 2, true", c.Generation, c.Reclaimed)
 		}
 
-		if cause := recv(t, causeA, "a's cancellation"); !errors.Is(cause, leasework.ErrLeaseLost) {
-			t.Fatalf("a's context cause = %v; want ErrLeaseLost", cause)
+		if cause := recv(t, causeA, "a's cancellation"); !errors.Is(cause, leasework.ErrLeaseLost) ||
+			errors.Is(cause, leasework.ErrLeaseUnconfirmed) || errors.Is(cause, leasework.ErrCancelled) {
+			t.Fatalf("a's context cause = %v; want ErrLeaseLost: the database rejected its renewal", cause)
 		}
 		waitFor(t, "a's late completion to be rejected", func() bool { return a.Counters().StaleRejections == 1 })
 		if c := a.Counters(); c.Completed != 0 || c.LeasesLost != 1 {
@@ -116,8 +117,8 @@ func TestUnreachableDatabaseCancelsBeforeLeaseDeadline(t *testing.T) {
 	db.Close() // from now on, every statement of the worker fails
 
 	r := recv(t, done, "the handler's cancellation")
-	if !errors.Is(r.cause, leasework.ErrLeaseLost) {
-		t.Fatalf("cause = %v; want ErrLeaseLost", r.cause)
+	if !errors.Is(r.cause, leasework.ErrLeaseUnconfirmed) || !errors.Is(r.cause, leasework.ErrLeaseLost) {
+		t.Fatalf("cause = %v; want ErrLeaseUnconfirmed, which matches ErrLeaseLost too", r.cause)
 	}
 	// The claim statement was sent before the handler started, so its lease
 	// ends after started+leaseLen at the earliest.

@@ -25,8 +25,9 @@ type Counters struct {
 	Released           int64 // claims given back to READY at shutdown
 	StaleRejections    int64 // outcome writes the database rejected: the claim was no longer owned
 	OutcomesReplayed   int64 // outcome writes found already recorded by an earlier try whose reply was lost (also counted as Completed, Retried, ...)
-	LeasesLost         int64 // handlers cancelled with leasework.ErrLeaseLost
-	LocalLeaseTimeouts int64 // of LeasesLost, those given up because no renewal was confirmed in time
+	LeasesLost         int64 // handlers cancelled with a cause matching leasework.ErrLeaseLost
+	LocalLeaseTimeouts int64 // of LeasesLost, those given up because no renewal was confirmed in time (cause leasework.ErrLeaseUnconfirmed)
+	Cancelled          int64 // of LeasesLost, those whose event was cancelled from outside (cause leasework.ErrCancelled)
 	Panics             int64 // handler panics, recorded as the attempt's error
 	OutcomesAbandoned  int64 // outcomes never written because of database errors or the stop's timeout
 	HungHandlers       int64 // handlers that had not returned when their claim was given up after their context ended (attempt timeout, shutdown): left to expire
@@ -35,7 +36,7 @@ type Counters struct {
 
 type counters struct {
 	claimQueries, claimErrors, claimed, reclaimed, completed, retried, failed, released,
-	staleRejections, outcomesReplayed, leasesLost, localLeaseTimeouts, panics,
+	staleRejections, outcomesReplayed, leasesLost, localLeaseTimeouts, cancelled, panics,
 	outcomesAbandoned, hungHandlers, retentionDeleted atomic.Int64
 }
 
@@ -55,6 +56,7 @@ func (w *Worker) Counters() Counters {
 		OutcomesReplayed:   c.outcomesReplayed.Load(),
 		LeasesLost:         c.leasesLost.Load(),
 		LocalLeaseTimeouts: c.localLeaseTimeouts.Load(),
+		Cancelled:          c.cancelled.Load(),
 		Panics:             c.panics.Load(),
 		OutcomesAbandoned:  c.outcomesAbandoned.Load(),
 		HungHandlers:       c.hungHandlers.Load(),
@@ -122,6 +124,7 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		{"outcomes_replayed", "Outcome writes found already recorded by an earlier try.", c.OutcomesReplayed},
 		{"leases_lost", "Handlers cancelled because their lease was lost.", c.LeasesLost},
 		{"local_lease_timeouts", "Leases given up because no renewal was confirmed in time.", c.LocalLeaseTimeouts},
+		{"cancelled", "Handlers cancelled because their event was cancelled from outside.", c.Cancelled},
 		{"panics", "Handler panics.", c.Panics},
 		{"outcomes_abandoned", "Outcomes never written because of database errors or the stop's timeout.", c.OutcomesAbandoned},
 		{"hung_handlers", "Handlers that ignored their ended context; their claims were left to expire.", c.HungHandlers},

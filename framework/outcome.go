@@ -337,6 +337,11 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 	}
 	if r.Err != nil && !replayed {
 		w.count.staleRejections.Add(1)
+		if r.Cancelled {
+			w.log.Info("outcome rejected: the event was cancelled while its handler ran", "op", opNames[o.op],
+				"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+			return
+		}
 		w.log.Warn("outcome rejected: the claim is no longer owned", "op", opNames[o.op],
 			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID, "gone", r.Gone)
 		return

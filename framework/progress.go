@@ -68,7 +68,7 @@ func RecordProgress(ctx context.Context, progress []byte) error {
 	defer cancel()
 	err := a.w.store.SetProgress(wctx, a.ref, progress)
 	if errors.Is(err, leasework.ErrLeaseLost) {
-		a.lose("rejected progress")
+		a.lose("rejected progress", leasework.ErrLeaseLost)
 	}
 	return err
 }

@@ -66,8 +66,11 @@ func (w *Worker) renew(ctx context.Context) {
 			// The handler's transaction completed the claim and holds or
 			// held the row: a rejection means its COMMIT made the row DONE.
 			continue
+		case r.Cancelled:
+			due[i].lose("rejected renewal", leasework.ErrCancelled)
+			continue
 		case r.Err != nil:
-			due[i].lose("rejected renewal")
+			due[i].lose("rejected renewal", leasework.ErrLeaseLost)
 			continue
 		}
 		due[i].extend(sent)

@@ -143,7 +143,7 @@ func (st *txState) complete(ctx context.Context) error {
 	case errors.Is(err, leasework.ErrLeaseLost):
 		st.rejected = err
 		a.setTx(txRejected)
-		a.lose("rejected completion in the handler's transaction")
+		a.lose("rejected completion in the handler's transaction", leasework.ErrLeaseLost)
 	}
 	return err
 }

@@ -73,6 +73,10 @@ type Result struct {
 	// lease was neither renewed nor found lost; renew again later. Only
 	// renewals report Busy: the other writes wait for the lock.
 	Busy bool
+	// Cancelled is set, with Err matching leasework.ErrCancelled (and so
+	// leasework.ErrLeaseLost), when the write was rejected because the
+	// event was cancelled after the claim took it ([Store.Cancel]).
+	Cancelled bool
 	// DoneByClaim is set on a rejected write (Err not nil) whose row is
 	// DONE at the claim's generation: the claim's completion is recorded,
 	// by another write than this one (for a retry after a completion in the
@@ -347,9 +351,13 @@ func (s *Store) settleRejected(ctx context.Context, op string, out []Result, tex
 		if texts != nil {
 			text = texts[i]
 		}
-		if recordedBy(op, r.Ref, st, text) {
+		switch {
+		case recordedBy(op, r.Ref, st, text):
 			r.Err, r.AlreadyRecorded, r.Status = nil, true, st.status
-		} else {
+		case cancelledSince(r.Ref, st):
+			r.Cancelled = true
+			r.Err = fmt.Errorf("lease: %s row %d generation %d: %w", op, r.Ref.ID, r.Ref.Generation, leasework.ErrCancelled)
+		default:
 			r.DoneByClaim = st.status == leasework.StatusDone && st.generation == r.Ref.Generation
 		}
 	}

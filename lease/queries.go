@@ -368,7 +368,7 @@ SELECT EXTRACT(EPOCH FROM (
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
 	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
-	discard, heldKeys, keyHead, pause, resume, queues string
+	discard, heldKeys, keyHead, pause, resume, queues, cancel string
 }
 
 func (s *Store) renderQueries() queries {
@@ -399,5 +399,6 @@ func (s *Store) renderQueries() queries {
 		pause:          s.render(pauseSQL),
 		resume:         s.render(resumeSQL),
 		queues:         s.render(queuesSQL),
+		cancel:         s.render(cancelSQL),
 	}
 }

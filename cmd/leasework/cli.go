@@ -100,6 +100,18 @@ A row that is not FAILED at that generation, or does not exist, is an error
 		new: func() action { return &discardCmd{} },
 	},
 	{
+		name:     "cancel",
+		synopsis: "-id N [-reason R]",
+		summary:  "end an unfinished event now (DISCARDED); a running attempt loses it",
+		doc: `Cancel ends an unfinished event (READY, WAITING, INPROGRESS or FAILED) at once:
+it becomes DISCARDED with last error "cancelled: <reason>" and a new
+generation. A worker running it no longer owns it: its next renewal and its
+outcome are rejected, and its handler's context is cancelled with
+leasework.ErrCancelled. A keyed event passes its key on. A finished event
+(DONE, DISCARDED) cannot be cancelled: that is an error.`,
+		new: func() action { return &cancelCmd{} },
+	},
+	{
 		name:    "queues",
 		summary: "each queue with unfinished rows or paused: when paused, rows per status",
 		doc: `Queues lists, by name, every queue that has unfinished rows (READY,
