@@ -19,6 +19,11 @@ import (
 // retry key on the row id alone, so a stale owner overwrites the claim that
 // replaced it. Everything else is the real store's, which it embeds.
 //
+// Its claim reads only the queue it is asked for (the default queue when
+// given none), so that the lab's tests mean on a table with queues what
+// they meant before; it orders by id rather than by priority and ignores a
+// pause, flaws that are not the lab's and that no lab test looks at.
+//
 // It is built on lease's public API only (the store's pool and its table's
 // name) and lives in this package's tests, so that it never ships.
 type unsafeBaseline struct {
@@ -29,11 +34,11 @@ type unsafeBaseline struct {
 // The lab's statements; {{table}} is the store's quoted table name.
 const (
 	// $1 limit, $2 kinds (empty for every kind), $3 lease in microseconds,
-	// $4 worker.
+	// $4 worker, $5 queue.
 	baselineClaimSQL = `
 WITH candidate AS (
     SELECT id FROM {{table}}
-    WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()
+    WHERE queue = $5 AND status = 'READY' AND next_attempt_at <= statement_timestamp()
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
     ORDER BY id
     LIMIT $1
@@ -45,7 +50,8 @@ SET status = 'INPROGRESS', generation = o.generation + 1, attempt = o.attempt + 
     worker = NULLIF($4, ''), updated_at = statement_timestamp()
 WHERE o.id = ANY (ARRAY(SELECT id FROM candidate))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
-    o.attempt, o.max_attempts, o.lease_until, o.progress, COALESCE(o.last_error, '')`
+    o.attempt, o.max_attempts, o.lease_until, o.progress, COALESCE(o.last_error, ''),
+    o.queue, o.priority`
 
 	// $1 ids.
 	baselineCompleteSQL = `
@@ -104,8 +110,12 @@ func (b *unsafeBaseline) claim(ctx context.Context, q querier, req lease.ClaimRe
 	if kinds == nil {
 		kinds = []string{}
 	}
+	queue := req.Queue
+	if queue == "" {
+		queue = lease.DefaultQueue
+	}
 	rows, err := q.QueryContext(ctx, b.claimSQL,
-		req.Limit, b.Driver().Array(kinds), req.Lease.Microseconds(), req.Worker)
+		req.Limit, b.Driver().Array(kinds), req.Lease.Microseconds(), req.Worker, queue)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: claim: %w", err)
 	}
@@ -114,7 +124,8 @@ func (b *unsafeBaseline) claim(ctx context.Context, q querier, req lease.ClaimRe
 	for rows.Next() {
 		var c leasework.Claim
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
-			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Progress, &c.LastError); err != nil {
+			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Progress, &c.LastError,
+			&c.Queue, &c.Priority); err != nil {
 			return nil, fmt.Errorf("baseline: claim: %w", err)
 		}
 		claims = append(claims, c)

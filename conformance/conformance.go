@@ -54,6 +54,8 @@ type Store interface {
 	SetProgress(ctx context.Context, ref leasework.Ref, progress []byte) error
 	Requeue(ctx context.Context, req lease.RequeueRequest) ([]int64, error)
 	Discard(ctx context.Context, ref leasework.Ref) (int64, error)
+	PauseQueue(ctx context.Context, queue string) (bool, error)
+	ResumeQueue(ctx context.Context, queue string) (bool, error)
 }
 
 // Environment variables between the suite and its child processes.
@@ -105,7 +107,7 @@ func Run(t *testing.T, target Target) {
 }
 
 func properties() []property {
-	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(), orderProperties())
+	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(), orderProperties(), queueProperties())
 }
 
 // env is one subtest's world: its own schema, the store under test, and the

@@ -54,7 +54,18 @@
 //     and kills; a FAILED event holds its key until requeued or discarded.
 //     A batch of completions over several keys may give way to an enqueue
 //     with SQLSTATE 55P03 (see lease's package doc); the suite then writes
-//     its claims one by one, as the framework does.
+//     its claims one by one, as the framework does;
+//   - QueuesNeverShareEventsUnderConcurrentClaimers,
+//     ClaimTakesPriorityThenDueOrder and PausedQueueGivesNothingUntilResumed:
+//     four concurrent claimers of two queues, over rounds with expired
+//     leases in both, each get only rows of their own queue (a third
+//     queue's READY rows and expired leases stay untouched), never an (id,
+//     generation) twice, and finish every row; claims taken one at a time
+//     come priority 0 first, then 1 and on to 9, and within a level by
+//     next_attempt_at then id, skipping rows not yet due whatever their
+//     priority; a paused queue (Store.PauseQueue) gives nothing, not even
+//     an expired lease, while another queue runs and a live claim of it
+//     records its outcome, and after Store.ResumeQueue gives its rows again.
 //
 // # Child processes
 //
@@ -83,8 +94,8 @@
 //
 // This package's own tests hold the lab's unsafe store (baseline_test.go,
 // built on lease's public API; it ships in no package): a lease.Store whose
-// claims see only due READY rows and whose complete and retry key on the
-// row id alone. Run with Target.NewStore set to it, exactly four of the
+// claims see only due READY rows (of the queue asked for) and whose
+// complete and retry key on the row id alone. Run with Target.NewStore set to it, exactly four of the
 // lab's six subtests fail (KilledWorkerClaimIsRecovered,
 // StaleOwnerCannotComplete, StaleOwnerCannotRetry,
 // ExpiredOwnerCannotFinalize) and two pass, as in the article;
