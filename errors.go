@@ -3,6 +3,7 @@ package leasework
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -85,6 +86,54 @@ func Permanent(err error) error {
 func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
+}
+
+// SnoozeError asks the worker to run the event again after Delay, without
+// counting the attempt as a failure. Create it with [Snooze].
+type SnoozeError struct {
+	Delay time.Duration
+}
+
+// Error says for how long.
+func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %v", e.Delay) }
+
+// Snooze returns the error a handler returns to run its event again after
+// d, as River's JobSnooze: not a failure. The event goes back to READY,
+// due in d (a negative d is zero), under the ownership guard like any
+// outcome; its last error is kept, and its attempt budget grows by one, so
+// that a snooze never spends it (Claim.Attempt still counts every claim).
+// Wrapped in [Permanent] it is a failure like any other.
+func Snooze(d time.Duration) error { return &SnoozeError{Delay: d} }
+
+// RetryAfterError is a handler's error with the delay before its retry
+// chosen by the handler. Create it with [RetryAfter].
+type RetryAfterError struct {
+	Err   error
+	Delay time.Duration
+}
+
+// Error returns the wrapped error's text.
+func (e *RetryAfterError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("retry after %v", e.Delay)
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter returns err with the delay before its retry set to d,
+// overriding the retry policy's backoff for this attempt, as Temporal's
+// NextRetryDelay does (a server's Retry-After, say). The attempt is a
+// failure like any other: it counts against the budget, and the policy's
+// attempt limit still applies. A negative d is zero. RetryAfter(nil, d)
+// returns nil.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryAfterError{Err: err, Delay: d}
 }
 
 // PanicError is the error recorded for an attempt whose handler panicked.

@@ -182,6 +182,12 @@ func (w *Worker) decide(a *attempt, err, cause error) outcome {
 		o.op = opComplete
 		return o
 	}
+	var snooze *leasework.SnoozeError
+	if errors.As(err, &snooze) && !leasework.IsPermanent(err) {
+		// Not a failure: back to READY after the delay, the last error kept.
+		o.op, o.snooze, o.delay, o.text = opRetry, true, handlerDelay(snooze.Delay), a.claim.LastError
+		return o
+	}
 	if errors.Is(cause, leasework.ErrShutdown) && !leasework.IsPermanent(err) {
 		o.op = opRelease
 		return o
@@ -205,9 +211,18 @@ func (w *Worker) decide(a *attempt, err, cause error) outcome {
 	default:
 		o.op = opRetry
 		o.delay = policy.delay(a.claim.Attempt)
+		var after *leasework.RetryAfterError
+		if errors.As(err, &after) {
+			o.delay = handlerDelay(after.Delay)
+		}
 	}
 	return o
 }
+
+// handlerDelay bounds a delay a handler chose (leasework.Snooze,
+// leasework.RetryAfter): negative is zero, and none is longer than a retry
+// policy's longest, MaxRetryInterval.
+func handlerDelay(d time.Duration) time.Duration { return min(max(d, 0), MaxRetryInterval) }
 
 // maxLogText bounds an error text written to the log.
 const maxLogText = 8 << 10

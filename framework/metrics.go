@@ -21,6 +21,7 @@ type Counters struct {
 	Reclaimed          int64 // claims of rows whose previous owner's lease had expired
 	Completed          int64 // events completed (DONE, or deleted with DeleteAtCompletion)
 	Retried            int64 // attempts failed and scheduled to run again
+	Snoozed            int64 // attempts that asked to run again later (leasework.Snooze): not failures
 	Failed             int64 // events ended FAILED: permanent error or spent budget
 	Released           int64 // claims given back to READY at shutdown
 	StaleRejections    int64 // outcome writes the database rejected: the claim was no longer owned
@@ -35,7 +36,7 @@ type Counters struct {
 }
 
 type counters struct {
-	claimQueries, claimErrors, claimed, reclaimed, completed, retried, failed, released,
+	claimQueries, claimErrors, claimed, reclaimed, completed, retried, snoozed, failed, released,
 	staleRejections, outcomesReplayed, leasesLost, localLeaseTimeouts, cancelled, panics,
 	outcomesAbandoned, hungHandlers, retentionDeleted atomic.Int64
 }
@@ -50,6 +51,7 @@ func (w *Worker) Counters() Counters {
 		Reclaimed:          c.reclaimed.Load(),
 		Completed:          c.completed.Load(),
 		Retried:            c.retried.Load(),
+		Snoozed:            c.snoozed.Load(),
 		Failed:             c.failed.Load(),
 		Released:           c.released.Load(),
 		StaleRejections:    c.staleRejections.Load(),
@@ -118,6 +120,7 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		{"reclaimed", "Claims of rows whose previous owner's lease had expired.", c.Reclaimed},
 		{"completed", "Events completed.", c.Completed},
 		{"retried", "Attempts failed and scheduled to run again.", c.Retried},
+		{"snoozed", "Attempts that asked to run again later, not failures.", c.Snoozed},
 		{"failed", "Events ended FAILED.", c.Failed},
 		{"released", "Claims given back at shutdown.", c.Released},
 		{"stale_rejections", "Outcome writes rejected because the claim was no longer owned.", c.StaleRejections},

@@ -25,12 +25,13 @@ var opNames = [numOps]string{"complete", "retry", "fail", "release"}
 
 // outcome is what to write for one finished attempt.
 type outcome struct {
-	a     *attempt
-	op    op
-	delay time.Duration // opRetry
-	text  string        // opRetry, opFail: the error recorded in the row
-	tries int           // failed writes so far
-	alone bool          // written on its own: a batch it was in failed for another reason than the connection
+	a      *attempt
+	op     op
+	delay  time.Duration // opRetry
+	snooze bool          // opRetry: leasework.Snooze, not a failure
+	text   string        // opRetry, opFail: the error recorded in the row
+	tries  int           // failed writes so far
+	alone  bool          // written on its own: a batch it was in failed for another reason than the connection
 	// commitUnknown: the handler's transaction completed the claim, but its
 	// COMMIT failed; the row shows whether it committed.
 	commitUnknown bool
@@ -248,7 +249,7 @@ func (w *Worker) writeGroup(o op, group []outcome, deadline time.Time) ([]lease.
 	case opRetry:
 		reqs := make([]lease.RetryRequest, len(group))
 		for i, g := range group {
-			reqs[i] = lease.RetryRequest{Ref: g.a.ref, Delay: g.delay, Error: g.text}
+			reqs[i] = lease.RetryRequest{Ref: g.a.ref, Delay: g.delay, Error: g.text, Snooze: g.snooze}
 		}
 		return s.RetryMany(ctx, reqs)
 	case opFail:
@@ -358,6 +359,9 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 	case o.op == opRelease:
 		w.count.released.Add(1)
 		log.Debug("claim released")
+	case o.op == opRetry && o.snooze:
+		w.count.snoozed.Add(1)
+		log.Debug("event snoozed", "delay", o.delay)
 	case o.op == opRetry && (r.Status == leasework.StatusReady || r.Gone):
 		w.count.retried.Add(1)
 		log.Info("attempt failed; will retry", "delay", o.delay, "err", logText(o.text))

@@ -95,8 +95,13 @@ type RetryRequest struct {
 	Ref   leasework.Ref
 	Delay time.Duration // until the next attempt; zero or more
 	// Error is recorded as the row's last error, made storable by
-	// [CleanText] with [MaxErrorBytes]: any text is accepted.
+	// [CleanText] with [MaxErrorBytes]: any text is accepted. For a
+	// snooze, give the claim's LastError to keep it.
 	Error string
+	// Snooze makes the attempt not count: the row's attempt budget grows
+	// by one, so the row goes back to READY whatever attempt it is on
+	// (leasework.Snooze).
+	Snooze bool
 }
 
 // FailRequest is one claim to end as FAILED.
@@ -158,7 +163,13 @@ func (s *Store) RetryMany(ctx context.Context, reqs []RetryRequest) ([]Result, e
 	if err != nil {
 		return nil, err
 	}
-	values := func(i int) []any { return []any{delays[i], errs[i]} }
+	values := func(i int) []any {
+		snooze := 0
+		if reqs[i].Snooze {
+			snooze = 1
+		}
+		return []any{delays[i], errs[i], snooze}
+	}
 	return s.guarded(ctx, "retry", refs, errs, values, s.q.retry)
 }
 

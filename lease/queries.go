@@ -216,18 +216,24 @@ RETURNING o.id, o.generation, 'DONE'::text`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error. Each
-// claim's entry of $2 is [generation, delay in microseconds, error].
+// claim's entry of $2 is [generation, delay in microseconds, error,
+// snooze]: a snooze (1) adds one to the budget first, so it never spends
+// it.
 const retrySQL = `
 WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
-SET status = CASE WHEN o.attempt >= o.max_attempts THEN 'FAILED' ELSE 'READY' END,
+SET status = CASE WHEN o.attempt >= o.max_attempts + ` + snoozed + ` THEN 'FAILED' ELSE 'READY' END,
+    max_attempts = o.max_attempts + ` + snoozed + `,
     lease_until = NULL, last_error = ` + rowValue + ` ->> 2,
-    worker = CASE WHEN o.attempt >= o.max_attempts THEN o.worker END,
+    worker = CASE WHEN o.attempt >= o.max_attempts + ` + snoozed + ` THEN o.worker END,
     next_attempt_at = statement_timestamp() + (` + rowValue + ` ->> 1)::bigint * interval '1 microsecond',
-    finished_at = CASE WHEN o.attempt >= o.max_attempts THEN statement_timestamp() END,
+    finished_at = CASE WHEN o.attempt >= o.max_attempts + ` + snoozed + ` THEN statement_timestamp() END,
     updated_at = statement_timestamp()
 WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, o.status`
+
+// snoozed is a retry's snooze flag: 1 or 0 (an entry without one: 0).
+const snoozed = `COALESCE((` + rowValue + ` ->> 3)::int, 0)`
 
 // failSQL ends claims FAILED; each claim's entry of $2 is [generation,
 // reason].
