@@ -43,8 +43,10 @@ ORDER BY 1`
 // PauseQueue pauses queue (empty: [DefaultQueue]): from the moment it
 // returns, claims take nothing from it, not even expired leases. Running
 // handlers go on and record their outcomes; events can still be enqueued
-// into it. It reports whether the queue ran: pausing a paused queue does
-// nothing.
+// into it. A claim of a paused queue still ends FAILED the rows whose lease
+// expired on their last allowed attempt, as every claim does: they could
+// not run again anyway. It reports whether the queue ran: pausing a paused
+// queue does nothing.
 func (s *Store) PauseQueue(ctx context.Context, queue string) (bool, error) {
 	queue, err := checkQueue("pause queue", queue)
 	if err != nil {
