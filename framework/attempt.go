@@ -134,7 +134,7 @@ func (w *Worker) attemptDone(q *queue) {
 // call runs the handler, turning a panic into a *leasework.PanicError.
 func (w *Worker) call(a *attempt) (err error) {
 	var pc panics.Catcher
-	pc.Try(func() { err = a.kind.handler.Handle(a.ctx, &a.claim) })
+	pc.Try(func() { err = a.kind.run.Handle(a.ctx, &a.claim) })
 	if r := pc.Recovered(); r != nil {
 		w.count.panics.Add(1)
 		err = &leasework.PanicError{Value: r.Value, Stack: r.Stack}

@@ -45,12 +45,15 @@ type Worker struct {
 	handlerCtx     context.Context // parent of every attempt's context
 	cancelHandlers context.CancelCauseFunc
 	kindList       []string
+
+	middleware []Middleware // Use's, in order; applied by start
 }
 
 // kind is one registered handler with its retry policy.
 type kind struct {
 	name    string
 	handler leasework.Handler
+	run     leasework.Handler // handler inside the worker's middleware; set by start
 	policy  RetryPolicy
 }
 
@@ -251,8 +254,9 @@ func (w *Worker) start() error {
 			"tx_concurrency", turns, "max_open_conns", capped, "reserved", ReservedConns)
 	}
 	w.txTurns = make(chan struct{}, turns)
-	for k := range w.kinds {
-		w.kindList = append(w.kindList, k)
+	for name, k := range w.kinds {
+		w.kindList = append(w.kindList, name)
+		k.run = w.wrap(k.handler)
 	}
 	slices.Sort(w.kindList)
 	return nil

@@ -30,6 +30,8 @@ type Row struct {
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	FinishedAt    *time.Time
+	Queue         string
+	Priority      int
 }
 
 // ErrNotFound is returned by [Store.Get] and [Store.GetByEventID] for a row
@@ -44,7 +46,7 @@ func scanRow(sc scanner) (Row, error) {
 	var status string
 	err := sc.Scan(&r.ID, &r.EventID, &r.Kind, &r.Key, &r.Payload, &status, &r.Generation,
 		&r.Attempt, &r.MaxAttempts, &lease, &r.NextAttemptAt, &r.LastError, &r.Progress,
-		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished)
+		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished, &r.Queue, &r.Priority)
 	if err != nil {
 		return Row{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -50,6 +51,17 @@ type Event struct {
 	// in the package doc).
 	Priority int
 }
+
+// EnqueueFunc enqueues events in the transaction of the call it belongs
+// to, returning one [Enqueued] per event given, in order.
+type EnqueueFunc func(ctx context.Context, events []Event) ([]Enqueued, error)
+
+// EnqueueMiddleware wraps an enqueue: it returns the function to run in
+// next's place, which may look at the events, change them (add a header to
+// the payload, set a queue), time or log the call, and calls next (or
+// refuses). It must return one Enqueued per event it was given. The events
+// it passes on are checked as any others.
+type EnqueueMiddleware func(next EnqueueFunc) EnqueueFunc
 
 // Enqueued reports one enqueued event.
 type Enqueued struct {
@@ -177,9 +189,28 @@ type sqlRows struct{ *sql.Rows }
 
 func (r sqlRows) Close() { _ = r.Rows.Close() }
 
-// enqueue is every enqueue: one copy of the checks, the statement and the
-// accounting, whatever the transaction's driver.
+// enqueue is every enqueue: the store's middleware around one copy of the
+// checks, the statement and the accounting, whatever the transaction's
+// driver.
 func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events []Event) ([]Enqueued, error) {
+	if len(s.middleware) == 0 {
+		return s.enqueueIn(ctx, tx, opts, events)
+	}
+	var run EnqueueFunc = func(ctx context.Context, events []Event) ([]Enqueued, error) {
+		return s.enqueueIn(ctx, tx, opts, events)
+	}
+	for i := len(s.middleware) - 1; i >= 0; i-- {
+		run = s.middleware[i](run)
+	}
+	out, err := run(ctx, slices.Clone(events))
+	if err == nil && len(out) != len(events) {
+		return nil, fmt.Errorf("lease: enqueue: the enqueue middleware returned %d results for %d events", len(out), len(events))
+	}
+	return out, err
+}
+
+// enqueueIn enqueues events in tx, after the store's middleware.
+func (s *Store) enqueueIn(ctx context.Context, tx Tx, opts EnqueueOptions, events []Event) ([]Enqueued, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}

@@ -160,6 +160,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 
 	"github.com/leasework/leasework"
 )
@@ -187,18 +188,25 @@ type Options struct {
 	// MaxAttempts is the attempt budget given to events enqueued without
 	// one. Zero means 25. Negative is an error.
 	MaxAttempts int
+
+	// EnqueueMiddleware wraps every enqueue of the store (Enqueue,
+	// EnqueueWith, EnqueueTx), the first outermost; see
+	// [EnqueueMiddleware].
+	EnqueueMiddleware []EnqueueMiddleware
 }
+
 
 // Store runs leasework's statements against one events table. It is safe for
 // concurrent use.
 type Store struct {
-	db      *sql.DB
-	drv     leasework.Driver
-	schema  string
-	table   string
-	maxAtt  int
-	channel string
-	q       queries
+	db         *sql.DB
+	drv        leasework.Driver
+	schema     string
+	table      string
+	maxAtt     int
+	middleware []EnqueueMiddleware
+	channel    string
+	q          queries
 }
 
 // New returns a Store for the table named by opts in the database behind db.
@@ -228,13 +236,19 @@ func New(db *sql.DB, drv leasework.Driver, opts Options) (*Store, error) {
 	case opts.MaxAttempts == 0:
 		opts.MaxAttempts = DefaultMaxAttempts
 	}
+	for i, m := range opts.EnqueueMiddleware {
+		if m == nil {
+			return nil, fmt.Errorf("lease: Options.EnqueueMiddleware[%d] is nil", i)
+		}
+	}
 	s := &Store{
-		db:      db,
-		drv:     drv,
-		schema:  opts.Schema,
-		table:   opts.Table,
-		maxAtt:  opts.MaxAttempts,
-		channel: channelName(opts.Schema, opts.Table),
+		db:         db,
+		drv:        drv,
+		schema:     opts.Schema,
+		table:      opts.Table,
+		maxAtt:     opts.MaxAttempts,
+		channel:    channelName(opts.Schema, opts.Table),
+		middleware: slices.Clone(opts.EnqueueMiddleware),
 	}
 	s.q = s.renderQueries()
 	return s, nil

@@ -1,0 +1,96 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// Middleware wraps every handler, the first given outermost, Transactional
+// handlers included; what it returns is the attempt's result, and its
+// panics are caught like a handler's.
+func TestMiddlewareWrapsEveryHandler(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+	var mu sync.Mutex
+	var trace []string
+	record := func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		trace = append(trace, what)
+	}
+	named := func(name string) framework.Middleware {
+		return func(next leasework.Handler) leasework.Handler {
+			return leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+				record(name + ">" + c.EventID)
+				err := next.Handle(ctx, c)
+				record(name + "<" + c.EventID)
+				if c.EventID == "refused" && name == "outer" {
+					return leasework.Permanent(errors.New("refused by middleware"))
+				}
+				return err
+			})
+		}
+	}
+	if err := w.Use(named("outer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Use(named("inner"), func(next leasework.Handler) leasework.Handler {
+		return leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+			if c.EventID == "panics" {
+				panic("middleware panic")
+			}
+			return next.Handle(ctx, c)
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Use(nil); err == nil {
+		t.Error("Use(nil) was accepted")
+	}
+	register(t, w, "k", framework.RetryPolicy{MaxAttempts: 1}, func(ctx context.Context, c *leasework.Claim) error {
+		record("handler " + c.EventID)
+		return nil
+	})
+	ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "plain"}, lease.Event{Kind: "k", EventID: "refused"},
+		lease.Event{Kind: "k", EventID: "panics"})
+	stop := start(t, w)
+	for _, e := range ids {
+		waitRow(t, s, e.ID, "the event to finish", func(r lease.Row) bool {
+			return r.Status == leasework.StatusDone || r.Status == leasework.StatusFailed
+		})
+	}
+	stop()
+	if err := w.Use(named("late")); err == nil {
+		t.Error("Use after Run was accepted")
+	}
+	mu.Lock()
+	got := strings.Join(trace, " ")
+	mu.Unlock()
+	for _, want := range []string{
+		"outer>plain inner>plain handler plain inner<plain outer<plain",
+		"outer>refused inner>refused handler refused inner<refused outer<refused",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("trace %q lacks %q", got, want)
+		}
+	}
+	ctx := context.Background()
+	if r, _ := s.Get(ctx, ids[0].ID); r.Status != leasework.StatusDone {
+		t.Errorf("plain: %s; want DONE", r.Status)
+	}
+	if r, _ := s.Get(ctx, ids[1].ID); r.Status != leasework.StatusFailed || r.LastError != "refused by middleware" {
+		t.Errorf("refused: %s %q; want FAILED by the middleware's error", r.Status, r.LastError)
+	}
+	if r, _ := s.Get(ctx, ids[2].ID); r.Status != leasework.StatusFailed || !strings.Contains(r.LastError, "middleware panic") {
+		t.Errorf("panics: %s %q; want FAILED with the panic recorded", r.Status, r.LastError)
+	}
+}
