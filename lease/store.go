@@ -195,7 +195,6 @@ type Options struct {
 	EnqueueMiddleware []EnqueueMiddleware
 }
 
-
 // Store runs leasework's statements against one events table. It is safe for
 // concurrent use.
 type Store struct {
