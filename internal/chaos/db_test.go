@@ -112,10 +112,14 @@ func createSinkAndAudit(ctx context.Context, db *sql.DB, s *lease.Store) error {
 }
 
 // listenerSQL is true for a backend that is a worker's LISTEN connection:
-// idle after LISTEN, or after the ping a listener sends when it has been
-// quiet (pgx sends "-- ping", lib/pq an empty query). A pooled connection
-// never ends on those: the drivers' pools run them only before a statement.
-const listenerSQL = `(state = 'idle' AND (query LIKE 'LISTEN %' OR query IN ('-- ping', '')))`
+// idle after LISTEN, or after the ping a listener sends when it has heard
+// nothing for 5s (pgx sends "-- ping", lib/pq an empty query). pgx's
+// database/sql connections send "-- ping" too, before a statement on a
+// connection that sat in the pool: such a backend is idle after it only for
+// the round trip before the statement, while a listener stays idle after
+// its ping. So a ping counts once its backend has been idle for a second.
+const listenerSQL = `(state = 'idle' AND (query LIKE 'LISTEN %'
+	OR (query IN ('-- ping', '') AND state_change < clock_timestamp() - interval '1 second')))`
 
 // listeners counts the LISTEN connections of app that started after since.
 func listeners(ctx context.Context, db *sql.DB, app string, since time.Time) (int, error) {

@@ -5,9 +5,11 @@ package chaos
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +86,7 @@ type soak struct {
 	acked          map[string]string        // event id → payload, of enqueues whose commit returned
 	unknown        int                      // events of enqueues whose commit failed: they may exist
 	finished       bool                     // the test is over: nothing more is reported
+	aborted        bool                     // a failure ended the run
 
 	claimErrorsBeforeProbes map[string]int64 // worker id → its ClaimErrors before finalProbes
 }
@@ -150,13 +153,21 @@ func TestSoak(t *testing.T) {
 }
 
 // failf reports a failure of the soak, with its seed, and ends the run.
-// Goroutines call it.
+// Goroutines call it. Once the run is ended, failures that only say so
+// (their error is the run's cancellation) are not reported.
 func (s *soak) failf(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.finished {
 		return
 	}
+	if s.aborted && slices.ContainsFunc(args, func(a any) bool {
+		err, ok := a.(error)
+		return ok && errors.Is(err, context.Canceled)
+	}) {
+		return
+	}
+	s.aborted = true
 	s.t.Errorf("soak seed=%d: "+format, append([]any{s.seed}, args...)...)
 	s.cancel()
 }
