@@ -57,8 +57,12 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent time.Time) bool 
 		stopTimer: func() {},
 	}
 	ctx, cancel := context.WithCancelCause(w.handlerCtx)
-	if w.cfg.AttemptTimeout > 0 {
-		ctx, a.stopTimer = context.WithTimeoutCause(ctx, w.cfg.AttemptTimeout, leasework.ErrAttemptTimeout)
+	timeout := w.cfg.AttemptTimeout
+	if a.kind != nil && a.kind.timeout > 0 {
+		timeout = a.kind.timeout
+	}
+	if timeout > 0 {
+		ctx, a.stopTimer = context.WithTimeoutCause(ctx, timeout, leasework.ErrAttemptTimeout)
 	}
 	a.ctx, a.cancel = context.WithValue(ctx, claimKey{}, a), cancel
 

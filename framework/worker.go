@@ -55,6 +55,7 @@ type kind struct {
 	handler leasework.Handler
 	run     leasework.Handler // handler inside the worker's middleware; set by start
 	policy  RetryPolicy
+	timeout time.Duration // per attempt; zero: Config.AttemptTimeout
 }
 
 // New returns a worker for the events table named by cfg in the database
@@ -103,15 +104,35 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // pointer (a nil HandlerFunc, say), when the policy is out of its limits,
 // or when Run has started.
 func (w *Worker) Register(kindName string, h leasework.Handler, policy RetryPolicy) error {
+	return w.RegisterWith(kindName, h, KindOptions{Policy: policy})
+}
+
+// KindOptions are a kind's settings, given at registration.
+type KindOptions struct {
+	// Policy is the kind's retry policy; see [RetryPolicy].
+	Policy RetryPolicy
+	// Timeout bounds each attempt of the kind, as Config.AttemptTimeout
+	// does for every kind (the handler's context ends with cause
+	// leasework.ErrAttemptTimeout). Zero means Config.AttemptTimeout; at
+	// most MaxAttemptTimeout.
+	Timeout time.Duration
+}
+
+// RegisterWith is [Worker.Register] with the kind's options. It refuses
+// what Register refuses, and a Timeout out of range.
+func (w *Worker) RegisterWith(kindName string, h leasework.Handler, opts KindOptions) error {
 	if err := lease.ValidateKind(kindName); err != nil {
 		return fmt.Errorf("framework: Register %q: %w", kindName, err)
 	}
 	if isNilHandler(h) {
 		return fmt.Errorf("framework: Register %q: handler is nil (%T)", kindName, h)
 	}
-	policy, err := policy.normalize()
+	policy, err := opts.Policy.normalize()
 	if err != nil {
 		return fmt.Errorf("framework: Register %q: %w", kindName, err)
+	}
+	if opts.Timeout < 0 || opts.Timeout > MaxAttemptTimeout {
+		return fmt.Errorf("framework: Register %q: KindOptions.Timeout is %v; it must be between 0 (Config.AttemptTimeout) and %v", kindName, opts.Timeout, MaxAttemptTimeout)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -121,7 +142,7 @@ func (w *Worker) Register(kindName string, h leasework.Handler, policy RetryPoli
 	if _, dup := w.kinds[kindName]; dup {
 		return fmt.Errorf("framework: Register %q: kind is already registered", kindName)
 	}
-	w.kinds[kindName] = &kind{name: kindName, handler: h, policy: policy}
+	w.kinds[kindName] = &kind{name: kindName, handler: h, policy: policy, timeout: opts.Timeout}
 	return nil
 }
 
