@@ -88,6 +88,7 @@ func (s *Store) GetByEventID(ctx context.Context, eventID string) (Row, error) {
 type ListRequest struct {
 	Status  leasework.Status // "" for any status
 	Kind    string           // "" for any kind
+	Queue   string           // "" for any queue
 	AfterID int64            // rows with a larger id only, for paging
 	Limit   int              // zero means 100
 }
@@ -103,7 +104,7 @@ func (s *Store) List(ctx context.Context, req ListRequest) ([]Row, error) {
 	if req.Limit == 0 {
 		req.Limit = 100
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit)
+	rows, err := s.db.QueryContext(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit, req.Queue)
 	if err != nil {
 		return nil, s.wrapErr("list", err)
 	}

@@ -342,7 +342,7 @@ const getByEventSQL = `SELECT ` + rowColumns + ` FROM {{table}}
 WHERE id = (SELECT id FROM {{schema}}.{{name "event_ids"}} WHERE event_id = $1)`
 
 const listSQL = `SELECT ` + rowColumns + ` FROM {{table}}
-WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND id > $3
+WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND ($5 = '' OR queue = $5) AND id > $3
 ORDER BY id
 LIMIT $4`
 

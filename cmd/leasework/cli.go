@@ -57,7 +57,7 @@ the first few of them by name. It scans the table.`,
 	},
 	{
 		name:     "list",
-		synopsis: "[-status S] [-kind K] [-limit N] [-after ID] | -held [-limit N]",
+		synopsis: "[-status S] [-kind K] [-queue Q] [-limit N] [-after ID] | -held [-limit N]",
 		summary:  "list rows by status and kind, with their last error; or the held keys",
 		doc: `List prints rows in id order: id, event id, kind, key, status, generation,
 attempt/max, lease deadline, next attempt and last error. The table shortens

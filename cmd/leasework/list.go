@@ -21,6 +21,7 @@ const (
 type listCmd struct {
 	status string
 	kind   string
+	queue  string
 	limit  int
 	after  int64
 	held   bool
@@ -29,6 +30,7 @@ type listCmd struct {
 func (l *listCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&l.status, "status", "", "only rows in this `status`: READY, INPROGRESS, DONE, FAILED, WAITING or DISCARDED (default any)")
 	fs.StringVar(&l.kind, "kind", "", "only rows of this `kind` (default any)")
+	fs.StringVar(&l.queue, "queue", "", "only rows of this `queue` (default any)")
 	fs.IntVar(&l.limit, "limit", 100, "print at most `N` rows")
 	fs.Int64Var(&l.after, "after", 0, "only rows with an id greater than `ID`, for paging")
 	fs.BoolVar(&l.held, "held", false, "list the keys held by a FAILED event instead of rows: key, the FAILED row, its error, the events waiting")
@@ -42,8 +44,8 @@ func (l *listCmd) check() error {
 		}
 		l.status = string(s)
 	}
-	if l.held && (l.status != "" || l.kind != "" || l.after != 0) {
-		return usagef("-held lists keys, not rows: it takes no -status, -kind or -after")
+	if l.held && (l.status != "" || l.kind != "" || l.queue != "" || l.after != 0) {
+		return usagef("-held lists keys, not rows: it takes no -status, -kind, -queue or -after")
 	}
 	if l.limit < 1 {
 		return usagef("-limit is %d; it must be at least 1", l.limit)
@@ -70,6 +72,8 @@ type rowJSON struct {
 	CreatedAt     time.Time  `json:"created_at"`
 	UpdatedAt     time.Time  `json:"updated_at"`
 	FinishedAt    *time.Time `json:"finished_at"`
+	Queue         string     `json:"queue"`
+	Priority      int        `json:"priority"`
 }
 
 type listJSON struct {
@@ -86,6 +90,7 @@ func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error
 	rows, err := st.List(ctx, lease.ListRequest{
 		Status:  leasework.Status(l.status),
 		Kind:    l.kind,
+		Queue:   l.queue,
 		AfterID: l.after,
 		Limit:   l.limit,
 	})
@@ -146,6 +151,7 @@ func toRowJSON(r lease.Row) rowJSON {
 		LeaseUntil: utc(r.LeaseUntil), NextAttemptAt: r.NextAttemptAt.UTC(),
 		LastError: r.LastError, Worker: r.Worker,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), FinishedAt: utc(r.FinishedAt),
+		Queue: r.Queue, Priority: r.Priority,
 	}
 }
 

@@ -58,3 +58,15 @@ func TestPauseAndResumeAQueue(t *testing.T) {
 		})
 	}
 }
+
+// list -queue lists one queue's rows, with their queue and priority.
+func TestListOneQueue(t *testing.T) {
+	t.Parallel()
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	pgtest.Enqueue(t, st, lease.Event{Kind: "k", Queue: "mail", Priority: 3}, lease.Event{Kind: "k"})
+	var got listJSON
+	decode(t, must(t, exitOK, on(t, st, "pgx", "list", "-queue", "mail", "-json")...), &got)
+	if len(got.Rows) != 1 || got.Rows[0].Queue != "mail" || got.Rows[0].Priority != 3 {
+		t.Errorf("list -queue mail -json = %+v; want the one mail row, priority 3", got.Rows)
+	}
+}
