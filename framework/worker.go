@@ -31,6 +31,7 @@ type Worker struct {
 	stopped bool                       // Run is returning: no attempt starts any more
 	live    map[leasework.Ref]*attempt // claims held, until their outcome is written
 	queues  []*queue                   // the queues served, as Config.Queues
+	sched   scheduler                  // periodic schedules (Schedule), under mu until Run
 
 	stopNow         chan struct{} // closed by StopNow
 	stopNowOnce     sync.Once
@@ -222,6 +223,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var others conc.WaitGroup
 	others.Go(func() { w.listen(claimCtx) })
 	others.Go(func() { w.retain(claimCtx) })
+	others.Go(func() { w.runSchedules(claimCtx) })
 	othersDone := goDone(others.Wait)
 
 	select {
