@@ -1,5 +1,10 @@
 package framework
 
+import (
+	"context"
+	"time"
+)
+
 // Listening returns a channel closed once w receives notifications, so that
 // tests relying on a wakeup do not race the LISTEN.
 func Listening(w *Worker) <-chan struct{} { return w.listening }
@@ -7,3 +12,15 @@ func Listening(w *Worker) <-chan struct{} { return w.listening }
 // QueuedOutcomes returns how many handler results wait for the outcome
 // writer (not counting those in a write in flight).
 func QueuedOutcomes(w *Worker) int { return w.outcomes.len() }
+
+// SetSchedulerClock makes w's scheduler read the time from now and wait
+// for a time with sleep (which returns early when ctx ends), instead of the
+// real clock, so that tests drive firings. Call it before Run.
+func SetSchedulerClock(w *Worker, now func() time.Time, sleep func(ctx context.Context, until time.Time)) {
+	w.sched.now, w.sched.sleep = now, sleep
+}
+
+// OnFiring makes w's scheduler call f after each enqueue of a firing, with
+// its event id, whether it was a duplicate, and the enqueue's error. Call
+// it before Run.
+func OnFiring(w *Worker, f func(eventID string, duplicate bool, err error)) { w.sched.fired = f }
