@@ -166,6 +166,37 @@
 // attempt finds it in Claim.Progress. [ClaimFromContext] returns the claim
 // from a handler's context.
 //
+// # Periodic events
+//
+// [Worker.Schedule] adds a [Periodic] schedule before Run: a cron spec
+// ("0 3 * * *", read in UTC unless it starts with TZ=<zone>), a descriptor
+// (@hourly, @daily, ...) or a fixed interval ("@every 30s", which fires at
+// the multiples of 30s since the Unix epoch). Each worker with schedules
+// runs a scheduler, and there is no leader: every worker computes the same
+// fire times and enqueues each firing in a transaction of its own, skipping
+// duplicates, with the event id "<name>:<fire time in UTC, RFC 3339>" and
+// the fire time as RunAt. The first insert wins; the other workers, and a
+// worker restarted after it enqueued the firing, find the id there. So each
+// firing is enqueued once, however many workers have the schedule.
+//
+// That holds while the firing's row is kept, which is why a worker with
+// Config.DeleteAtCompletion refuses schedules: DONE rows are kept for
+// Config.Retention, at least [DedupeWindow], and the scheduler never
+// enqueues a firing older than [MissedLookback], an hour less. The workers
+// that complete a schedule's events must keep their rows too (no
+// DeleteAtCompletion, no early deletion of DONE rows by an operator).
+// Workers sharing a table and a schedule's name must have the same
+// schedule.
+//
+// A firing that falls due while the database cannot be reached is enqueued
+// once it can be (the scheduler logs the error and tries again after 1s,
+// doubling up to 30s), unless a later firing has come due by then, which
+// stands in for it. The firings that fell due before the worker started
+// are [Periodic].Missed's: [MissedRunOnce], the default, enqueues the
+// latest of them if it is less than MissedLookback old, and
+// [MissedSkip] none. The scheduler stops with the claim loops, and every
+// enqueue is bounded by a statement timeout.
+//
 // # Stopping
 //
 // When Run's context ends, the worker stops claiming, gives running
