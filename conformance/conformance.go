@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -24,6 +25,20 @@ type Target struct {
 	// DSN names a database where the suite may create and drop schemas.
 	// Required.
 	DSN string
+
+	// OpenDB opens the pools the suite works through: one to check that
+	// the database is reachable, and one per subtest, each for DSN and
+	// closed by the suite when done with it. Nil means Driver.Open(DSN).
+	// Set it to test the driver with a connector or pool options of your
+	// own: a pool of the same driver library, whose errors Driver
+	// classifies. It is called from parallel subtests at once. A subtest
+	// that re-executes the test binary (the kill tests) opens its pool in
+	// the child with the OpenDB of the Target the same test function builds
+	// there: a func cannot cross the process boundary, so build it in the
+	// test function, not from state the parent process set up before
+	// calling Run. On a pool where the driver's Listen reports
+	// errors.ErrUnsupported, the notification properties are skipped.
+	OpenDB func(dsn string) (*sql.DB, error)
 
 	// NewStore builds the store under test over a migrated table. Nil
 	// means lease.New, the real store: leave it nil to test a driver. The
@@ -56,6 +71,7 @@ type Store interface {
 	Discard(ctx context.Context, ref leasework.Ref) (int64, error)
 	PauseQueue(ctx context.Context, queue string) (bool, error)
 	ResumeQueue(ctx context.Context, queue string) (bool, error)
+	Cancel(ctx context.Context, id int64, reason string) (int64, error)
 }
 
 // Environment variables between the suite and its child processes.
@@ -86,9 +102,9 @@ func Run(t *testing.T, target Target) {
 	}
 	if os.Getenv(envRole) == "" {
 		// Fail once, clearly, when the database is unreachable.
-		db, err := target.Driver.Open(target.DSN)
+		db, err := target.open(target.DSN)
 		if err != nil {
-			t.Fatalf("conformance: open: %v", err)
+			t.Fatalf("conformance: %v", err)
 		}
 		err = db.PingContext(context.Background())
 		db.Close()
@@ -107,7 +123,27 @@ func Run(t *testing.T, target Target) {
 }
 
 func properties() []property {
-	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(), orderProperties(), queueProperties())
+	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(),
+		orderProperties(), queueProperties(), cancelProperties(), snoozeProperties())
+}
+
+// open opens a pool for dsn with OpenDB, or Driver.Open when it is nil.
+func (target Target) open(dsn string) (*sql.DB, error) {
+	if target.OpenDB == nil {
+		db, err := target.Driver.Open(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open: %w", err)
+		}
+		return db, nil
+	}
+	db, err := target.OpenDB(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("Target.OpenDB: %w", err)
+	}
+	if db == nil {
+		return nil, errors.New("Target.OpenDB returned a nil pool and no error")
+	}
+	return db, nil
 }
 
 // env is one subtest's world: its own schema, the store under test, and the
@@ -132,9 +168,9 @@ func newEnv(t *testing.T, target Target) *env {
 	} else {
 		schema = newSchemaName()
 	}
-	db, err := target.Driver.Open(dsn)
+	db, err := target.open(dsn)
 	if err != nil {
-		t.Fatalf("open: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	opts := lease.Options{Schema: schema}
@@ -264,4 +300,23 @@ func wantOK(t *testing.T, what string, err error) {
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// listen listens on the store's channel through the driver, or skips the
+// subtest when the driver cannot: it does not implement leasework.Notifier,
+// or its Listen says it can never listen on this pool (errors.ErrUnsupported,
+// as for a pool from Target.OpenDB the driver did not open). Workers poll
+// then, so neither is a violation.
+func (e *env) listen() leasework.Listener {
+	e.t.Helper()
+	n, ok := e.target.Driver.(leasework.Notifier)
+	if !ok {
+		e.t.Skip("optional capability: the driver does not implement leasework.Notifier (workers poll)")
+	}
+	l, err := n.Listen(e.ctx, e.db, e.fix.Channel())
+	if errors.Is(err, errors.ErrUnsupported) {
+		e.t.Skipf("optional capability: the driver cannot listen on this pool (workers poll): %v", err)
+	}
+	wantOK(e.t, "listen", err)
+	return l
 }

@@ -65,7 +65,41 @@
 //     next_attempt_at then id, skipping rows not yet due whatever their
 //     priority; a paused queue (Store.PauseQueue) gives nothing, not even
 //     an expired lease, while another queue runs and a live claim of it
-//     records its outcome, and after Store.ResumeQueue gives its rows again.
+//     records its outcome, and after Store.ResumeQueue gives its rows again;
+//   - CancelledAttemptCannotWriteAnything,
+//     CancelledEventIsNeverClaimedAndPassesItsKeyOn and
+//     CancelNeverUndoesACommittedCompletion: once Store.Cancel has ended a
+//     running event (DISCARDED at a new generation), every write of its
+//     attempt is rejected and changes nothing: renew, complete, retry,
+//     snooze, fail and release, batched or single, match
+//     leasework.ErrCancelled and ErrLeaseLost (lease.Result.Cancelled, set
+//     for the cancelled claim only, not for a merely stale one beside it);
+//     progress, CompleteTx and CompleteAndDeleteTx are ErrLeaseLost, the
+//     transaction's business write rolled back. A cancelled event is never
+//     claimed, from READY, WAITING or an expired lease; a cancelled head,
+//     READY, INPROGRESS or FAILED, passes its key to the next event, and a
+//     cancelled follower is passed over. A cancel that meets a completion
+//     committing in the owner's transaction is lease.ErrFinished, the row
+//     DONE; one that meets it rolling back wins;
+//   - SnoozeIsGuardedAndSparesTheBudget: a snooze
+//     (lease.RetryRequest.Snooze) by a stale or expired owner is
+//     ErrLeaseLost and changes nothing; the owner's, on its last attempt,
+//     sends the row READY due after the delay (by the database's clock)
+//     with its budget one larger, is AlreadyRecorded when written again,
+//     and the row is claimed again once due (by fixture) with exactly one
+//     more attempt.
+//
+// # The pool
+//
+// Every pool the suite works through comes from Target.OpenDB when it is
+// set, and from Driver.Open otherwise: one to check that the database is
+// reachable, then one per subtest, each closed when the subtest ends. Set
+// OpenDB to run the suite through a connector or pool options of your own
+// (pgx's stdlib.OpenDB of a ConnConfig with a TLS config or tracer, lib/pq's
+// connector, limits on the pool). The pool must be of the same driver
+// library: Driver classifies its errors and binds its arrays. This
+// package's own tests run properties through both kinds, with a Driver
+// whose Open fails (TestTargetOpenDB).
 //
 // # Child processes
 //
@@ -75,7 +109,10 @@
 // child claims one row in autocommit mode, prints the claim, and waits to be
 // killed with SIGKILL. The child reaches Run through the same test function,
 // so keep the code before Run cheap. The DSN and schema reach it through the
-// environment. On systems without SIGKILL the subtest is skipped.
+// environment; a func cannot, so the child opens its pool with the
+// Target.OpenDB that the test function builds again in the child. Build
+// the factory in the test function, from nothing the parent process set up
+// before calling Run. On systems without SIGKILL the subtest is skipped.
 //
 // # Lease expiry is a fixture
 //
@@ -88,7 +125,9 @@
 // A subtest fails only when the store violated the property it names: rows
 // returned, persisted state and exit signals are asserted, never timings. A
 // subtest is skipped only for an optional capability the driver lacks
-// (LISTEN/NOTIFY), with a message that names the capability.
+// (LISTEN/NOTIFY: leasework.Notifier not implemented, or its Listen
+// reporting errors.ErrUnsupported for the pool, as a pool from
+// Target.OpenDB may make it), with a message that names the capability.
 //
 // # Proving the suite can fail
 //

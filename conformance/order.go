@@ -324,12 +324,7 @@ func orderSurvivesReleasePauseRetry(e *env) {
 // The head's completion wakes idle workers for the event it promotes: a
 // notification with the promoted event's kind, at the completion's commit.
 func promotionNotifies(e *env) {
-	n, ok := e.target.Driver.(leasework.Notifier)
-	if !ok {
-		e.t.Skip("optional capability: the driver does not implement leasework.Notifier (workers poll)")
-	}
-	l, err := n.Listen(e.ctx, e.db, e.fix.Channel())
-	wantOK(e.t, "listen", err)
+	l := e.listen()
 	defer l.Close()
 	want := func(what string, kinds ...string) {
 		e.t.Helper()

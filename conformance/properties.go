@@ -374,12 +374,7 @@ func enqueueRollsBackWithTransaction(e *env) {
 // notification, with the kind as payload, once the transaction commits; a
 // release and a requeue, which make rows claimable at once, notify too.
 func notifyOnCommit(e *env) {
-	n, ok := e.target.Driver.(leasework.Notifier)
-	if !ok {
-		e.t.Skip("optional capability: the driver does not implement leasework.Notifier (workers poll)")
-	}
-	l, err := n.Listen(e.ctx, e.db, e.fix.Channel())
-	wantOK(e.t, "listen", err)
+	l := e.listen()
 	defer l.Close()
 	waitFor := func(what string) {
 		for {
@@ -401,7 +396,7 @@ func notifyOnCommit(e *env) {
 	waitFor("release")
 	c = e.claimOne()
 	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: c.Ref(), Reason: "x"}))
-	_, err = e.store.Requeue(e.ctx, lease.RequeueRequest{All: true})
+	_, err := e.store.Requeue(e.ctx, lease.RequeueRequest{All: true})
 	wantOK(e.t, "requeue", err)
 	waitFor("requeue")
 }

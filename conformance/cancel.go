@@ -1,0 +1,350 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
+)
+
+// The properties of cancelling an event from outside (Store.Cancel): the
+// cancel is fenced, as every other change of ownership is.
+func cancelProperties() []property {
+	return []property{
+		{"CancelledAttemptCannotWriteAnything", cancelledAttemptCannotWrite},
+		{"CancelledEventIsNeverClaimedAndPassesItsKeyOn", cancelledEventIsNeverClaimed},
+		{"CancelNeverUndoesACommittedCompletion", cancelNeverUndoesACompletion},
+	}
+}
+
+// Cancelling a running event takes it from its attempt at once: the row
+// is DISCARDED at a new generation, with last error "cancelled: reason",
+// and every write the attempt makes afterwards is rejected and changes
+// nothing — renew, complete, complete-and-delete, retry, snooze, fail and
+// release (batched and single, each matching leasework.ErrCancelled and
+// leasework.ErrLeaseLost, and reported Result.Cancelled), progress, and
+// CompleteTx and CompleteAndDeleteTx in a transaction (ErrLeaseLost, the
+// transaction's business write rolled back with it). In a batch, only the
+// cancelled claim is: a live claim beside it is accepted, and a claim that
+// is merely stale is rejected without being called cancelled. The row is
+// never claimed again, and cancelling it again is lease.ErrFinished.
+func cancelledAttemptCannotWrite(e *env) {
+	table := e.effects()
+	e.enqueueN(3)
+	claims := e.claim(3)
+	if len(claims) != 3 {
+		e.t.Fatalf("claimed %d rows, want 3", len(claims))
+	}
+	c, live, stale := claims[0], claims[1], claims[2]
+	gen, err := e.store.Cancel(e.ctx, c.ID, "operator")
+	wantOK(e.t, "cancel of a running event", err)
+	if gen <= c.Generation {
+		e.t.Fatalf("cancel of row %d at generation %d returned generation %d; want a newer one", c.ID, c.Generation, gen)
+	}
+	cancelled := e.wantState(c.ID, leasework.StatusDiscarded, gen)
+	if cancelled.LastError != "cancelled: operator" || cancelled.FinishedAt == nil {
+		e.t.Fatalf("cancelled row: last_error %q finished_at %v; want \"cancelled: operator\" and a time", cancelled.LastError, cancelled.FinishedAt)
+	}
+
+	ref, refs := c.Ref(), []leasework.Ref{c.Ref()}
+	batched := []struct {
+		name  string
+		write func() ([]lease.Result, error)
+	}{
+		{"RenewMany", func() ([]lease.Result, error) { return e.store.RenewMany(e.ctx, refs, testLease) }},
+		{"CompleteMany", func() ([]lease.Result, error) { return e.store.CompleteMany(e.ctx, refs) }},
+		{"CompleteAndDeleteMany", func() ([]lease.Result, error) { return e.store.CompleteAndDeleteMany(e.ctx, refs) }},
+		{"RetryMany", func() ([]lease.Result, error) {
+			return e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: ref, Error: "boom"}})
+		}},
+		{"RetryMany with Snooze", func() ([]lease.Result, error) {
+			return e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: ref, Delay: time.Minute, Error: c.LastError, Snooze: true}})
+		}},
+		{"FailMany", func() ([]lease.Result, error) {
+			return e.store.FailMany(e.ctx, []lease.FailRequest{{Ref: ref, Reason: "boom"}})
+		}},
+		{"ReleaseMany", func() ([]lease.Result, error) { return e.store.ReleaseMany(e.ctx, refs) }},
+	}
+	for _, w := range batched {
+		res, err := w.write()
+		wantOK(e.t, w.name+" by the cancelled attempt", err)
+		if len(res) != 1 || res[0].Ref != ref || !res[0].Cancelled || res[0].AlreadyRecorded || res[0].Gone ||
+			!errors.Is(res[0].Err, leasework.ErrCancelled) || !errors.Is(res[0].Err, leasework.ErrLeaseLost) {
+			e.t.Fatalf("%s by the cancelled attempt: %+v; want one result, Cancelled, its error matching ErrCancelled and ErrLeaseLost", w.name, res)
+		}
+		e.wantUnchanged(w.name+" by the cancelled attempt", cancelled)
+	}
+
+	single := []struct {
+		name  string
+		write func() error
+	}{
+		{"Renew", func() error { _, err := e.store.Renew(e.ctx, ref, testLease); return err }},
+		{"Complete", func() error { return e.store.Complete(e.ctx, ref) }},
+		{"Retry", func() error {
+			_, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: ref, Error: "boom"})
+			return err
+		}},
+		{"Fail", func() error { return e.store.Fail(e.ctx, lease.FailRequest{Ref: ref, Reason: "boom"}) }},
+		{"Release", func() error { return e.store.Release(e.ctx, ref) }},
+	}
+	for _, w := range single {
+		if err := w.write(); !errors.Is(err, leasework.ErrCancelled) || !errors.Is(err, leasework.ErrLeaseLost) {
+			e.t.Fatalf("%s by the cancelled attempt: err = %v; want ErrCancelled and ErrLeaseLost", w.name, err)
+		}
+		e.wantUnchanged(w.name+" by the cancelled attempt", cancelled)
+	}
+
+	wantLost(e.t, "SetProgress by the cancelled attempt", e.store.SetProgress(e.ctx, ref, []byte("page=2")))
+	e.wantUnchanged("SetProgress by the cancelled attempt", cancelled)
+
+	for _, tw := range []struct {
+		name     string
+		complete func(context.Context, *sql.Tx, leasework.Ref) error
+	}{{"CompleteTx", e.store.CompleteTx}, {"CompleteAndDeleteTx", e.store.CompleteAndDeleteTx}} {
+		tx, err := e.applyInTx(table, c, tw.complete)
+		wantLost(e.t, tw.name+" by the cancelled attempt", err)
+		if err := tx.Commit(); !errors.Is(err, sql.ErrTxDone) {
+			e.t.Fatalf("Commit after %s was rejected: %v; want sql.ErrTxDone (already rolled back)", tw.name, err)
+		}
+		if n := e.countEffects(table, c.EventID); n != 0 {
+			e.t.Fatalf("the cancelled attempt's business write was committed with %s (%d rows); want rolled back", tw.name, n)
+		}
+		e.wantUnchanged(tw.name+" by the cancelled attempt", cancelled)
+	}
+
+	// One batch: the cancelled claim, a live one and a stale one.
+	newer := e.newerGeneration(stale.ID)
+	batch := []leasework.Ref{stale.Ref(), ref, live.Ref()}
+	res, err := e.store.CompleteMany(e.ctx, batch)
+	wantOK(e.t, "CompleteMany of a stale, a cancelled and a live claim", err)
+	if len(res) != 3 {
+		e.t.Fatalf("CompleteMany of 3 claims returned %d results", len(res))
+	}
+	for i, r := range res {
+		if r.Ref != batch[i] {
+			e.t.Fatalf("result %d is for %+v, want %+v", i, r.Ref, batch[i])
+		}
+	}
+	if r := res[0]; r.Cancelled || errors.Is(r.Err, leasework.ErrCancelled) || !errors.Is(r.Err, leasework.ErrLeaseLost) {
+		e.t.Fatalf("completion of a stale, not cancelled, claim: %+v; want ErrLeaseLost, neither Cancelled nor ErrCancelled", r)
+	}
+	if r := res[1]; !r.Cancelled || !errors.Is(r.Err, leasework.ErrCancelled) {
+		e.t.Fatalf("completion of the cancelled claim in a batch: %+v; want Cancelled, ErrCancelled", r)
+	}
+	if r := res[2]; r.Err != nil || r.Cancelled || r.Status != leasework.StatusDone {
+		e.t.Fatalf("completion of a live claim beside a cancelled one: %+v; want accepted, DONE", r)
+	}
+	e.wantState(stale.ID, leasework.StatusInProgress, newer.Generation)
+	e.wantState(live.ID, leasework.StatusDone, live.Generation)
+	e.wantUnchanged("the batch", cancelled)
+
+	if got := e.claim(10); len(got) != 0 {
+		e.t.Fatalf("claimed %s; want nothing (the cancelled row is finished, the other two are owned or done)", describe(got))
+	}
+	if again, err := e.store.Cancel(e.ctx, c.ID, "twice"); !errors.Is(err, lease.ErrFinished) {
+		e.t.Fatalf("cancel of a cancelled event = %d, %v; want lease.ErrFinished", again, err)
+	}
+	e.wantUnchanged("the second cancel", cancelled)
+}
+
+// A cancelled event is never claimed, whatever state it was cancelled in:
+// READY, INPROGRESS with a lease that has run out, or WAITING behind its
+// key's head. A keyed event cancelled as its key's head passes the key on,
+// from each state a head can be in (READY, INPROGRESS, FAILED): the next
+// event of the key, and only it, becomes claimable; a cancelled follower
+// is passed over when its turn comes. A DONE event cannot be cancelled
+// (lease.ErrFinished) and stays DONE.
+func cancelledEventIsNeverClaimed(e *env) {
+	evs := e.enqueue(
+		lease.Event{Kind: "k", EventID: "ready"},
+		lease.Event{Kind: "k", EventID: "expired"},
+		lease.Event{Kind: "k", EventID: "done"})
+	ready, expired, done := evs[0], evs[1], evs[2]
+	claims := e.claim(3)
+	if len(claims) != 3 {
+		e.t.Fatalf("claimed %d rows, want 3", len(claims))
+	}
+	// Give "ready" back, so that it is READY when cancelled.
+	for _, c := range claims {
+		switch c.ID {
+		case ready.ID:
+			wantOK(e.t, "release", e.store.Release(e.ctx, c.Ref()))
+		case expired.ID:
+			e.expire(c.ID) // fixture: its owner died
+		case done.ID:
+			wantOK(e.t, "complete", e.store.Complete(e.ctx, c.Ref()))
+		}
+	}
+	e.cancel(ready.ID, "")
+	e.cancel(expired.ID, "owner gone")
+	if gen, err := e.store.Cancel(e.ctx, done.ID, ""); !errors.Is(err, lease.ErrFinished) {
+		e.t.Fatalf("cancel of a DONE event = %d, %v; want lease.ErrFinished", gen, err)
+	}
+	e.wantState(done.ID, leasework.StatusDone, 1)
+	if got := e.claim(10); len(got) != 0 {
+		e.t.Fatalf("claimed %s; want nothing: a READY event and an expired lease were cancelled", describe(got))
+	}
+
+	// Three keys, one per state of the head when cancelled.
+	var events []lease.Event
+	for _, key := range []string{"ready", "running", "failed"} {
+		for i := 1; i <= 4; i++ {
+			events = append(events, lease.Event{Kind: "k", Key: key, EventID: fmt.Sprintf("%s-%d", key, i)})
+		}
+	}
+	rowOf := map[string]int64{}
+	for _, en := range e.enqueue(events...) {
+		rowOf[en.EventID] = en.ID
+	}
+	claimed := e.claimEventIDs(10)
+	if claimed != "failed-1 ready-1 running-1" {
+		e.t.Fatalf("claimed %s; want the three heads, failed-1 ready-1 running-1", claimed)
+	}
+	heads := map[string]leasework.Ref{}
+	for _, k := range []string{"ready", "running", "failed"} {
+		heads[k] = leasework.Ref{ID: rowOf[k+"-1"], Generation: 1}
+	}
+	wantOK(e.t, "release", e.store.Release(e.ctx, heads["ready"]))
+	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: heads["failed"], Reason: "broken"}))
+	// ready-1 is READY again: claim nothing, so that it stays READY.
+	for _, k := range []string{"ready", "running", "failed"} {
+		e.cancel(rowOf[k+"-2"], "") // a follower, WAITING
+		e.cancel(rowOf[k+"-1"], "") // the head
+	}
+	claimed = e.claimEventIDs(10)
+	if claimed != "failed-3 ready-3 running-3" {
+		e.t.Fatalf("after cancelling each key's head and first follower, claimed %s; want failed-3 ready-3 running-3", claimed)
+	}
+	for _, k := range []string{"ready", "running", "failed"} {
+		e.wantState(rowOf[k+"-4"], leasework.StatusWaiting, 0)
+		wantOK(e.t, "complete", e.store.Complete(e.ctx, leasework.Ref{ID: rowOf[k+"-3"], Generation: 1}))
+	}
+	if claimed = e.claimEventIDs(10); claimed != "failed-4 ready-4 running-4" {
+		e.t.Fatalf("after completing each key's third event, claimed %s; want failed-4 ready-4 running-4", claimed)
+	}
+}
+
+// A cancel and a completion racing: the owner's CompleteTx holds the row
+// in its open transaction when the cancel is sent. If the transaction
+// commits, the completion stands: the cancel reports lease.ErrFinished and
+// the row stays DONE at the claim's generation. If it rolls back, the
+// cancel wins, and the owner's next completion is rejected as cancelled.
+func cancelNeverUndoesACompletion(e *env) {
+	table := e.effects()
+	e.enqueueN(2)
+	committed, rolledBack := e.claimOne(), e.claimOne()
+	for i, c := range []leasework.Claim{committed, rolledBack} {
+		commit := i == 0
+		tx, err := e.applyInTx(table, c, e.store.CompleteTx)
+		wantOK(e.t, "CompleteTx", err)
+		result := make(chan error, 1)
+		go func() {
+			_, err := e.store.Cancel(e.ctx, c.ID, "race")
+			result <- err
+		}()
+		if commit {
+			wantOK(e.t, "commit", tx.Commit())
+		} else {
+			wantOK(e.t, "rollback", tx.Rollback())
+		}
+		var err2 error
+		select {
+		case err2 = <-result:
+		case <-e.ctx.Done():
+			e.t.Fatalf("cancel of row %d did not return: %v", c.ID, e.ctx.Err())
+		}
+		if commit {
+			if !errors.Is(err2, lease.ErrFinished) {
+				e.t.Fatalf("cancel racing a completion that committed: %v; want lease.ErrFinished", err2)
+			}
+			e.wantState(c.ID, leasework.StatusDone, c.Generation)
+			if n := e.countEffects(table, c.EventID); n != 1 {
+				e.t.Fatalf("effects of the committed completion: %d; want 1", n)
+			}
+			continue
+		}
+		wantOK(e.t, "cancel racing a completion that rolled back", err2)
+		r := e.row(c.ID)
+		if r.Status != leasework.StatusDiscarded || r.Generation <= c.Generation {
+			e.t.Fatalf("after the completion rolled back and the cancel returned, row %d is %s generation %d; want DISCARDED above generation %d",
+				c.ID, r.Status, r.Generation, c.Generation)
+		}
+		if err := e.store.Complete(e.ctx, c.Ref()); !errors.Is(err, leasework.ErrCancelled) {
+			e.t.Fatalf("completion after the cancel won: %v; want ErrCancelled", err)
+		}
+		e.wantUnchanged("the completion after the cancel", r)
+	}
+}
+
+// cancel cancels row id, which must succeed, and checks the row is
+// DISCARDED at the generation returned, a newer one, with the reason.
+func (e *env) cancel(id int64, reason string) {
+	e.t.Helper()
+	before := e.row(id)
+	gen, err := e.store.Cancel(e.ctx, id, reason)
+	wantOK(e.t, fmt.Sprintf("cancel of row %d (%s, %s)", id, before.EventID, before.Status), err)
+	if gen <= before.Generation {
+		e.t.Fatalf("cancel of row %d at generation %d returned generation %d; want a newer one", id, before.Generation, gen)
+	}
+	want := lease.CancelledPrefix
+	if reason != "" {
+		want += ": " + reason
+	}
+	if r := e.wantState(id, leasework.StatusDiscarded, gen); r.LastError != want {
+		e.t.Fatalf("cancelled row %d: last_error %q, want %q", id, r.LastError, want)
+	}
+}
+
+// claimEventIDs claims up to limit rows and returns their event ids,
+// sorted and joined by spaces.
+func (e *env) claimEventIDs(limit int) string {
+	e.t.Helper()
+	var ids []string
+	for _, c := range e.claim(limit) {
+		ids = append(ids, c.EventID)
+	}
+	slices.Sort(ids) // a claim returns its rows in no particular order
+	return strings.Join(ids, " ")
+}
+
+// wantUnchanged fails the subtest if the row of before differs from it in
+// any column, after what.
+func (e *env) wantUnchanged(what string, before lease.Row) {
+	e.t.Helper()
+	after := e.row(before.ID)
+	var diff []string
+	field := func(name string, same bool, was, is any) {
+		if !same {
+			diff = append(diff, fmt.Sprintf("%s %v -> %v", name, was, is))
+		}
+	}
+	field("status", before.Status == after.Status, before.Status, after.Status)
+	field("generation", before.Generation == after.Generation, before.Generation, after.Generation)
+	field("attempt", before.Attempt == after.Attempt, before.Attempt, after.Attempt)
+	field("max_attempts", before.MaxAttempts == after.MaxAttempts, before.MaxAttempts, after.MaxAttempts)
+	field("lease_until", sameTime(before.LeaseUntil, after.LeaseUntil), before.LeaseUntil, after.LeaseUntil)
+	field("next_attempt_at", before.NextAttemptAt.Equal(after.NextAttemptAt), before.NextAttemptAt, after.NextAttemptAt)
+	field("last_error", before.LastError == after.LastError, before.LastError, after.LastError)
+	field("progress", bytes.Equal(before.Progress, after.Progress), before.Progress, after.Progress)
+	field("worker", before.Worker == after.Worker, before.Worker, after.Worker)
+	field("updated_at", before.UpdatedAt.Equal(after.UpdatedAt), before.UpdatedAt, after.UpdatedAt)
+	field("finished_at", sameTime(before.FinishedAt, after.FinishedAt), before.FinishedAt, after.FinishedAt)
+	if len(diff) > 0 {
+		e.t.Fatalf("%s changed row %d: %s", what, before.ID, strings.Join(diff, ", "))
+	}
+}
+
+func sameTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
