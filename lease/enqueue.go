@@ -382,7 +382,6 @@ func (s *Store) checkEvent(e Event) error {
 		return err
 	}
 	if e.Priority < 0 || e.Priority > MaxPriority {
-		//lint:ignore ST1005 the message starts with the field's name, Priority
 		return fmt.Errorf("Priority is %d; it must be between 0 and %d", e.Priority, MaxPriority)
 	}
 	return nil
