@@ -363,7 +363,6 @@ func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first
 // the field's name, and the caller puts the event's index in front.
 func (s *Store) checkEvent(e Event) error {
 	if e.Kind == "" {
-		//lint:ignore ST1005 the message starts with the field's name, Kind
 		return errors.New("Kind is empty")
 	}
 	if err := validateText("Kind", e.Kind, MaxKindBytes); err != nil {
@@ -382,6 +381,7 @@ func (s *Store) checkEvent(e Event) error {
 		return err
 	}
 	if e.Priority < 0 || e.Priority > MaxPriority {
+		//lint:ignore ST1005 the message starts with the field's name, Priority
 		return fmt.Errorf("Priority is %d; it must be between 0 and %d", e.Priority, MaxPriority)
 	}
 	return nil
