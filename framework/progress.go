@@ -35,7 +35,7 @@ func attemptFrom(ctx context.Context) (*attempt, bool) {
 func ClaimFromContext(ctx context.Context) (*leasework.Claim, bool) {
 	a, ok := attemptFrom(ctx)
 	if !ok {
-		return nil, false
+		return testClaimFrom(ctx) // a handler a test runs (testhook.go)
 	}
 	return &a.claim, true
 }
@@ -55,7 +55,7 @@ func ClaimFromContext(ctx context.Context) (*leasework.Claim, bool) {
 func RecordProgress(ctx context.Context, progress []byte) error {
 	a, ok := attemptFrom(ctx)
 	if !ok {
-		return ErrNoClaim
+		return recordTestProgress(ctx, progress) // ErrNoClaim unless a test runs the handler (testhook.go)
 	}
 	if len(progress) > MaxProgressSize {
 		return fmt.Errorf("%w: %d bytes; at most %d are allowed", ErrProgressTooLarge, len(progress), MaxProgressSize)

@@ -95,7 +95,7 @@ func CompleteInTx(ctx context.Context, tx *sql.Tx) error {
 	st, ok := ctx.Value(txKey{}).(*txState)
 	if !ok {
 		if _, ok := attemptFrom(ctx); !ok {
-			return ErrNoClaim
+			return completeTestTx(ctx, tx) // ErrNoClaim unless a test runs the handler (testhook.go)
 		}
 		return errors.New("framework: CompleteInTx: the context is not a Transactional handler's")
 	}
