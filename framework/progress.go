@@ -15,7 +15,7 @@ const MaxProgressSize = 64 << 10
 
 var (
 	// ErrNoClaim is returned by [RecordProgress] for a context that does
-	// not belong to a handler run by a [Worker].
+	// not belong to a handler run by a [Worker] (or by leaseworktest).
 	ErrNoClaim = errors.New("framework: context carries no claim")
 
 	// ErrProgressTooLarge is returned by [RecordProgress] for progress
