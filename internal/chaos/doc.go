@@ -39,7 +39,8 @@
 //     fixture (never a wait), wait until another worker claimed one of its
 //     rows again, then SIGCONT it: its late writes must be refused;
 //   - terminate: pg_terminate_backend of every backend of one worker, its
-//     LISTEN connection included (the fault fails if none was hit);
+//     LISTEN connection included (a terminate that found the listener
+//     connecting again, and so hit none, is not counted and is done again);
 //   - blackhole: the worker's proxy stops forwarding on every open
 //     connection without closing it;
 //   - restart: fast shutdown of the server, and start again.

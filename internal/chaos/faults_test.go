@@ -69,55 +69,79 @@ func schedule(rng *rand.Rand, perKind int) []fault {
 // inject does the soak's faults, on a schedule drawn from the seed: each
 // after a gap of 0.25 to 1.75 mean gaps, on a worker chosen by the seed
 // among those free of other faults. A fault's recovery is checked in the
-// background, so faults overlap on different workers. It returns once
-// every fault is done and its recovery checked, or the soak failed.
+// background, so faults overlap on different workers. A terminate that hit
+// no LISTEN connection (the worker was connecting its listener again) does
+// not count and is done again after the schedule. It returns once every
+// fault is done and its recovery checked, or the soak failed.
 func (s *soak) inject(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(s.seed, 1))
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for i, f := range schedule(rng, s.cfg.perKind) {
-		gap := time.Duration(float64(s.cfg.meanGap) * (0.25 + 1.5*rng.Float64()))
-		pick := rng.Uint64()
-		if !sleep(ctx, gap) {
-			return
-		}
-		if f == faultRestart {
-			// Restarts are done here, one at a time; the workers'
-			// recovery is checked meanwhile, beside later faults.
-			start := time.Now()
-			checks, err := s.restart(ctx)
-			if err != nil {
-				s.failf("fault %d (restart): %v", i, err)
-				return
+	i := 0
+	for queue := schedule(rng, s.cfg.perKind); len(queue) > 0 && ctx.Err() == nil; queue = s.takeRedo() {
+		var wg sync.WaitGroup
+		for _, f := range queue {
+			if !s.injectOne(ctx, &wg, rng, i, f) {
+				break
 			}
-			wg.Go(func() {
-				var cw sync.WaitGroup
-				for _, check := range checks {
-					cw.Go(func() {
-						if err := check(); err != nil {
-							s.failf("fault %d (restart): %v", i, err)
-						}
-					})
-				}
-				cw.Wait()
-				s.tracef("fault %d: restart, done and every worker recovered in %v", i, time.Since(start).Round(time.Millisecond))
-			})
-			continue
+			i++
 		}
-		sl, err := s.acquire(ctx, f, pick)
+		wg.Wait()
+	}
+}
+
+// injectOne does fault i, of kind f, after its gap; the worker's recovery
+// is checked in wg. It reports false if the run ended.
+func (s *soak) injectOne(ctx context.Context, wg *sync.WaitGroup, rng *rand.Rand, i int, f fault) bool {
+	gap := time.Duration(float64(s.cfg.meanGap) * (0.25 + 1.5*rng.Float64()))
+	pick := rng.Uint64()
+	if !sleep(ctx, gap) {
+		return false
+	}
+	if f == faultRestart {
+		// Restarts are done here, one at a time; the workers' recovery
+		// is checked meanwhile, beside later faults.
+		start := time.Now()
+		checks, err := s.restart(ctx)
 		if err != nil {
-			s.failf("fault %d (%v): %v", i, f, err)
-			return
+			s.failf("fault %d (restart): %v", i, err)
+			return false
 		}
 		wg.Go(func() {
-			defer s.release(sl)
-			start := time.Now()
-			if err := s.workerFault(ctx, f, sl); err != nil {
-				s.failf("fault %d (%v on slot %d): %v", i, f, sl.n, err)
+			var cw sync.WaitGroup
+			for _, check := range checks {
+				cw.Go(func() {
+					if err := check(); err != nil {
+						s.failf("fault %d (restart): %v", i, err)
+					}
+				})
 			}
-			s.tracef("fault %d: %v on slot %d, done and recovered in %v", i, f, sl.n, time.Since(start).Round(time.Millisecond))
+			cw.Wait()
+			s.tracef("fault %d: restart, done and every worker recovered in %v", i, time.Since(start).Round(time.Millisecond))
 		})
+		return true
 	}
+	sl, err := s.acquire(ctx, f, pick)
+	if err != nil {
+		s.failf("fault %d (%v): %v", i, f, err)
+		return false
+	}
+	wg.Go(func() {
+		defer s.release(sl)
+		start := time.Now()
+		if err := s.workerFault(ctx, f, sl); err != nil {
+			s.failf("fault %d (%v on slot %d): %v", i, f, sl.n, err)
+		}
+		s.tracef("fault %d: %v on slot %d, done and recovered in %v", i, f, sl.n, time.Since(start).Round(time.Millisecond))
+	})
+	return true
+}
+
+// takeRedo returns the faults to do again, and forgets them.
+func (s *soak) takeRedo() []fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	redo := s.redo
+	s.redo = nil
+	return redo
 }
 
 // acquire waits until some worker is free (of other faults, and of a
@@ -247,11 +271,16 @@ func (s *soak) workerFault(ctx context.Context, f fault, sl *slot) error {
 		// blackhole: an older one is a silenced connection's backend,
 		// whose client has gone.
 		hit := slices.ContainsFunc(ended, func(b backend) bool { return b.listener && b.started.After(silenced) })
-		if !hit {
-			return fmt.Errorf("terminated %d backends of %s, none of them its LISTEN connection (one started after %s, its last blackhole): %v",
-				len(ended), w.id, silenced.Format("15:04:05.000000"), ended)
+		if hit {
+			s.count(f)
+		} else {
+			s.mu.Lock()
+			s.terminateMisses++
+			s.redo = append(s.redo, f)
+			s.mu.Unlock()
+			s.tracef("terminated %d backends of %s, none of them its LISTEN connection (one started after %s, its last blackhole): %v; the end of its output:\n%s",
+				len(ended), w.id, silenced.Format("15:04:05.000000"), ended, w.tail.last(reportBytes))
 		}
-		s.count(f)
 	case faultBlackhole:
 		if err := retry(ctx, "read the clock", func(ctx context.Context) (err error) {
 			since, err = dbNow(ctx, s.admin)

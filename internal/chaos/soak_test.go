@@ -76,17 +76,19 @@ type soak struct {
 	store  *lease.Store // the enqueuer's, straight to the server
 	cancel context.CancelFunc
 
-	mu             sync.Mutex
-	slots          []*slot
-	all            []*worker // every worker process started
-	faults         [numFaults]int
-	recovery       [numFaults]time.Duration // the longest recovery after each kind
-	stopsReclaimed int                      // stops during which another worker re-claimed a row
-	stopsIdle      int                      // stops of a worker that held nothing, after tries
-	acked          map[string]string        // event id → payload, of enqueues whose commit returned
-	unknown        int                      // events of enqueues whose commit failed: they may exist
-	finished       bool                     // the test is over: nothing more is reported
-	aborted        bool                     // a failure ended the run
+	mu              sync.Mutex
+	slots           []*slot
+	all             []*worker // every worker process started
+	faults          [numFaults]int
+	recovery        [numFaults]time.Duration // the longest recovery after each kind
+	stopsReclaimed  int                      // stops during which another worker re-claimed a row
+	stopsIdle       int                      // stops of a worker that held nothing, after tries
+	terminateMisses int                      // terminates that hit no LISTEN connection: not counted, done again
+	redo            []fault                  // faults to do again after the schedule
+	acked           map[string]string        // event id → payload, of enqueues whose commit returned
+	unknown         int                      // events of enqueues whose commit failed: they may exist
+	finished        bool                     // the test is over: nothing more is reported
+	aborted         bool                     // a failure ended the run
 
 	claimErrorsBeforeProbes map[string]int64 // worker id → its ClaimErrors before finalProbes
 }
@@ -507,7 +509,7 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		}
 	}
 	faults, recovery := s.faults, s.recovery
-	stopsReclaimed, stopsIdle := s.stopsReclaimed, s.stopsIdle
+	stopsReclaimed, stopsIdle, terminateMisses := s.stopsReclaimed, s.stopsIdle, s.terminateMisses
 	all := s.all
 	s.mu.Unlock()
 	if len(wrong) > 0 {
@@ -620,10 +622,10 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 	}
 
 	t.Logf("soak details: %s faults in %v, all done in %v; %d workers started; events acknowledged %d, of enqueues that failed %d (in the table or not), FAILED as asked %d; highest attempt %d; "+
-		"stops with a row re-claimed %d, of idle workers %d; longest recovery kill %v stop %v terminate %v blackhole %v restart %v; "+
+		"stops with a row re-claimed %d, of idle workers %d; terminates that missed the listener and were done again %d; longest recovery kill %v stop %v terminate %v blackhole %v restart %v; "+
 		"audit: claims %d, outcomes %d, renewals %d; workers' counters: claimed %d, reclaimed %d, claim errors %d, leases lost %d (local timeouts %d), outcomes replayed %d, outcomes abandoned %d",
 		s.cfg.name, faulted.Round(time.Second), total.Round(time.Second), len(all), acked, unknown, failedAsked, maxAttempt,
-		stopsReclaimed, stopsIdle, recovery[faultKill].Round(time.Millisecond), recovery[faultStop].Round(time.Millisecond),
+		stopsReclaimed, stopsIdle, terminateMisses, recovery[faultKill].Round(time.Millisecond), recovery[faultStop].Round(time.Millisecond),
 		recovery[faultTerminate].Round(time.Millisecond), recovery[faultBlackhole].Round(time.Millisecond), recovery[faultRestart].Round(time.Millisecond),
 		claims, outcomes, renewals, sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.OutcomesReplayed, sum.OutcomesAbandoned)
 	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d duplicates=%d stale_rejected=%d stale_accepted=%d lost=%d pickup_after_restart=%v",
