@@ -28,10 +28,12 @@ func TestMain(m *testing.M) {
 // test to fail if a goroutine started after it outlives the test's workers.
 func newStore(t testing.TB, drv leasework.Driver) *lease.Store {
 	t.Helper()
-	s := pgtest.Store(t, drv, lease.Options{})
+	// Checked last, after the store's pool is closed (cleanups run last
+	// registered first): an idle pgx connection in the pool may keep a
+	// background reader waiting on its socket until the pool closes it.
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	return s
+	return pgtest.Store(t, drv, lease.Options{})
 }
 
 // newWorker makes a worker on s's table. Its DONE rows are kept forever
