@@ -210,3 +210,52 @@ func Example_queues() {
 	// bulk, paused: nothing
 	// bulk, resumed: report-1
 }
+
+// Cancelling an event while a worker runs it: the owner's late completion
+// is rejected as cancelled.
+func ExampleStore_Cancel() {
+	ctx := context.Background()
+	drv := pgx.New()
+	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	store, err := lease.New(db, drv, lease.Options{Schema: fmt.Sprintf("example_%d", time.Now().UnixNano())})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer store.DropSchema(ctx)
+
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Enqueue(ctx, tx, lease.Event{EventID: "order-7-ship", Kind: "ship"}); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+	claims, err := store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	if _, err := store.Cancel(ctx, claims[0].ID, "order withdrawn"); err != nil {
+		log.Fatal(err)
+	}
+	err = store.Complete(ctx, claims[0].Ref())
+	fmt.Println("late completion cancelled:", errors.Is(err, leasework.ErrCancelled), "lease lost:", errors.Is(err, leasework.ErrLeaseLost))
+	row, err := store.Get(ctx, claims[0].ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(row.Status, row.LastError)
+	// Output:
+	// late completion cancelled: true lease lost: true
+	// DISCARDED cancelled: order withdrawn
+}
