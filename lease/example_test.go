@@ -14,6 +14,28 @@ import (
 	"github.com/leasework/leasework/lease/leasetest"
 )
 
+// exampleStore opens the database named by $LEASEWORK_DSN (the tests'
+// server) and returns a migrated store in a schema of its own, and a func
+// that drops the schema and closes the pool: the steps Example shows.
+func exampleStore(ctx context.Context) (*lease.Store, func()) {
+	drv := pgx.New()
+	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := lease.New(db, drv, lease.Options{Schema: fmt.Sprintf("example_%d", time.Now().UnixNano())})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	return store, func() {
+		store.DropSchema(ctx)
+		db.Close()
+	}
+}
+
 // A transactional outbox: the event commits with the business write, a
 // worker claims it, and a stale owner's late completion is rejected.
 func Example() {
@@ -78,21 +100,9 @@ func Example() {
 // it.
 func Example_orderPerKey() {
 	ctx := context.Background()
-	drv := pgx.New()
-	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	schema := fmt.Sprintf("example_%d", time.Now().UnixNano()) // a schema of its own
-	store, err := lease.New(db, drv, lease.Options{Schema: schema})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := store.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer store.DropSchema(ctx)
+	store, done := exampleStore(ctx) // as in Example
+	defer done()
+	db := store.DB()
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -152,21 +162,9 @@ func Example_orderPerKey() {
 // paused queue gives nothing until it is resumed.
 func Example_queues() {
 	ctx := context.Background()
-	drv := pgx.New()
-	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	schema := fmt.Sprintf("example_%d", time.Now().UnixNano())
-	store, err := lease.New(db, drv, lease.Options{Schema: schema})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := store.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer store.DropSchema(ctx)
+	store, done := exampleStore(ctx) // as in Example
+	defer done()
+	db := store.DB()
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -215,20 +213,9 @@ func Example_queues() {
 // is rejected as cancelled.
 func ExampleStore_Cancel() {
 	ctx := context.Background()
-	drv := pgx.New()
-	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	store, err := lease.New(db, drv, lease.Options{Schema: fmt.Sprintf("example_%d", time.Now().UnixNano())})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := store.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer store.DropSchema(ctx)
+	store, done := exampleStore(ctx) // as in Example
+	defer done()
+	db := store.DB()
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
