@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/lease"
@@ -48,14 +47,14 @@ func RequireEnqueuedTx(t testing.TB, ctx context.Context, tx *sql.Tx, s *lease.S
 	if tx == nil {
 		t.Fatalf("leaseworktest: RequireEnqueuedTx: tx is nil")
 	}
-	return requireEnqueued(t, ctx, tx, "in the transaction", s, kind, opts)
+	return requireEnqueued(t, ctx, inTx(t, s, tx), "in the transaction", s, kind, opts)
 }
 
 // RequireEnqueued is [RequireEnqueuedTx] outside a transaction: it reads
 // the rows committed in s's table, through s's pool.
 func RequireEnqueued(t testing.TB, ctx context.Context, s *lease.Store, kind string, opts *EnqueuedOptions) []lease.Row {
 	t.Helper()
-	return requireEnqueued(t, ctx, storeDB(t, s), "in the table", s, kind, opts)
+	return requireEnqueued(t, ctx, committed(t, s), "in the table", s, kind, opts)
 }
 
 // RequireNotEnqueuedTx fails the test when a row of an event of kind
@@ -66,14 +65,14 @@ func RequireNotEnqueuedTx(t testing.TB, ctx context.Context, tx *sql.Tx, s *leas
 	if tx == nil {
 		t.Fatalf("leaseworktest: RequireNotEnqueuedTx: tx is nil")
 	}
-	requireNotEnqueued(t, ctx, tx, "in the transaction", s, kind, opts)
+	requireNotEnqueued(t, ctx, inTx(t, s, tx), "in the transaction", s, kind, opts)
 }
 
 // RequireNotEnqueued is [RequireNotEnqueuedTx] outside a transaction, on
 // the rows committed in s's table.
 func RequireNotEnqueued(t testing.TB, ctx context.Context, s *lease.Store, kind string, opts *EnqueuedOptions) {
 	t.Helper()
-	requireNotEnqueued(t, ctx, storeDB(t, s), "in the table", s, kind, opts)
+	requireNotEnqueued(t, ctx, committed(t, s), "in the table", s, kind, opts)
 }
 
 // Row is a row of a typed kind's event with its arguments decoded.
@@ -110,15 +109,25 @@ func decodeRows[T any](t testing.TB, k lease.Kind[T], rows []lease.Row) []Row[T]
 	return out
 }
 
-func storeDB(t testing.TB, s *lease.Store) *sql.DB {
+// committed lists the rows committed in s's table.
+func committed(t testing.TB, s *lease.Store) lister {
 	t.Helper()
 	if s == nil {
 		t.Fatalf("leaseworktest: the store is nil")
 	}
-	return s.DB()
+	return s.List
 }
 
-func requireEnqueued(t testing.TB, ctx context.Context, q querier, where string, s *lease.Store, kind string, opts *EnqueuedOptions) []lease.Row {
+// inTx lists the rows s's table has as tx sees them.
+func inTx(t testing.TB, s *lease.Store, tx *sql.Tx) lister {
+	t.Helper()
+	if s == nil {
+		t.Fatalf("leaseworktest: the store is nil")
+	}
+	return func(ctx context.Context, req lease.ListRequest) ([]lease.Row, error) { return s.ListTx(ctx, tx, req) }
+}
+
+func requireEnqueued(t testing.TB, ctx context.Context, q lister, where string, s *lease.Store, kind string, opts *EnqueuedOptions) []lease.Row {
 	t.Helper()
 	o := options(t, opts)
 	match, other := rowsOf(t, ctx, q, s, kind, o)
@@ -131,7 +140,7 @@ func requireEnqueued(t testing.TB, ctx context.Context, q querier, where string,
 	return match
 }
 
-func requireNotEnqueued(t testing.TB, ctx context.Context, q querier, where string, s *lease.Store, kind string, opts *EnqueuedOptions) {
+func requireNotEnqueued(t testing.TB, ctx context.Context, q lister, where string, s *lease.Store, kind string, opts *EnqueuedOptions) {
 	t.Helper()
 	o := options(t, opts)
 	if match, _ := rowsOf(t, ctx, q, s, kind, o); len(match) > 0 {
@@ -215,65 +224,29 @@ func list(rows []lease.Row) string {
 	return b.String()
 }
 
-// querier is *sql.Tx or *sql.DB.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
+// lister reads rows as lease.Store.List does, in a transaction or not.
+type lister func(ctx context.Context, req lease.ListRequest) ([]lease.Row, error)
 
-// rowColumns are the columns of a lease.Row, read as lease.Store.Get reads
-// them; a test compares the two.
-const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
-    max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
-    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority`
-
-// rowsOf reads the rows of kind visible to q, in id order, and splits them
-// into those o matches and the others.
-func rowsOf(t testing.TB, ctx context.Context, q querier, s *lease.Store, kind string, o EnqueuedOptions) (match, other []lease.Row) {
+// rowsOf reads the rows of kind that list sees, in id order, and splits
+// them into those o matches and the others.
+func rowsOf(t testing.TB, ctx context.Context, list lister, s *lease.Store, kind string, o EnqueuedOptions) (match, other []lease.Row) {
 	t.Helper()
-	if s == nil {
-		t.Fatalf("leaseworktest: the store is nil")
-	}
-	rows, err := q.QueryContext(ctx, `SELECT `+rowColumns+` FROM `+s.QualifiedTable()+` WHERE kind = $1 ORDER BY id`, kind)
-	if err != nil {
-		t.Fatalf("leaseworktest: read the events of kind %q in %s: %v", kind, s.QualifiedTable(), err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		r, err := scanRow(rows)
+	req := lease.ListRequest{Kind: kind, Limit: 1000}
+	for {
+		rows, err := list(ctx, req)
 		if err != nil {
 			t.Fatalf("leaseworktest: read the events of kind %q in %s: %v", kind, s.QualifiedTable(), err)
 		}
-		if o.matches(r) {
-			match = append(match, r)
-		} else {
-			other = append(other, r)
+		for _, r := range rows {
+			if o.matches(r) {
+				match = append(match, r)
+			} else {
+				other = append(other, r)
+			}
 		}
+		if len(rows) < req.Limit {
+			return match, other
+		}
+		req.AfterID = rows[len(rows)-1].ID
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("leaseworktest: read the events of kind %q in %s: %v", kind, s.QualifiedTable(), err)
-	}
-	return match, other
-}
-
-func scanRow(rows *sql.Rows) (lease.Row, error) {
-	var r lease.Row
-	var leaseUntil, finished sql.NullTime
-	var status string
-	err := rows.Scan(&r.ID, &r.EventID, &r.Kind, &r.Key, &r.Payload, &status, &r.Generation,
-		&r.Attempt, &r.MaxAttempts, &leaseUntil, &r.NextAttemptAt, &r.LastError, &r.Progress,
-		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished, &r.Queue, &r.Priority)
-	if err != nil {
-		return lease.Row{}, err
-	}
-	r.Status = leasework.Status(status)
-	r.LeaseUntil = ptr(leaseUntil)
-	r.FinishedAt = ptr(finished)
-	return r, nil
-}
-
-func ptr(t sql.NullTime) *time.Time {
-	if !t.Valid {
-		return nil
-	}
-	return &t.Time
 }
