@@ -113,13 +113,17 @@ func createSinkAndAudit(ctx context.Context, db *sql.DB, s *lease.Store) error {
 
 // listenerSQL is true for a backend that is a worker's LISTEN connection:
 // idle after LISTEN, or after the ping a listener sends when it has heard
-// nothing for 5s (pgx sends "-- ping", lib/pq an empty query). pgx's
-// database/sql connections send "-- ping" too, before a statement on a
-// connection that sat in the pool: such a backend is idle after it only for
-// the round trip before the statement, while a listener stays idle after
-// its ping. So a ping counts once its backend has been idle for a second.
+// nothing for 5s (pgx sends "-- ping", lib/pq an empty query). Two other
+// backends look alike. A backend that has run no query yet shows an empty
+// query too, but no query_start (database/sql opens connections ahead of
+// need, which can sit unused in the pool). pgx's database/sql connections
+// send "-- ping" before a statement on a connection that sat in the pool:
+// such a backend is idle after it only for the round trip before the
+// statement, while a listener stays idle after its ping; so a ping counts
+// once its backend has been idle for a second.
 const listenerSQL = `(state = 'idle' AND (query LIKE 'LISTEN %'
-	OR (query IN ('-- ping', '') AND state_change < clock_timestamp() - interval '1 second')))`
+	OR (query IN ('-- ping', '') AND query_start IS NOT NULL
+		AND state_change < clock_timestamp() - interval '1 second')))`
 
 // listeners counts the LISTEN connections of app that started after since.
 func listeners(ctx context.Context, db *sql.DB, app string, since time.Time) (int, error) {
