@@ -17,8 +17,18 @@ var migrationFS embed.FS
 type Migration struct {
 	Version int
 	Name    string
-	sql     string
+	// WhileWorkersRun reports whether the step may be applied while
+	// workers and producers of the previous version run: their writes may
+	// wait for its locks, nothing worse. When false, stop them first; the
+	// step's SQL says why in its header.
+	WhileWorkersRun bool
+	sql             string
 }
+
+// Each migration starts with directives, one per line; so far only
+//
+//	-- leasework: workers running    (or stopped: see Migration.WhileWorkersRun)
+const directive = "-- leasework: "
 
 // Migrations returns the embedded migrations in version order.
 func Migrations() []Migration {
@@ -38,10 +48,80 @@ func Migrations() []Migration {
 		if err != nil {
 			panic(err)
 		}
-		ms = append(ms, Migration{Version: v, Name: name, sql: string(body)})
+		m := Migration{Version: v, Name: name, sql: string(body)}
+		workers := ""
+		for line := range strings.Lines(m.sql) {
+			d, ok := strings.CutPrefix(strings.TrimSpace(line), directive)
+			if !ok {
+				break
+			}
+			w, ok := strings.CutPrefix(d, "workers ")
+			if !ok {
+				panic("lease: migration " + path + ": unknown directive " + d)
+			}
+			workers = w
+		}
+		switch workers {
+		case "running":
+			m.WhileWorkersRun = true
+		case "stopped":
+		default:
+			panic("lease: migration " + path + " does not say whether workers may run")
+		}
+		ms = append(ms, m)
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms
+}
+
+// SQL returns the step's SQL for the table named by opts (Schema and Table;
+// zero means the defaults), for teams that run migrations with their own
+// tool (goose, atlas, golang-migrate). Run the steps in version order, each
+// in a transaction of its own. Each creates the schema
+// and the table's migrations table if needed and records itself there, as
+// [Store.Migrate] does, so that Migrate and a tool can take turns: neither
+// applies a step twice.
+func (m Migration) SQL(opts Options) (string, error) {
+	s, err := namesOnly(opts)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, q := range migrationsTable {
+		b.WriteString(s.render(q))
+		b.WriteString(";\n")
+	}
+	b.WriteString(s.render(m.sql))
+	fmt.Fprintf(&b, "\n%s\nVALUES (%d, %s) ON CONFLICT (version) DO NOTHING;\n",
+		s.render(`INSERT INTO {{schema}}.{{name "migrations"}} (version, name)`), m.Version, quoteLiteral(m.Name))
+	return b.String(), nil
+}
+
+// namesOnly is a store that renders statements for the table named by
+// opts, and runs none.
+func namesOnly(opts Options) (*Store, error) {
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	if err := validateName("Options.Schema", opts.Schema, maxSchemaLen); err != nil {
+		return nil, err
+	}
+	if err := validateName("Options.Table", opts.Table, maxTableLen); err != nil {
+		return nil, err
+	}
+	return &Store{schema: opts.Schema, table: opts.Table, channel: channelName(opts.Schema, opts.Table)}, nil
+}
+
+// migrationsTable creates the schema and the table's migrations table.
+var migrationsTable = []string{
+	`CREATE SCHEMA IF NOT EXISTS {{schema}}`,
+	`CREATE TABLE IF NOT EXISTS {{schema}}.{{name "migrations"}} (
+    version integer PRIMARY KEY,
+    name text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT statement_timestamp())`,
 }
 
 // Migrate creates the schema, the table and everything it needs, applying
@@ -74,14 +154,7 @@ func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 			return nil, fmt.Errorf("lease: migrate: lock: %w", err)
 		}
 	}
-	stmts := []string{
-		`CREATE SCHEMA IF NOT EXISTS {{schema}}`,
-		`CREATE TABLE IF NOT EXISTS {{schema}}.{{name "migrations"}} (
-			version integer PRIMARY KEY,
-			name text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT statement_timestamp())`,
-	}
-	for _, q := range stmts {
+	for _, q := range migrationsTable {
 		if _, err := tx.ExecContext(ctx, s.render(q)); err != nil {
 			return nil, fmt.Errorf("lease: migrate: %w", err)
 		}

@@ -82,3 +82,53 @@ func TestConcurrentFirstMigrationsOfOneSchema(t *testing.T) {
 		}
 	})
 }
+
+// The SQL a tool runs is the SQL Migrate runs: applied step by step, each
+// in a transaction of its own, it builds a table that works, records every
+// step, and Migrate then has nothing left to apply.
+func TestMigrationSQLAppliedByAnotherTool(t *testing.T) {
+	db := pgtest.Open(t, drv)
+	ctx := context.Background()
+	opts := lease.Options{Schema: pgtest.SchemaName(), Table: "jobs"}
+	for _, m := range lease.Migrations() {
+		q, err := m.SQL(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			t.Fatalf("migration %d (%s): %v", m.Version, m.Name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := lease.New(db, drv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.DropSchema(ctx)
+	if applied, err := s.Migrate(ctx); err != nil || len(applied) != 0 {
+		t.Fatalf("Migrate after the tool = %v, %v; want nothing left to apply", applied, err)
+	}
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e", Queue: "q"})
+	claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "q"})
+	if err != nil || len(claims) != 1 || claims[0].EventID != "e" {
+		t.Fatalf("claim on the tool's table = %v, %v", claims, err)
+	}
+	if _, err := lease.Migrations()[0].SQL(lease.Options{Schema: "Bad"}); err == nil {
+		t.Error("SQL for a schema with upper case was rendered")
+	}
+	var stopped []int
+	for _, m := range lease.Migrations() {
+		if !m.WhileWorkersRun {
+			stopped = append(stopped, m.Version)
+		}
+	}
+	if len(stopped) != 1 || stopped[0] != 5 {
+		t.Errorf("migrations to run with workers stopped: %v; want [5] (event ids)", stopped)
+	}
+}

@@ -27,6 +27,13 @@ type action interface {
 	exec(ctx context.Context, st *lease.Store, out *printer) error
 }
 
+// offlineAction is an action that, as its flags ask, runs without a
+// database (migrate -print).
+type offlineAction interface {
+	offline() bool
+	execOffline(opts lease.Options, out *printer) error
+}
+
 type command struct {
 	name     string
 	synopsis string // the command's own flags, for the usage line
@@ -37,11 +44,19 @@ type command struct {
 
 var commands = []command{
 	{
-		name:    "migrate",
-		summary: "create or upgrade the schema (safe to run again)",
+		name:     "migrate",
+		synopsis: "[-print]",
+		summary:  "create or upgrade the schema (safe to run again)",
 		doc: `Migrate creates the schema, the events table and its indexes and trigger,
 applying the migrations the table does not have yet. Running it again applies
-nothing. Concurrent runs are serialized by the database.`,
+nothing. Concurrent runs are serialized by the database.
+
+With -print it applies nothing and needs no database: it prints each
+migration's SQL for -schema and -table, for a migration tool of your own
+(goose, atlas, golang-migrate), with a header saying whether workers may run
+while it is applied. Run them in version order, each in a transaction of its
+own; each records itself in the table's migrations table, so migrate and
+your tool never apply a step twice.`,
 		new: func() action { return &migrateCmd{} },
 	},
 	{
@@ -249,6 +264,13 @@ func (e *env) runCommand(ctx context.Context, c command, args []string) int {
 	}
 	if err := a.check(); err != nil {
 		return e.usageFailure(c, err)
+	}
+	if o, ok := a.(offlineAction); ok && o.offline() {
+		out := &printer{w: e.stdout, json: conn.json}
+		if err := o.execOffline(lease.Options{Schema: conn.schema, Table: conn.table}, out); err != nil {
+			return e.failure(c, err)
+		}
+		return exitOK
 	}
 	st, err := conn.open(e.getenv)
 	if err != nil {

@@ -7,9 +7,47 @@ import (
 	"github.com/leasework/leasework/lease"
 )
 
-type migrateCmd struct{}
+type migrateCmd struct{ print bool }
 
-func (*migrateCmd) flags(*flag.FlagSet) {}
+func (m *migrateCmd) flags(fs *flag.FlagSet) {
+	fs.BoolVar(&m.print, "print", false, "print every migration's SQL for -schema and -table instead of applying it; no database is needed")
+}
+
+// offline reports whether the command runs without a database.
+func (m *migrateCmd) offline() bool { return m.print }
+
+type scriptJSON struct {
+	Version         int    `json:"version"`
+	Name            string `json:"name"`
+	WhileWorkersRun bool   `json:"while_workers_run"`
+	SQL             string `json:"sql"`
+}
+
+// execOffline prints the migrations' SQL for opts, each with a header that
+// says whether workers may run while it is applied.
+func (m *migrateCmd) execOffline(opts lease.Options, out *printer) error {
+	var scripts []scriptJSON
+	for _, mg := range lease.Migrations() {
+		q, err := mg.SQL(opts)
+		if err != nil {
+			return err
+		}
+		scripts = append(scripts, scriptJSON{Version: mg.Version, Name: mg.Name, WhileWorkersRun: mg.WhileWorkersRun, SQL: q})
+	}
+	if out.json {
+		return out.JSON(scripts)
+	}
+	for _, s := range scripts {
+		when := "may be applied while workers run"
+		if !s.WhileWorkersRun {
+			when = "apply with every worker and producer of the previous version stopped"
+		}
+		if err := out.Linef("-- leasework migration %d (%s): %s; run it in a transaction of its own\n%s", s.Version, s.Name, when, s.SQL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (*migrateCmd) check() error { return nil }
 

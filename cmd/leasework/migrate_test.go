@@ -71,3 +71,27 @@ func TestMigrateJSONListsAppliedMigrations(t *testing.T) {
 		t.Errorf("table = %q; want the default %q", got.Table, lease.DefaultTable)
 	}
 }
+
+// migrate -print needs no database: it prints every migration for the
+// schema and table given, with whether workers may run.
+func TestMigratePrintNeedsNoDatabase(t *testing.T) {
+	r := must(t, exitOK, "migrate", "-print", "-schema", "shop", "-table", "outbox")
+	for _, want := range []string{
+		"-- leasework migration 1 (create_table): may be applied while workers run",
+		"-- leasework migration 5 (event_ids): apply with every worker and producer of the previous version stopped",
+		`CREATE TABLE "shop"."outbox"`,
+		`INSERT INTO "shop"."outbox_migrations" (version, name)`,
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("migrate -print lacks %q", want)
+		}
+	}
+	var scripts []scriptJSON
+	decode(t, must(t, exitOK, "migrate", "-print", "-json"), &scripts)
+	if len(scripts) != len(lease.Migrations()) || !strings.Contains(scripts[0].SQL, `"leasework"."events"`) {
+		t.Errorf("migrate -print -json: %d scripts; want %d, for leasework.events", len(scripts), len(lease.Migrations()))
+	}
+	if r := must(t, exitError, "migrate", "-print", "-schema", "Shop"); !strings.Contains(r.stderr, "upper case") {
+		t.Errorf("migrate -print -schema Shop: stderr %q; want the name refused", r.stderr)
+	}
+}

@@ -1,3 +1,4 @@
+-- leasework: workers running
 -- The events table: one row per event, owned by at most one claim at a time.
 CREATE TABLE {{table}} (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -1,3 +1,4 @@
+-- leasework: workers running
 -- Wake idle workers when events are inserted: one NOTIFY per kind per
 -- statement, delivered when the inserting transaction commits (and never if it
 -- rolls back). The channel is the trigger's argument.

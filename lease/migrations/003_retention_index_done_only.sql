@@ -1,3 +1,4 @@
+-- leasework: workers running
 -- Retention deletes DONE rows, oldest first, and keeps FAILED rows until an
 -- operator repairs them. The index it reads holds DONE rows only: the old
 -- index also held every FAILED row, so on a table with many failures the

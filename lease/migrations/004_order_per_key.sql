@@ -1,3 +1,4 @@
+-- leasework: workers running
 -- Order per key. Events that share a non-empty key are handled one at a time,
 -- in the order their enqueuing transactions committed (and, within one
 -- transaction, in insertion order). Only each key's head is ever READY,

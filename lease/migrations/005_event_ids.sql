@@ -1,3 +1,4 @@
+-- leasework: workers stopped
 -- Event ids in a table of their own. The unique index that makes enqueue
 -- refuse a duplicate event id was on the events table, and every claim and
 -- every completion (updates that change the status, so never HOT) added an

@@ -1,3 +1,4 @@
+-- leasework: workers running
 -- Named queues, priorities, and pausing a queue.
 --
 -- Every event belongs to a queue ("default" unless enqueued into another)
@@ -13,7 +14,8 @@
 -- Safe while workers run? Adding the columns rewrites nothing (their
 -- defaults are constants); the two indexes are built while writes to the
 -- table wait. Workers of an earlier version keep working, claiming from
--- every queue; stop them before enqueueing into other queues.
+-- every queue, but their claim has lost its index: upgrade them soon, and
+-- before enqueueing into other queues.
 
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default';
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0;
