@@ -75,7 +75,8 @@ the first few of them by name. It scans the table.`,
 		synopsis: "[-status S] [-kind K] [-queue Q] [-limit N] [-after ID] | -held [-limit N]",
 		summary:  "list rows by status and kind, with their last error; or the held keys",
 		doc: `List prints rows in id order: id, event id, kind, key, status, generation,
-attempt/max, lease deadline, next attempt and last error. The table shortens
+attempt/max, lease deadline, next attempt (for a finished row, when it
+finished) and last error. The table shortens
 long event ids, keys and errors to one line; -json gives every field in full.
 Page with -after: pass the last id printed (with -json, "next_after").
 
@@ -152,6 +153,14 @@ enqueued into it. Pausing a paused queue does nothing.`,
 ones, so that its events are claimed at once. Resuming a queue that runs
 says so and changes nothing.`,
 		new: func() action { return &resumeCmd{} },
+	},
+	{
+		name:    "version",
+		summary: "this binary's version, its Go release and the schema version it migrates to",
+		doc: `Version prints the module version the binary was built from ("(devel)" from a
+checkout), the Go release, and the last migration migrate applies. It needs
+no database.`,
+		new: func() action { return &versionCmd{} },
 	},
 	{
 		name:     "explain",

@@ -123,11 +123,11 @@ func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error
 			itoa(r.Generation),
 			fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
 			timeCell(r.LeaseUntil),
-			timeCell(&r.NextAttemptAt),
+			nextOrFinished(r),
 			orDash(truncate(r.LastError, lastErrorWidth)),
 		}
 	}
-	header := []string{"ID", "EVENT ID", "KIND", "KEY", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT", "LAST ERROR"}
+	header := []string{"ID", "EVENT ID", "KIND", "KEY", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT / FINISHED", "LAST ERROR"}
 	if err := out.Table(header, table); err != nil {
 		return err
 	}
@@ -203,4 +203,13 @@ func (l *listCmd) execHeld(ctx context.Context, st *lease.Store, out *printer) e
 		return err
 	}
 	return out.Linef("requeue the row (leasework requeue -id) or discard it (leasework discard -id -generation) to release its key")
+}
+
+// nextOrFinished is a row's next attempt, or, for a finished row (DONE,
+// FAILED, DISCARDED), when it finished: a finished row has no next attempt.
+func nextOrFinished(r lease.Row) string {
+	if r.FinishedAt != nil {
+		return "finished " + timeCell(r.FinishedAt)
+	}
+	return timeCell(&r.NextAttemptAt)
 }

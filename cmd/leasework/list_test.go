@@ -56,6 +56,9 @@ func TestListFailedShowsLastError(t *testing.T) {
 	if !strings.Contains(lines[1], "handler panicked: connection reset by peer goroutine 7") || !strings.HasSuffix(lines[1], "...") {
 		t.Errorf("row line does not show the error flattened and cut short: %q", lines[1])
 	}
+	if want := "finished " + row.FinishedAt.UTC().Format("2006-01-02 15:04:05Z"); !strings.Contains(lines[1], want) {
+		t.Errorf("the FAILED row's line does not say when it finished (%q): %q", want, lines[1])
+	}
 	if strings.Contains(lines[1], strings.Repeat("frame ", 20)) {
 		t.Errorf("row line shows the whole error: %q", lines[1])
 	}

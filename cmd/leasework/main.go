@@ -19,6 +19,7 @@
 //	queues    each queue with unfinished rows or paused: when paused, rows per status
 //	pause     stop workers claiming from a queue; running handlers finish
 //	resume    let workers claim from a paused queue again, at once
+//	version   this binary's version, its Go release and the schema version it migrates to
 //	explain   show the claim's query plan: scans and rows it throws away
 //	help      this text, or a command's flags: leasework help <command>
 //

@@ -95,3 +95,16 @@ func TestMigratePrintNeedsNoDatabase(t *testing.T) {
 		t.Errorf("migrate -print -schema Shop: stderr %q; want the name refused", r.stderr)
 	}
 }
+
+// version needs no database and names the schema version migrate reaches.
+func TestVersion(t *testing.T) {
+	var v versionJSON
+	decode(t, must(t, exitOK, "version", "-json"), &v)
+	all := lease.Migrations()
+	if v.Version == "" || !strings.HasPrefix(v.Go, "go") || v.SchemaVersion != all[len(all)-1].Version {
+		t.Errorf("version -json = %+v; want a version, the Go release and schema version %d", v, all[len(all)-1].Version)
+	}
+	if r := must(t, exitOK, "version"); !strings.HasPrefix(r.stdout, "leasework ") {
+		t.Errorf("version: %q", r.stdout)
+	}
+}
