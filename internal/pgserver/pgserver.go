@@ -248,7 +248,8 @@ func (s *Server) Crash() error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("pgserver: crash: %w", err)
 	}
-	for _, child := range children(pid) {
+	backends := children(pid)
+	for _, child := range backends {
 		syscall.Kill(child, syscall.SIGKILL)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -256,7 +257,27 @@ func (s *Server) Crash() error {
 	}
 	err := <-s.done
 	s.done <- err
+	// A killed process takes a moment to exit: return once none runs.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, child := range backends {
+		for alive(child) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("pgserver: crash: process %d of the server still runs 10s after SIGKILL", child)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	return nil
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || !strings.HasPrefix(string(stat[i+1:]), " Z")
 }
 
 // children returns the ids of the processes whose parent is pid, read from
