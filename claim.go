@@ -55,6 +55,7 @@ type Claim struct {
 	LastError   string    // the error recorded by the previous attempt, or ""
 	Queue       string    // the queue the event was claimed from
 	Priority    int       // the event's priority: 0 (claimed first) to 9
+	DueAt       time.Time // when this attempt became due (database clock): the event's run time, or its retry's; for a reclaimed row, the attempt before it
 }
 
 // Ref names one claim of one row: the row id and the generation it was claimed

@@ -82,6 +82,15 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent time.Time) bool 
 	w.mu.Unlock()
 
 	w.count.claimed.Add(1)
+	// The claim's statement time is its lease's start, by the database
+	// clock, as the due time is.
+	wait := c.LeaseUntil.Add(-w.cfg.Lease).Sub(c.DueAt)
+	w.byKind.update(c.Kind, q.name, func(s *kindSeries) {
+		s.claimed++
+		if !c.Reclaimed && !c.DueAt.IsZero() {
+			s.wait.observe(wait)
+		}
+	})
 	if c.Reclaimed {
 		w.count.reclaimed.Add(1)
 		w.log.Info("reclaimed an expired claim", "id", c.ID, "event_id", c.EventID, "generation", c.Generation, "attempt", c.Attempt)
@@ -98,7 +107,10 @@ func (w *Worker) runAttempt(a *attempt) {
 	if a.kind == nil { // cannot happen: claims are restricted to registered kinds
 		err = fmt.Errorf("framework: no handler for kind %q", a.claim.Kind)
 	} else {
+		began := time.Now()
 		err = w.call(a)
+		ran := time.Since(began)
+		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.run.observe(ran) })
 	}
 	cause := context.Cause(a.ctx)
 	a.end()
@@ -108,6 +120,7 @@ func (w *Worker) runAttempt(a *attempt) {
 	case txCommitted: // the handler's transaction recorded the outcome
 		w.forget(a)
 		w.count.completed.Add(1)
+		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
 		w.log.Debug("event completed in the handler's transaction", "id", a.ref.ID, "generation", a.ref.Generation,
 			"event_id", a.claim.EventID, "attempt", a.claim.Attempt)
 		return

@@ -82,8 +82,10 @@ func (w *Worker) Expvar() expvar.Var {
 	return expvar.Func(func() any { return w.Counters() })
 }
 
-// MetricsHandler returns an http.Handler that serves the worker's counters
-// and the table's [Worker.Stats] in the Prometheus text exposition format,
+// MetricsHandler returns an http.Handler that serves the worker's counters,
+// its series per kind and queue (claims, outcomes, and histograms of queue
+// wait and run time), and the table's [Worker.Stats] in the Prometheus
+// text exposition format,
 // for a Prometheus (or OpenTelemetry collector) scrape. It needs no client
 // library. When the database cannot be read within statsTimeout (zero:
 // 5s), the counters are still served and leasework_stats_up is 0.
@@ -135,6 +137,7 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 	} {
 		metric("leasework_"+m.name+"_total", "counter", m.help, worker, m.v)
 	}
+	w.byKind.write(b, labelValue(w.cfg.WorkerID))
 	up := 0
 	if statsUp {
 		up = 1

@@ -326,6 +326,7 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 		deadline, _, _ := a.state()
 		if r.DoneByClaim || (r.Gone && time.Now().Before(deadline)) {
 			w.count.completed.Add(1)
+			w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
 			w.log.Info("the handler's transaction committed though its COMMIT reported an error",
 				"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
 			return
@@ -355,18 +356,22 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 	switch {
 	case o.op == opComplete:
 		w.count.completed.Add(1)
+		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
 		log.Debug("event completed")
 	case o.op == opRelease:
 		w.count.released.Add(1)
 		log.Debug("claim released")
 	case o.op == opRetry && o.snooze:
 		w.count.snoozed.Add(1)
+		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.snoozed++ })
 		log.Debug("event snoozed", "delay", o.delay)
 	case o.op == opRetry && (r.Status == leasework.StatusReady || r.Gone):
 		w.count.retried.Add(1)
+		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.retried++ })
 		log.Info("attempt failed; will retry", "delay", o.delay, "err", logText(o.text))
 	default: // fail, or retry on the row's last allowed attempt
 		w.count.failed.Add(1)
+		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.failed++ })
 		log.Warn("event failed", "err", logText(o.text))
 	}
 }

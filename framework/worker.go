@@ -48,6 +48,7 @@ type Worker struct {
 	kindList       []string
 
 	middleware []Middleware // Use's, in order; applied by start
+	byKind     kindMetrics  // per kind and queue, for MetricsHandler
 }
 
 // kind is one registered handler with its retry policy.

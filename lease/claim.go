@@ -85,7 +85,7 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 		var c leasework.Claim
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
 			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError,
-			&c.Queue, &c.Priority); err != nil {
+			&c.Queue, &c.Priority, &c.DueAt); err != nil {
 			return nil, s.wrapErr("claim", err)
 		}
 		claims = append(claims, c)

@@ -129,7 +129,7 @@ SET status = 'INPROGRESS',
 WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
-    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority`
+    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at`
 
 // maxPriorityText is MaxPriority in the claim's text.
 const maxPriorityText = "9"
