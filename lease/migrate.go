@@ -97,8 +97,9 @@ func (m Migration) SQL(opts Options) (string, error) {
 	return b.String(), nil
 }
 
-// namesOnly is a store that renders statements for the table named by
-// opts, and runs none.
+// namesOnly checks the names opts gives (defaults for empty ones) and
+// returns a store that renders statements for that table and runs none;
+// New completes it.
 func namesOnly(opts Options) (*Store, error) {
 	if opts.Schema == "" {
 		opts.Schema = DefaultSchema

@@ -217,16 +217,8 @@ func New(db *sql.DB, drv leasework.Driver, opts Options) (*Store, error) {
 	if drv == nil {
 		return nil, errors.New("lease: New: driver is nil")
 	}
-	if opts.Schema == "" {
-		opts.Schema = DefaultSchema
-	}
-	if opts.Table == "" {
-		opts.Table = DefaultTable
-	}
-	if err := validateName("Options.Schema", opts.Schema, maxSchemaLen); err != nil {
-		return nil, err
-	}
-	if err := validateName("Options.Table", opts.Table, maxTableLen); err != nil {
+	s, err := namesOnly(opts)
+	if err != nil {
 		return nil, err
 	}
 	switch {
@@ -240,15 +232,8 @@ func New(db *sql.DB, drv leasework.Driver, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("lease: Options.EnqueueMiddleware[%d] is nil", i)
 		}
 	}
-	s := &Store{
-		db:         db,
-		drv:        drv,
-		schema:     opts.Schema,
-		table:      opts.Table,
-		maxAtt:     opts.MaxAttempts,
-		channel:    channelName(opts.Schema, opts.Table),
-		middleware: slices.Clone(opts.EnqueueMiddleware),
-	}
+	s.db, s.drv, s.maxAtt = db, drv, opts.MaxAttempts
+	s.middleware = slices.Clone(opts.EnqueueMiddleware)
 	s.q = s.renderQueries()
 	return s, nil
 }
