@@ -364,9 +364,6 @@ func TestPeriodicScheduleErrors(t *testing.T) {
 // inserts it, the others find it there) and handled once. Run it with -v
 // to see each firing.
 func TestPeriodicThreeWorkersRealClock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs for up to three seconds of real time")
-	}
 	s := newStore(t, pgtest.Drivers[0].New())
 	var mu sync.Mutex
 	handled := map[string]int{}

@@ -1,3 +1,5 @@
+//go:build autofailover
+
 package failover
 
 import (
@@ -18,9 +20,6 @@ import (
 
 	"github.com/leasework/leasework/internal/pgserver"
 )
-
-// envAutoFailover turns on the test on a pg_auto_failover cluster.
-const envAutoFailover = "LEASEWORK_PG_AUTO_FAILOVER"
 
 // autoCluster is a pg_auto_failover formation on loopback ports: a monitor
 // and data nodes, each run by a keeper (pg_autoctl) that supervises its
@@ -55,21 +54,16 @@ type autoNode struct {
 
 func (n *autoNode) pgdata() string { return filepath.Join(n.dir, "pgdata") }
 
-// autoFailoverPrerequisites skips the test unless $LEASEWORK_PG_AUTO_FAILOVER
-// is set, and then fails it when pg_autoctl or the monitor's extension is
-// missing. It returns pg_autoctl's path and the server binaries' directory.
+// autoFailoverPrerequisites fails the test when pg_autoctl or the
+// monitor's extension is missing. It returns pg_autoctl's path and the
+// server binaries' directory.
 func autoFailoverPrerequisites(t *testing.T) (autoctl, bin string) {
 	t.Helper()
-	if os.Getenv(envAutoFailover) == "" {
-		t.Skipf("set %s=1 to run this test: it builds a pg_auto_failover cluster (a monitor, a primary and a synchronous "+
-			"secondary on loopback ports) and fails it over while events flow; it needs pg_autoctl (Debian's "+
-			"postgresql-15-auto-failover and pg-auto-failover-cli packages) and the PostgreSQL server binaries", envAutoFailover)
-	}
 	const install = "install Debian's postgresql-15-auto-failover and pg-auto-failover-cli packages " +
 		"(apt-get install postgresql-15-auto-failover pg-auto-failover-cli)"
 	autoctl, err := exec.LookPath("pg_autoctl")
 	if err != nil {
-		t.Fatalf("%s is set, but pg_autoctl is not on PATH: %s", envAutoFailover, install)
+		t.Fatalf("pg_autoctl is not on PATH: %s", install)
 	}
 	if bin, err = pgserver.FindBinaries(); err != nil {
 		t.Fatal(err)
@@ -81,8 +75,8 @@ func autoFailoverPrerequisites(t *testing.T) (autoctl, bin string) {
 		control := filepath.Join(lines[0], "extension", "pgautofailover.control")
 		if _, err := os.Stat(control); err != nil && len(lines) == 2 {
 			major, _, _ := strings.Cut(strings.TrimPrefix(lines[1], "PostgreSQL "), ".")
-			t.Fatalf("%s is set, but the PostgreSQL server in %s has no pgautofailover extension (%s): install Debian's postgresql-%s-auto-failover package",
-				envAutoFailover, bin, control, major)
+			t.Fatalf("the PostgreSQL server in %s has no pgautofailover extension (%s): install Debian's postgresql-%s-auto-failover package",
+				bin, control, major)
 		}
 	}
 	return autoctl, bin
