@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/lease"
 )
@@ -23,23 +22,13 @@ var Greet = lease.Kind[Greeting]{Name: "greet.typed", Queue: "greetings", Priori
 // A typed kind: enqueued from a Go value, handled as a Go value. The first
 // attempt snoozes (not a failure), the second completes.
 func ExampleHandleKind() {
-	db, schema := exampleDB()
-	defer db.Close()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-
-	w, err := framework.New(db, pgx.New(), framework.Config{
-		Schema: schema + "_kind", Queues: []framework.Queue{{Name: "greetings", Concurrency: 1}},
-		PollInterval: 10 * time.Millisecond,
+	w, done := exampleWorker(ctx, "_kind", framework.Config{ // as in Example
+		Queues: []framework.Queue{{Name: "greetings", Concurrency: 1}}, PollInterval: 10 * time.Millisecond,
 	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer w.Store().DropSchema(context.Background())
-	if _, err := w.Store().Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-	err = framework.HandleKind(w, Greet, func(ctx context.Context, c *leasework.Claim, g Greeting) error {
+	defer done()
+	err := framework.HandleKind(w, Greet, func(ctx context.Context, c *leasework.Claim, g Greeting) error {
 		if c.Attempt == 1 {
 			fmt.Printf("attempt 1: snooze %s's greeting\n", g.Name)
 			return leasework.Snooze(0)
@@ -52,7 +41,7 @@ func ExampleHandleKind() {
 		log.Fatal(err)
 	}
 
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := w.Store().DB().BeginTx(ctx, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"log"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/lease"
 )
@@ -14,19 +13,10 @@ import (
 // Middleware around every handler: here one that says what ran and how it
 // ended. Logging, tracing and metrics take the same shape.
 func ExampleWorker_Use() {
-	db, schema := exampleDB()
-	defer db.Close()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-
-	w, err := framework.New(db, pgx.New(), framework.Config{Schema: schema + "_mw", Concurrency: 1})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer w.Store().DropSchema(context.Background())
-	if _, err := w.Store().Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
+	w, done := exampleWorker(ctx, "_mw", framework.Config{Concurrency: 1}) // as in Example
+	defer done()
 	report := func(next leasework.Handler) leasework.Handler {
 		return leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
 			err := next.Handle(ctx, c)
@@ -37,7 +27,7 @@ func ExampleWorker_Use() {
 	if err := w.Use(report); err != nil {
 		log.Fatal(err)
 	}
-	err = w.Register("greet", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+	err := w.Register("greet", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
 		fmt.Printf("hello %s\n", c.Payload)
 		stop()
 		return nil
@@ -46,7 +36,7 @@ func ExampleWorker_Use() {
 		log.Fatal(err)
 	}
 
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := w.Store().DB().BeginTx(ctx, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
 )
 
@@ -18,22 +17,13 @@ import (
 // however often they restart. This worker starts by enqueueing the latest
 // past firing (MissedRunOnce, the default), then one a second.
 func ExampleWorker_Schedule() {
-	db, schema := exampleDB()
-	defer db.Close()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-
-	w, err := framework.New(db, pgx.New(), framework.Config{Schema: schema, Concurrency: 1})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer w.Store().DropSchema(context.Background())
-	if _, err := w.Store().Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
+	w, done := exampleWorker(ctx, "_periodic", framework.Config{Concurrency: 1}) // as in Example
+	defer done()
 
 	// Also a cron spec, "0 3 * * *" (3am UTC), or a descriptor, "@hourly".
-	err = w.Schedule(framework.Periodic{Name: "heartbeat", Schedule: "@every 1s", Kind: "heartbeat"})
+	err := w.Schedule(framework.Periodic{Name: "heartbeat", Schedule: "@every 1s", Kind: "heartbeat"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -25,6 +25,25 @@ func exampleDB() (*sql.DB, string) {
 	return db, "example_" + strconv.Itoa(os.Getpid())
 }
 
+// exampleWorker makes a worker with cfg on a table of the example's own
+// (suffix names its schema), migrated; done drops the schema and closes
+// the pool. These are the steps Example shows.
+func exampleWorker(ctx context.Context, suffix string, cfg framework.Config) (w *framework.Worker, done func()) {
+	db, schema := exampleDB()
+	cfg.Schema = schema + suffix
+	w, err := framework.New(db, pgx.New(), cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := w.Store().Migrate(ctx); err != nil {
+		log.Fatal(err)
+	}
+	return w, func() {
+		w.Store().DropSchema(context.Background())
+		db.Close()
+	}
+}
+
 // A worker handles events enqueued in the application's own transaction,
 // then stops when its context ends.
 func Example() {

@@ -36,6 +36,21 @@ func exampleStore(ctx context.Context) (*lease.Store, func()) {
 	}
 }
 
+// exampleEnqueue enqueues events in a transaction of their own and
+// commits it: the outbox step Example shows, without a business write.
+func exampleEnqueue(ctx context.Context, store *lease.Store, events ...lease.Event) {
+	tx, err := store.DB().BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := store.Enqueue(ctx, tx, events...); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+}
+
 // A transactional outbox: the event commits with the business write, a
 // worker claims it, and a stale owner's late completion is rejected.
 func Example() {
@@ -164,22 +179,11 @@ func Example_queues() {
 	ctx := context.Background()
 	store, done := exampleStore(ctx) // as in Example
 	defer done()
-	db := store.DB()
-
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := store.Enqueue(ctx, tx,
+	exampleEnqueue(ctx, store,
 		lease.Event{EventID: "report-1", Kind: "report", Queue: "bulk"},
 		lease.Event{EventID: "newsletter", Kind: "email", Queue: "mail", Priority: 5},
 		lease.Event{EventID: "password-reset", Kind: "email", Queue: "mail"}, // priority 0: first
-	); err != nil {
-		log.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		log.Fatal(err)
-	}
+	)
 
 	claimOne := func(queue string) string {
 		claims, err := store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: 30 * time.Second, Queue: queue})
@@ -215,18 +219,7 @@ func ExampleStore_Cancel() {
 	ctx := context.Background()
 	store, done := exampleStore(ctx) // as in Example
 	defer done()
-	db := store.DB()
-
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := store.Enqueue(ctx, tx, lease.Event{EventID: "order-7-ship", Kind: "ship"}); err != nil {
-		log.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		log.Fatal(err)
-	}
+	exampleEnqueue(ctx, store, lease.Event{EventID: "order-7-ship", Kind: "ship"})
 	claims, err := store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)
