@@ -165,6 +165,8 @@ func TestLongHandlerKeepsItsLeaseAtLongestRenewEvery(t *testing.T) {
 	})
 	close(finish)
 	waitRow(t, s, id, "completion", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+	// The row is DONE once the outcome commits; the worker counts it after.
+	waitFor(t, "the completion to be counted", func() bool { return w.Counters().Completed == 1 })
 	if c := w.Counters(); c.LocalLeaseTimeouts != 0 || c.LeasesLost != 0 || c.Completed != 1 {
 		t.Errorf("counters %+v; want the claim kept and completed", c)
 	}
