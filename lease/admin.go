@@ -32,6 +32,7 @@ type Row struct {
 	FinishedAt    *time.Time
 	Queue         string
 	Priority      int
+	Metadata      map[string]string // nil when the event has none
 }
 
 // ErrNotFound is returned by [Store.Get] and [Store.GetByEventID] for a row
@@ -43,12 +44,15 @@ type scanner interface{ Scan(dest ...any) error }
 func scanRow(sc scanner) (Row, error) {
 	var r Row
 	var lease, finished sql.NullTime
-	var status string
+	var status, meta string
 	err := sc.Scan(&r.ID, &r.EventID, &r.Kind, &r.Key, &r.Payload, &status, &r.Generation,
 		&r.Attempt, &r.MaxAttempts, &lease, &r.NextAttemptAt, &r.LastError, &r.Progress,
-		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished, &r.Queue, &r.Priority)
+		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished, &r.Queue, &r.Priority, &meta)
 	if err != nil {
 		return Row{}, err
+	}
+	if r.Metadata, err = parseMetadata(meta); err != nil {
+		return Row{}, fmt.Errorf("row %d: %w", r.ID, err)
 	}
 	r.Status = leasework.Status(status)
 	if lease.Valid {

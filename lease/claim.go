@@ -83,10 +83,14 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 	var claims []leasework.Claim // not sized from req.Limit: the table may hold far fewer rows
 	for rows.Next() {
 		var c leasework.Claim
+		var meta string
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
 			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError,
-			&c.Queue, &c.Priority, &c.DueAt); err != nil {
+			&c.Queue, &c.Priority, &c.DueAt, &meta); err != nil {
 			return nil, s.wrapErr("claim", err)
+		}
+		if c.Metadata, err = parseMetadata(meta); err != nil {
+			return nil, fmt.Errorf("lease: claim: row %d: %w", c.ID, err)
 		}
 		claims = append(claims, c)
 	}

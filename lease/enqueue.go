@@ -50,6 +50,13 @@ type Event struct {
 	// a level, it claims none of a later level (see "Queues and priorities"
 	// in the package doc).
 	Priority int
+	// Metadata is string pairs that travel with the event to its claims
+	// ([leasework.Claim.Metadata]) without being part of its payload: the
+	// enqueuer's trace context, a tenant, a correlation id. Nil or empty
+	// means none. Keys are not empty; keys and values are valid UTF-8
+	// without NUL bytes, at most [MaxMetadataBytes] together. Stored as a
+	// jsonb object.
+	Metadata map[string]string
 }
 
 // EnqueueFunc enqueues events in the transaction of the call it belongs
@@ -252,9 +259,9 @@ func (s *Store) enqueueIn(ctx context.Context, tx Tx, opts EnqueueOptions, event
 // columns are the parameters of an enqueue's insert: one array per column,
 // one entry per event sent, in the order of insertEvents.
 type columns struct {
-	ids, kinds, keys, runAt, queues []string
-	payloads                        [][]byte
-	maxAtt, priorities              []int64
+	ids, kinds, keys, runAt, queues, metadata []string
+	payloads                                  [][]byte
+	maxAtt, priorities                        []int64
 }
 
 // add appends e, checked, with the store's attempt budget when it has none.
@@ -278,6 +285,7 @@ func (c *columns) add(e Event, defaultAttempts int) {
 	c.ids, c.kinds, c.keys = append(c.ids, e.EventID), append(c.kinds, e.Kind), append(c.keys, e.Key)
 	c.payloads, c.maxAtt, c.runAt = append(c.payloads, payload), append(c.maxAtt, attempts), append(c.runAt, at)
 	c.queues, c.priorities = append(c.queues, queue), append(c.priorities, int64(e.Priority))
+	c.metadata = append(c.metadata, metadataText(e.Metadata))
 }
 
 // pick returns the entries whose index keep accepts.
@@ -288,14 +296,15 @@ func (c columns) pick(keep func(i int) bool) columns {
 			p.ids, p.kinds, p.keys = append(p.ids, c.ids[i]), append(p.kinds, c.kinds[i]), append(p.keys, c.keys[i])
 			p.payloads, p.maxAtt, p.runAt = append(p.payloads, c.payloads[i]), append(p.maxAtt, c.maxAtt[i]), append(p.runAt, c.runAt[i])
 			p.queues, p.priorities = append(p.queues, c.queues[i]), append(p.priorities, c.priorities[i])
+			p.metadata = append(p.metadata, c.metadata[i])
 		}
 	}
 	return p
 }
 
-// args are the columns as the insert's parameters, $1 to $8.
+// args are the columns as the insert's parameters, $1 to $9.
 func (c columns) args() []any {
-	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities}
+	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities, c.metadata}
 }
 
 // insert runs the insert statement q and records the row id of each event
@@ -384,7 +393,7 @@ func (s *Store) checkEvent(e Event) error {
 		//lint:ignore ST1005 the message starts with the field's name, Priority
 		return fmt.Errorf("Priority is %d; it must be between 0 and %d", e.Priority, MaxPriority)
 	}
-	return nil
+	return checkMetadata(e.Metadata)
 }
 
 // accountForSkipped checks the events sent but not inserted: skipping

@@ -129,23 +129,24 @@ SET status = 'INPROGRESS',
 WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
-    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at`
+    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, '')`
 
 // maxPriorityText is MaxPriority in the claim's text.
 const maxPriorityText = "9"
 
 // insertEvents is the insert both enqueue paths end with: the rows of e
 // (id, event_id, kind, key or the empty text, payload, max_attempts, run_at,
-// queue, priority, n) with
+// queue, priority, metadata as JSON text or the empty text, n) with
 // their row ids taken beforehand, in key order and, within a key, in the
 // order given: the commit-time step of order per key then takes its keys'
 // locks in one order in every call, so two enqueues of the same keys never
 // deadlock.
 const insertEvents = `
-INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority)
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata)
 OVERRIDING SYSTEM VALUE
 SELECT e.id, e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
-    COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp()), e.queue, e.priority
+    COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp()), e.queue, e.priority,
+    NULLIF(e.metadata, '')::jsonb
 FROM `
 
 const insertEventsEnd = ` AS e
@@ -162,8 +163,9 @@ const nextRowID = `nextval((SELECT pg_get_serial_sequence({{tableText}}, 'id')))
 const enqueueSQL = `
 WITH input AS (
     SELECT e.*, ` + nextRowID + ` AS id
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[], $7::text[], $8::smallint[])
-        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, queue, priority, n)
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[], $7::text[], $8::smallint[],
+        $9::text[])
+        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, n)
     ORDER BY e.key, e.n
 ), ids AS (
     INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
@@ -187,8 +189,8 @@ RETURNING event_id, id`
 // id the first step took, with the row ids it took.
 const insertClaimedSQL = insertEvents + `(
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[],
-        $8::text[], $9::smallint[])
-        WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, n))` + insertEventsEnd
+        $8::text[], $9::smallint[], $10::text[])
+        WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, n))` + insertEventsEnd
 
 // existingSQL reads which of the event ids $1 exist, for an enqueue that
 // skipped them as duplicates: in the event id table, with their row (a
@@ -328,7 +330,7 @@ FROM {{table}}`
 
 const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
-    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority`
+    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, '')`
 
 // rejectedSQL reads the rows whose guarded write was rejected, to tell a
 // write already recorded by the same claim, and a deleted row, from a stale

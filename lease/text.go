@@ -24,6 +24,10 @@ const (
 
 	// MaxQueueBytes bounds a queue's name.
 	MaxQueueBytes = 128
+
+	// MaxMetadataBytes bounds an event's metadata, its keys and values
+	// together.
+	MaxMetadataBytes = 16 << 10
 )
 
 // DefaultQueue is the queue of events enqueued without one, and the queue a
