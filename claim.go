@@ -41,21 +41,21 @@ func (s Status) Valid() bool {
 // can reject a stale owner too. EventID is stable across retries and
 // reclaims; consumers deduplicate on it.
 type Claim struct {
-	ID          int64     // row id
-	EventID     string    // stable identity of the event, unique in the table
-	Kind        string    // selects the handler
-	Key         string    // optional ordering key given at enqueue ("" if none); a key's events are claimed one at a time, in enqueue order
-	Payload     []byte    // the event's body, as enqueued
-	Generation  int64     // grows with every claim of the row, and past every earlier claim's after a failover; the fencing token
-	Attempt     int       // 1 for the first claim; counts every claim, crashed ones included
-	MaxAttempts int       // the attempt budget of the row
-	LeaseUntil  time.Time // lease deadline set by the claim (database clock); renewals extend the lease in the database, not this copy
-	Reclaimed   bool      // true when the previous owner's lease expired unfinished
-	Progress    []byte    // the last progress recorded by an earlier attempt, or nil
-	LastError   string    // the error recorded by the previous attempt, or ""
-	Queue       string    // the queue the event was claimed from
-	Priority    int       // the event's priority: 0 (claimed first) to 9
-	DueAt       time.Time // when this attempt became due (database clock): the event's run time, or its retry's; for a reclaimed row, the attempt before it
+	ID          int64             // row id
+	EventID     string            // stable identity of the event, unique in the table
+	Kind        string            // selects the handler
+	Key         string            // optional ordering key given at enqueue ("" if none); a key's events are claimed one at a time, in enqueue order
+	Payload     []byte            // the event's body, as enqueued
+	Generation  int64             // grows with every claim of the row, and past every earlier claim's after a failover; the fencing token
+	Attempt     int               // 1 for the first claim; counts every claim, crashed ones included
+	MaxAttempts int               // the attempt budget of the row
+	LeaseUntil  time.Time         // lease deadline set by the claim (database clock); renewals extend the lease in the database, not this copy
+	Reclaimed   bool              // true when the previous owner's lease expired unfinished
+	Progress    []byte            // the last progress recorded by an earlier attempt, or nil
+	LastError   string            // the error recorded by the previous attempt, or ""
+	Queue       string            // the queue the event was claimed from
+	Priority    int               // the event's priority: 0 (claimed first) to 9
+	DueAt       time.Time         // when this attempt became due (database clock): the event's run time, or its retry's; for a reclaimed row, the attempt before it
 	Metadata    map[string]string // string pairs given at enqueue (the enqueuer's trace context, say), or nil
 }
 
