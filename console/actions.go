@@ -1,0 +1,172 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
+)
+
+// maxReasonBytes bounds a cancel's reason.
+const maxReasonBytes = 1000
+
+// eventAction takes an event's action (POST /events/{id}/{action}) and
+// redirects to the event's page, or to the held keys (the form's "back"
+// field is "keys"), with a message saying what happened.
+func (c *Console) eventAction(w http.ResponseWriter, r *http.Request) {
+	name := ActionName(r.PathValue("action"))
+	switch name {
+	case ActionRequeue, ActionDiscard, ActionCancel:
+	default:
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no event action %q.", name))
+		return
+	}
+	if !c.checkPost(w, r) {
+		return
+	}
+	id, ok := c.pathID(w, r)
+	if !ok {
+		return
+	}
+	a := Action{Name: name, ID: id}
+	if name == ActionDiscard {
+		s := r.PostForm.Get("generation")
+		g, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || g < 1 {
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a generation: the discard form carries the generation the page showed, a whole number from 1.", s))
+			return
+		}
+		a.Generation = g
+	}
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	if len(reason) > maxReasonBytes {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("The reason is %d bytes long; at most %d are allowed.", len(reason), maxReasonBytes))
+		return
+	}
+	if err := c.authorize(r, a); err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	var f flash
+	var err error
+	switch name {
+	case ActionRequeue:
+		f, err = c.requeue(ctx, id)
+	case ActionDiscard:
+		f, err = c.discard(ctx, leasework.Ref{ID: id, Generation: a.Generation})
+	case ActionCancel:
+		f, err = c.cancel(ctx, id, reason)
+	}
+	if errors.Is(err, lease.ErrNotFound) {
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("No event has id %d; nothing was done.", id))
+		return
+	}
+	if err != nil {
+		c.dbFail(w, r, string(name)+" the event", err)
+		return
+	}
+	c.log.Info("leasework console: action", "action", name, "id", id, "done", f.OK, "result", f.Message, "remote", r.RemoteAddr)
+	back := "events/" + strconv.FormatInt(id, 10)
+	if r.PostForm.Get("back") == PageKeys {
+		back = PageKeys
+	}
+	c.redirect(w, r, back, f)
+}
+
+func (c *Console) requeue(ctx context.Context, id int64) (flash, error) {
+	ids, err := c.store.Requeue(ctx, lease.RequeueRequest{IDs: []int64{id}})
+	if err != nil || len(ids) == 1 {
+		return flash{OK: true, Message: fmt.Sprintf("Event %d requeued: it is READY, due now, with its whole attempt budget again.", id)}, err
+	}
+	row, err := c.store.Get(ctx, id)
+	if err != nil {
+		return flash{}, err
+	}
+	return flash{Message: fmt.Sprintf("Event %d was not requeued: it is %s, and only a FAILED event can be requeued.", id, row.Status)}, nil
+}
+
+func (c *Console) discard(ctx context.Context, ref leasework.Ref) (flash, error) {
+	gen, err := c.store.Discard(ctx, ref)
+	if errors.Is(err, lease.ErrNotFailed) {
+		row, err := c.store.Get(ctx, ref.ID)
+		if err != nil {
+			return flash{}, err
+		}
+		return flash{Message: fmt.Sprintf("Event %d was not discarded: the page showed it FAILED at generation %d, and it is %s at generation %d now. It changed since the page was loaded; look at it again.",
+			ref.ID, ref.Generation, row.Status, row.Generation)}, nil
+	}
+	if err != nil {
+		return flash{}, err
+	}
+	return flash{OK: true, Message: fmt.Sprintf("Event %d discarded (generation %d): it is DISCARDED, and the events waiting behind its key, if any, go on.", ref.ID, gen)}, nil
+}
+
+func (c *Console) cancel(ctx context.Context, id int64, reason string) (flash, error) {
+	gen, err := c.store.Cancel(ctx, id, reason)
+	if errors.Is(err, lease.ErrFinished) {
+		row, err := c.store.Get(ctx, id)
+		if err != nil {
+			return flash{}, err
+		}
+		return flash{Message: fmt.Sprintf("Event %d was not cancelled: it is %s already.", id, row.Status)}, nil
+	}
+	if err != nil {
+		return flash{}, err
+	}
+	return flash{OK: true, Message: fmt.Sprintf("Event %d cancelled (generation %d): it is DISCARDED, and an attempt running it loses it.", id, gen)}, nil
+}
+
+// queueAction pauses or resumes the queue of the form's "queue" field
+// (POST /queues/pause, /queues/resume) and redirects to the queues page.
+func (c *Console) queueAction(w http.ResponseWriter, r *http.Request) {
+	name := ActionName(r.PathValue("action"))
+	if name != ActionPause && name != ActionResume {
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no queue action %q.", name))
+		return
+	}
+	if !c.checkPost(w, r) {
+		return
+	}
+	queue := strings.TrimSpace(r.PostForm.Get("queue"))
+	if err := lease.ValidateQueue(queue); err != nil {
+		c.fail(w, r, http.StatusBadRequest, "Not a queue name: "+strings.TrimPrefix(err.Error(), "lease: ")+".")
+		return
+	}
+	if err := c.authorize(r, Action{Name: name, Queue: queue}); err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	var f flash
+	if name == ActionPause {
+		ran, err := c.store.PauseQueue(ctx, queue)
+		if err != nil {
+			c.dbFail(w, r, "pause the queue", err)
+			return
+		}
+		f = flash{OK: ran, Message: fmt.Sprintf("Queue %s paused: workers claim nothing from it until it is resumed; running handlers finish.", queue)}
+		if !ran {
+			f.Message = fmt.Sprintf("Queue %s was paused already; nothing changed.", queue)
+		}
+	} else {
+		was, err := c.store.ResumeQueue(ctx, queue)
+		if err != nil {
+			c.dbFail(w, r, "resume the queue", err)
+			return
+		}
+		f = flash{OK: was, Message: fmt.Sprintf("Queue %s resumed: workers claim from it again.", queue)}
+		if !was {
+			f.Message = fmt.Sprintf("Queue %s was not paused; nothing changed.", queue)
+		}
+	}
+	c.log.Info("leasework console: action", "action", name, "queue", queue, "done", f.OK, "result", f.Message, "remote", r.RemoteAddr)
+	c.redirect(w, r, PageQueues, f)
+}

@@ -1,0 +1,224 @@
+package console
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/leasework/leasework/lease"
+)
+
+// ActionName names what a request does, for [Options.Authorize].
+type ActionName string
+
+// The actions. Every one but ActionView changes the table, and is taken
+// only by a POST of one of the console's forms, with [Options.Actions] set.
+const (
+	ActionView    ActionName = "view"    // show a page (Action.Page)
+	ActionRequeue ActionName = "requeue" // a FAILED event back to READY (Store.Requeue)
+	ActionDiscard ActionName = "discard" // give up on a FAILED event (Store.Discard)
+	ActionCancel  ActionName = "cancel"  // end an unfinished event now (Store.Cancel)
+	ActionPause   ActionName = "pause"   // pause a queue (Store.PauseQueue)
+	ActionResume  ActionName = "resume"  // resume a queue (Store.ResumeQueue)
+)
+
+// The pages, as Action.Page names them for ActionView.
+const (
+	PageOverview = "overview" // counts, ages, held keys, the last hour's chart
+	PageEvents   = "events"   // the events list, filtered and paged
+	PageEvent    = "event"    // one event (Action.ID)
+	PageQueues   = "queues"   // the queues, paused or running
+	PageKeys     = "keys"     // the keys held by a FAILED event
+)
+
+// Action is what a request asks to do, as [Options.Authorize] sees it.
+type Action struct {
+	Name ActionName
+	// Page is the page shown, for ActionView; empty otherwise.
+	Page string
+	// ID is the event's row id: of the event page viewed, or of the event
+	// requeued, discarded or cancelled. Zero otherwise.
+	ID int64
+	// Generation is, for ActionDiscard, the generation the operator saw
+	// the event FAILED at (a discard of any other is refused). Zero
+	// otherwise.
+	Generation int64
+	// Queue is the queue paused or resumed. Empty otherwise.
+	Queue string
+}
+
+// Options configures a [Console]. The zero value is a read-only console
+// that shows every page to whoever reaches it.
+type Options struct {
+	// Actions enables the forms that change the table: requeue, discard,
+	// cancel, pause and resume. False, the default, is read-only: no form is
+	// shown and every POST is refused with 403 Forbidden.
+	Actions bool
+
+	// Authorize, when set, decides every request: it is called with the
+	// request and what it asks for, for every page view (ActionView, with
+	// Action.Page) and for every action, before the action runs; a non-nil
+	// error refuses it with 403 Forbidden, and the error's text is shown.
+	// It is also asked, with the same Action, whether to show each form,
+	// so a person sees only the buttons they may press. The stylesheet is
+	// served without asking. Nil allows every page, and every action that
+	// Actions enables: then whoever can reach the handler can act, and the
+	// application's own router and middleware must decide who reaches it.
+	Authorize func(r *http.Request, a Action) error
+
+	// Logger receives one line per action taken or refused, and the
+	// database errors behind a failed page. Nil discards them.
+	Logger *slog.Logger
+
+	// Secret keys the forms' anti-forgery token and the signature of the
+	// message shown after an action. Nil means 32 random bytes drawn by
+	// [New]: enough for one process. Consoles behind one load balancer must
+	// share a secret (at least 16 bytes), or a form served by one is
+	// refused by the other.
+	Secret []byte
+
+	// TrustedOrigins are origins ("https://ops.example.com") whose
+	// cross-origin POSTs are allowed, for a console reached through a proxy
+	// on another host; see [http.CrossOriginProtection.AddTrustedOrigin].
+	// Nil trusts none: a POST from another origin is refused.
+	TrustedOrigins []string
+
+	// PageSize is how many events or keys a list page shows. Zero means
+	// 50; at most 1000.
+	PageSize int
+
+	// Timeout bounds the database statements of one request. Zero means
+	// none beyond the request's own context.
+	Timeout time.Duration
+}
+
+// Defaults and limits of [Options].
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// PreviewBytes is how much of a payload or progress an event page shows.
+const PreviewBytes = 4 << 10
+
+// Console is the operator console of one events table: an [http.Handler]
+// serving its pages, and its actions when enabled. It is safe for
+// concurrent use.
+type Console struct {
+	store *lease.Store
+	opts  Options
+	log   *slog.Logger
+	key   []byte
+	token string // the forms' anti-forgery token
+	cop   *http.CrossOriginProtection
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+}
+
+// New returns the console of store's table, configured by opts. It checks
+// opts and parses its templates; it does not touch the database.
+func New(store *lease.Store, opts Options) (*Console, error) {
+	if store == nil {
+		return nil, errors.New("console: New: store is nil")
+	}
+	switch {
+	case opts.PageSize < 0 || opts.PageSize > MaxPageSize:
+		return nil, fmt.Errorf("console: Options.PageSize is %d; it must be from 1 to %d, or zero for %d", opts.PageSize, MaxPageSize, DefaultPageSize)
+	case opts.PageSize == 0:
+		opts.PageSize = DefaultPageSize
+	}
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("console: Options.Timeout is %v; it must not be negative", opts.Timeout)
+	}
+	c := &Console{store: store, opts: opts, log: opts.Logger, cop: http.NewCrossOriginProtection()}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case opts.Secret == nil:
+		c.key = make([]byte, 32)
+		rand.Read(c.key)
+	case len(opts.Secret) < 16:
+		return nil, fmt.Errorf("console: Options.Secret is %d bytes long; it must be at least 16, or nil for a random one", len(opts.Secret))
+	default:
+		c.key = append([]byte(nil), opts.Secret...)
+	}
+	c.token = c.sign("csrf")
+	for _, o := range opts.TrustedOrigins {
+		if err := c.cop.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("console: Options.TrustedOrigins: %w", err)
+		}
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	c.pages = pages
+	c.routes()
+	return c, nil
+}
+
+func (c *Console) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", c.overview)
+	m.HandleFunc("GET /events", c.events)
+	m.HandleFunc("GET /events/{id}", c.event)
+	m.HandleFunc("GET /queues", c.queues)
+	m.HandleFunc("GET /keys", c.keys)
+	m.HandleFunc("GET /static/console.css", serveCSS)
+	m.HandleFunc("POST /events/{id}/{action}", c.eventAction)
+	m.HandleFunc("POST /queues/{action}", c.queueAction)
+	// An action's address asked for with another method changes nothing.
+	m.HandleFunc("/events/{id}/{action}", c.notPost)
+	m.HandleFunc("/queues/{action}", c.notPost)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, r, http.StatusNotFound, "There is no page at this address.")
+	})
+	c.mux = m
+}
+
+// ServeHTTP serves the console's pages at "/", "/events", "/events/{id}",
+// "/queues" and "/keys" of the request's path. Mount it under a prefix
+// with [http.StripPrefix]; its links are relative, so they work under any
+// prefix.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/") {
+		// http.StripPrefix("/ops/", c) leaves "events" of "/ops/events".
+		r = r.Clone(r.Context())
+		r.URL.Path, r.URL.RawPath = "/"+r.URL.Path, ""
+	}
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	c.mux.ServeHTTP(w, r)
+}
+
+// base is the relative path from the request's page to the console's
+// root: "./" for "/" and "/events", "../" for "/events/7".
+func base(r *http.Request) string {
+	depth := strings.Count(r.URL.Path, "/") - 1
+	if depth <= 0 {
+		return "./"
+	}
+	return strings.Repeat("../", depth)
+}
+
+// authorize asks Options.Authorize about a; nil when it is not set.
+func (c *Console) authorize(r *http.Request, a Action) error {
+	if c.opts.Authorize == nil {
+		return nil
+	}
+	return c.opts.Authorize(r, a)
+}
+
+// may reports whether the page should show the form for a.
+func (c *Console) may(r *http.Request, a Action) bool {
+	return c.opts.Actions && c.authorize(r, a) == nil
+}

@@ -1,0 +1,68 @@
+// Package console is the operator console of a leasework events table: a
+// web UI, as an [http.Handler] the application mounts under its own router
+// and middleware (so its authentication applies), or that
+// "leasework ui" serves.
+//
+//	c, err := console.New(store, console.Options{})
+//	if err != nil { ... }
+//	mux.Handle("/leasework/", http.StripPrefix("/leasework", c))
+//
+// # Pages
+//
+//   - the overview ("/"): events per status; rows eligible now, the oldest
+//     eligible age, expired claims, held keys and paused queues; a chart of
+//     the events finished DONE and FAILED per minute over the last hour,
+//     drawn as SVG by the server; events per queue, kind and status;
+//   - the events ("/events"): filtered by status, kind and queue, paged in
+//     id order ("after");
+//   - an event ("/events/{id}"): every field of its row (event id, kind,
+//     queue, priority, key, status, generation, attempt of the budget,
+//     worker, lease deadline, next attempt, times, last error) and a
+//     preview of its payload and progress: the first [PreviewBytes], as
+//     text when they are UTF-8 text, otherwise in hex, saying when they are
+//     cut;
+//   - the queues ("/queues"), paused or running, with their rows per status;
+//   - the held keys ("/keys"): keys whose head event FAILED, with the
+//     events waiting behind each.
+//
+// Bad input (an unknown status, an id that is not a number) gets a 400
+// page, an event that does not exist a 404 page, and a failed statement a
+// 500 page that says what failed; the statement's error goes to
+// [Options.Logger], never to the page. The overview and the lists scan the
+// table (see [lease.Store.Stats] and [lease.Store.Counts]): they are for
+// people, not for monitoring scrapers.
+//
+// # Actions
+//
+// With [Options.Actions] set, the pages show forms that requeue a FAILED
+// event ([lease.Store.Requeue]), discard it ([lease.Store.Discard]), cancel
+// an unfinished one ([lease.Store.Cancel]), and pause and resume a queue.
+// The discard form carries the generation the page showed: if the event
+// changed since, the discard is refused and the page says so. After an
+// action the browser is redirected (303 See Other) to the page it came
+// from, with a message saying what happened.
+//
+// # Safety
+//
+// The console is read-only unless [Options.Actions] is set: no form is
+// shown, and every POST is refused with 403. A GET never changes anything.
+// An action is taken only from a POST that passes Go's
+// [http.CrossOriginProtection] (a cross-origin browser request is refused)
+// and carries the console's anti-forgery token in a hidden field; and,
+// when [Options.Authorize] is set, only if it allows it. Authorize is asked
+// about every page view too, and about each form before it is shown.
+//
+// Every value from the table (event ids, kinds, keys, queues, payloads,
+// errors) is written through html/template, which escapes it for where it
+// appears. The pages need no JavaScript and load nothing from elsewhere:
+// the stylesheet is embedded and served at "static/console.css", and each
+// response forbids scripts, frames and other origins' resources with a
+// Content-Security-Policy.
+//
+// # Mounting
+//
+// Every link, form and redirect of the console is relative to the page it
+// is on, so the console works under any prefix that [http.StripPrefix]
+// removes, and behind a proxy that adds one. Its pages show times in UTC,
+// as the database clock gives them.
+package console

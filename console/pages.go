@@ -1,0 +1,291 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
+)
+
+// statuses in the order the pages show them: the way an event goes.
+var statuses = []leasework.Status{
+	leasework.StatusReady, leasework.StatusWaiting, leasework.StatusInProgress,
+	leasework.StatusDone, leasework.StatusFailed, leasework.StatusDiscarded,
+}
+
+// view asks Options.Authorize whether the request may see page (about
+// event id, for the event page), and writes the refusal if not.
+func (c *Console) view(w http.ResponseWriter, r *http.Request, pageName string, id int64) bool {
+	if err := c.authorize(r, Action{Name: ActionView, Page: pageName, ID: id}); err != nil {
+		c.refuse(w, r, err)
+		return false
+	}
+	return true
+}
+
+// refuse writes the page of a request Options.Authorize refused.
+func (c *Console) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	c.log.Warn("leasework console: refused by Authorize", "method", r.Method, "path", r.URL.Path, "err", err)
+	c.fail(w, r, http.StatusForbidden, "Not allowed: "+err.Error())
+}
+
+type statusCount struct {
+	Status leasework.Status
+	Rows   int64
+}
+
+// countRow is one queue and kind of the overview's table: its rows per
+// status, in the order of statuses.
+type countRow struct {
+	Queue, Kind string
+	Cells       []statusCount
+}
+
+type overviewData struct {
+	Stats    lease.Stats
+	Statuses []statusCount
+	Rows     []countRow
+	Paused   []lease.QueueInfo
+	Held     []lease.HeldKey
+	Chart    chart
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	if !c.view(w, r, PageOverview, 0) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	st, err := c.store.Stats(ctx)
+	if err != nil {
+		c.dbFail(w, r, "read the table's figures", err)
+		return
+	}
+	queues, err := c.store.Queues(ctx)
+	if err != nil {
+		c.dbFail(w, r, "read the queues", err)
+		return
+	}
+	counts, err := c.store.Counts(ctx)
+	if err != nil {
+		c.dbFail(w, r, "count the events", err)
+		return
+	}
+	minutes, err := c.store.Throughput(ctx, chartMinutes)
+	if err != nil {
+		c.dbFail(w, r, "read the last hour's throughput", err)
+		return
+	}
+	held, err := c.store.HeldKeys(ctx, lease.HeldKeysRequest{Limit: 5})
+	if err != nil {
+		c.dbFail(w, r, "read the held keys", err)
+		return
+	}
+	d := overviewData{Stats: st, Held: held, Chart: newChart(minutes)}
+	for _, s := range statuses {
+		d.Statuses = append(d.Statuses, statusCount{s, statusRows(st, s)})
+	}
+	for _, q := range queues {
+		if !q.Paused.IsZero() {
+			d.Paused = append(d.Paused, q)
+		}
+	}
+	for _, n := range counts {
+		if k := len(d.Rows) - 1; k < 0 || d.Rows[k].Queue != n.Queue || d.Rows[k].Kind != n.Kind {
+			row := countRow{Queue: n.Queue, Kind: n.Kind}
+			for _, s := range statuses {
+				row.Cells = append(row.Cells, statusCount{Status: s})
+			}
+			d.Rows = append(d.Rows, row)
+		}
+		row := &d.Rows[len(d.Rows)-1]
+		for i := range row.Cells {
+			if row.Cells[i].Status == n.Status {
+				row.Cells[i].Rows = n.Rows
+			}
+		}
+	}
+	c.render(w, r, PageOverview, "Overview", d)
+}
+
+func statusRows(st lease.Stats, s leasework.Status) int64 {
+	switch s {
+	case leasework.StatusReady:
+		return st.Ready
+	case leasework.StatusWaiting:
+		return st.Waiting
+	case leasework.StatusInProgress:
+		return st.InProgress
+	case leasework.StatusDone:
+		return st.Done
+	case leasework.StatusFailed:
+		return st.Failed
+	case leasework.StatusDiscarded:
+		return st.Discarded
+	}
+	return 0
+}
+
+type eventsData struct {
+	Status      leasework.Status
+	Kind, Queue string
+	After       int64
+	Statuses    []leasework.Status
+	Rows        []lease.Row
+	Next        int64 // the after of the next page; zero when this is the last
+}
+
+func (c *Console) events(w http.ResponseWriter, r *http.Request) {
+	if !c.view(w, r, PageEvents, 0) {
+		return
+	}
+	q := r.URL.Query()
+	d := eventsData{Status: leasework.Status(q.Get("status")), Kind: q.Get("kind"), Queue: q.Get("queue"), Statuses: statuses}
+	if d.Status != "" && !d.Status.Valid() {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown status %q: choose READY, WAITING, INPROGRESS, DONE, FAILED or DISCARDED.", d.Status))
+		return
+	}
+	if a := q.Get("after"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n < 0 {
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a place in the list: after takes an event id (a whole number, 0 or more).", a))
+			return
+		}
+		d.After = n
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	rows, err := c.store.List(ctx, lease.ListRequest{Status: d.Status, Kind: d.Kind, Queue: d.Queue, AfterID: d.After, Limit: c.opts.PageSize + 1})
+	if err != nil {
+		c.dbFail(w, r, "list the events", err)
+		return
+	}
+	if len(rows) > c.opts.PageSize {
+		rows = rows[:c.opts.PageSize]
+		d.Next = rows[len(rows)-1].ID
+	}
+	d.Rows = rows
+	c.render(w, r, PageEvents, "Events", d)
+}
+
+type eventData struct {
+	Row               lease.Row
+	Payload, Progress preview
+	Requeue, Discard  bool // whether to show the forms
+	Cancel            bool
+}
+
+// pathID reads the {id} of the request's path: a row id. It writes the
+// 400 page and returns false when it is not one.
+func (c *Console) pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not an event id: ids are whole numbers from 1.", s))
+		return 0, false
+	}
+	return id, true
+}
+
+func (c *Console) event(w http.ResponseWriter, r *http.Request) {
+	id, ok := c.pathID(w, r)
+	if !ok || !c.view(w, r, PageEvent, id) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	row, err := c.store.Get(ctx, id)
+	if errors.Is(err, lease.ErrNotFound) {
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("No event has id %d. It may never have existed, or retention deleted it after it was DONE.", id))
+		return
+	}
+	if err != nil {
+		c.dbFail(w, r, "read the event", err)
+		return
+	}
+	d := eventData{Row: row, Payload: newPreview(row.Payload, PreviewBytes), Progress: newPreview(row.Progress, PreviewBytes)}
+	switch row.Status {
+	case leasework.StatusFailed:
+		d.Requeue = c.may(r, Action{Name: ActionRequeue, ID: id})
+		d.Discard = c.may(r, Action{Name: ActionDiscard, ID: id, Generation: row.Generation})
+		d.Cancel = c.may(r, Action{Name: ActionCancel, ID: id})
+	case leasework.StatusReady, leasework.StatusWaiting, leasework.StatusInProgress:
+		d.Cancel = c.may(r, Action{Name: ActionCancel, ID: id})
+	}
+	c.render(w, r, PageEvent, fmt.Sprintf("Event %d", id), d)
+}
+
+type queueRow struct {
+	lease.QueueInfo
+	Pause, Resume bool // whether to show the forms
+}
+
+type queuesData struct {
+	Queues   []queueRow
+	PauseAny bool // whether to show the form that pauses a queue by name
+}
+
+func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
+	if !c.view(w, r, PageQueues, 0) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	qs, err := c.store.Queues(ctx)
+	if err != nil {
+		c.dbFail(w, r, "read the queues", err)
+		return
+	}
+	d := queuesData{PauseAny: c.opts.Actions}
+	for _, q := range qs {
+		row := queueRow{QueueInfo: q}
+		if q.Paused.IsZero() {
+			row.Pause = c.may(r, Action{Name: ActionPause, Queue: q.Name})
+		} else {
+			row.Resume = c.may(r, Action{Name: ActionResume, Queue: q.Name})
+		}
+		d.Queues = append(d.Queues, row)
+	}
+	c.render(w, r, PageQueues, "Queues", d)
+}
+
+type keysData struct {
+	After string
+	Keys  []keyRow
+	Next  string // the after of the next page; empty when this is the last
+	More  bool
+}
+
+type keyRow struct {
+	lease.HeldKey
+	Requeue, Discard bool // whether to show the forms
+}
+
+func (c *Console) keys(w http.ResponseWriter, r *http.Request) {
+	if !c.view(w, r, PageKeys, 0) {
+		return
+	}
+	d := keysData{After: r.URL.Query().Get("after")}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	held, err := c.store.HeldKeys(ctx, lease.HeldKeysRequest{AfterKey: d.After, Limit: c.opts.PageSize + 1})
+	if err != nil {
+		c.dbFail(w, r, "read the held keys", err)
+		return
+	}
+	if len(held) > c.opts.PageSize {
+		held = held[:c.opts.PageSize]
+		d.Next, d.More = held[len(held)-1].Key, true
+	}
+	for _, h := range held {
+		d.Keys = append(d.Keys, keyRow{
+			HeldKey: h,
+			Requeue: c.may(r, Action{Name: ActionRequeue, ID: h.HeadID}),
+			Discard: c.may(r, Action{Name: ActionDiscard, ID: h.HeadID, Generation: h.Generation}),
+		})
+	}
+	c.render(w, r, PageKeys, "Held keys", d)
+}

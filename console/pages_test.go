@@ -1,0 +1,299 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework/console"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// The overview shows the rows per status, the figures of the table, the
+// paused queues, the held keys, the last hour's chart and the rows per
+// queue, kind and status, each count a link to the events it counts.
+func TestOverview(t *testing.T) {
+	s := newSite(t, console.Options{})
+	ctx := context.Background()
+	pgtest.Enqueue(t, s.store,
+		lease.Event{Kind: "mail"}, lease.Event{Kind: "mail"},
+		lease.Event{Kind: "sms", Queue: "bulk"},
+	)
+	failedEvent(t, s.store, lease.Event{Kind: "invoice", Key: "customer-7"}, "card declined")
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: "invoice", Key: "customer-7"})
+	claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Kinds: []string{"mail"}})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %v, %v", claims, err)
+	}
+	if err := s.store.Complete(ctx, claims[0].Ref()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.PauseQueue(ctx, "bulk"); err != nil {
+		t.Fatal(err)
+	}
+
+	p := s.get("", http.StatusOK)
+	contains(t, p,
+		"2 READY", "1 WAITING", "0 INPROGRESS", "1 DONE", "1 FAILED", "0 DISCARDED",
+		"Eligible now 2", "Expired claims 0", "Held keys 1", "Paused queues bulk",
+		"In the last hour: 1 DONE, 1 FAILED",
+		"key customer-7", "1 waiting",
+		"minute (UTC)", "events per minute",
+	)
+	// The table of queues and kinds: one line per queue and kind.
+	txt := p.text()
+	// Columns: READY WAITING INPROGRESS DONE FAILED DISCARDED.
+	for _, line := range []string{"bulk sms 1 0 0 0 0 0", "default invoice 0 1 0 0 1 0", "default mail 1 0 0 1 0 0"} {
+		if !strings.Contains(txt, line) {
+			t.Errorf("the overview's table lacks the line %q:\n%s", line, txt)
+		}
+	}
+	for _, link := range []string{`href="./events?status=FAILED"`, `href="./events?queue=default&amp;kind=mail&amp;status=DONE"`, `href="./keys"`} {
+		if !strings.Contains(p.body, link) {
+			t.Errorf("the overview has no link %s", link)
+		}
+	}
+	if !strings.Contains(p.body, "<svg") || !strings.Contains(p.body, `class="done"`) || !strings.Contains(p.body, `class="failed"`) {
+		t.Errorf("the overview has no chart with a DONE and a FAILED bar:\n%s", p.body)
+	}
+	// The stylesheet is served from the console itself.
+	css := s.get("static/console.css", http.StatusOK)
+	if ct := css.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/css") || !strings.Contains(css.body, ".flash") {
+		t.Errorf("static/console.css: %s, %d bytes", ct, len(css.body))
+	}
+	if csp := p.header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("Content-Security-Policy %q does not forbid scripts", csp)
+	}
+}
+
+// An expired claim, and the age of the oldest eligible row, are shown.
+func TestOverviewAges(t *testing.T) {
+	s := newSite(t, console.Options{})
+	ctx := context.Background()
+	pgtest.EnqueueN(t, s.store, 2, "k")
+	if _, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// Fixtures: the claim's lease expired two minutes ago; the other row
+	// has been due for an hour.
+	for _, q := range []string{
+		"UPDATE %s SET lease_until = statement_timestamp() - interval '2 minutes' WHERE status = 'INPROGRESS'",
+		"UPDATE %s SET next_attempt_at = statement_timestamp() - interval '1 hour' WHERE status = 'READY'",
+	} {
+		if _, err := s.store.DB().ExecContext(ctx, fmt.Sprintf(q, s.store.QualifiedTable())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := s.get("", http.StatusOK)
+	contains(t, p, "Expired claims 1", "Oldest eligible age 1h0m")
+}
+
+// The events list filters by status, kind and queue, and pages: a "Next
+// page" link while there are more, which keeps the filters.
+func TestEventsListFiltersAndPages(t *testing.T) {
+	s := newSite(t, console.Options{PageSize: 2})
+	failedEvent(t, s.store, lease.Event{Kind: "mail", EventID: "mail-failed"}, "smtp: 550 no such user")
+	ids := []int64{}
+	for i := range 5 {
+		ids = append(ids, pgtest.Enqueue(t, s.store, lease.Event{Kind: "mail", EventID: fmt.Sprintf("mail-%d", i)})[0].ID)
+	}
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: "sms", EventID: "sms-0", Queue: "bulk"})
+
+	p := s.get("events?kind=mail&status=READY", http.StatusOK)
+	contains(t, p, "mail-0", "mail-1", "Next page")
+	lacks(t, p, "mail-2", "sms-0", "mail-failed", "First page")
+	// Follow the pages as a person clicks "Next page".
+	seen := []string{}
+	for range 5 {
+		for i := range 5 {
+			if strings.Contains(p.text(), fmt.Sprintf("mail-%d ", i)) {
+				seen = append(seen, fmt.Sprintf("mail-%d", i))
+			}
+		}
+		next := nextLink(p)
+		if next == "" {
+			break
+		}
+		if !strings.Contains(next, "kind=mail") || !strings.Contains(next, "status=READY") {
+			t.Errorf("the next page's link %q drops the filters", next)
+		}
+		p = s.get("events?"+strings.SplitN(next, "?", 2)[1], http.StatusOK)
+		contains(t, p, "First page")
+	}
+	if strings.Join(seen, ",") != "mail-0,mail-1,mail-2,mail-3,mail-4" {
+		t.Errorf("paging through READY mail showed %v; want mail-0 to mail-4, once each", seen)
+	}
+
+	p = s.get("events?status=FAILED", http.StatusOK)
+	contains(t, p, "mail-failed", "FAILED", "smtp: 550 no such user", "1/1")
+	lacks(t, p, "mail-0", "Next page")
+	p = s.get("events?queue=bulk", http.StatusOK)
+	contains(t, p, "sms-0")
+	lacks(t, p, "mail-")
+	p = s.get("events?kind=nothing", http.StatusOK)
+	contains(t, p, "No events match these filters")
+	p = s.get(fmt.Sprintf("events?after=%d", ids[4]), http.StatusOK)
+	contains(t, p, "sms-0")
+	lacks(t, p, "mail-")
+}
+
+// nextLink returns the address of a page's "Next page" link, or "".
+func nextLink(p page) string {
+	before, _, ok := strings.Cut(p.body, `rel="next"`)
+	if !ok {
+		return ""
+	}
+	i := strings.LastIndex(before, `href="`)
+	href := before[i+len(`href="`):]
+	href, _, _ = strings.Cut(href, `"`)
+	return strings.ReplaceAll(href, "&amp;", "&")
+}
+
+// An event's page shows every field of its row and a preview of its
+// payload: text as text, other bytes in hex, and says when it cut them.
+func TestEventPage(t *testing.T) {
+	s := newSite(t, console.Options{})
+	ctx := context.Background()
+	ev := pgtest.Enqueue(t, s.store, lease.Event{
+		Kind: "invoice", EventID: "inv-2024-001", Key: "customer-7", Queue: "billing", Priority: 3,
+		Payload: []byte(`{"amount": 42, "currency": "EUR"}`), MaxAttempts: 5,
+	})[0]
+	claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "billing", Worker: "worker-a"})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim: %v, %v", claims, err)
+	}
+	if err := s.store.SetProgress(ctx, claims[0].Ref(), []byte("page 3 of 9")); err != nil {
+		t.Fatal(err)
+	}
+	p := s.get(fmt.Sprintf("events/%d", ev.ID), http.StatusOK)
+	contains(t, p,
+		fmt.Sprintf("Event %d INPROGRESS", ev.ID),
+		"Event ID inv-2024-001", "Kind invoice", "Queue billing", "Priority 3", "Key customer-7",
+		"Generation 1", "Attempt 1 of 5", "Worker worker-a",
+		`{"amount": 42, "currency": "EUR"}`, "33 bytes",
+		"page 3 of 9", "Last error none",
+	)
+	lacks(t, p, "Lease until -", "truncated", "Requeue", "Cancel")
+
+	big := strings.Repeat("é", console.PreviewBytes) // 2 bytes each: twice the cap
+	binary := []byte{0x00, 0x01, 0xff, 0xfe, 'a', 'b'}
+	enq := pgtest.Enqueue(t, s.store,
+		lease.Event{Kind: "big", Payload: []byte(big)},
+		lease.Event{Kind: "bin", Payload: binary},
+		lease.Event{Kind: "empty"},
+	)
+	p = s.get(fmt.Sprintf("events/%d", enq[0].ID), http.StatusOK)
+	contains(t, p, fmt.Sprintf("%d bytes; the first %d shown (truncated)", len(big), console.PreviewBytes), strings.Repeat("é", 100))
+	if n := strings.Count(p.body, "é"); n != console.PreviewBytes/2 {
+		t.Errorf("the preview shows %d characters of the payload; want %d (the cap, on a character boundary)", n, console.PreviewBytes/2)
+	}
+	p = s.get(fmt.Sprintf("events/%d", enq[1].ID), http.StatusOK)
+	contains(t, p, "6 bytes, not text: shown in hex", "00 01 ff fe 61 62")
+	p = s.get(fmt.Sprintf("events/%d", enq[2].ID), http.StatusOK)
+	contains(t, p, "Payload empty")
+}
+
+// The queues page lists each queue with unfinished events, or paused,
+// with its figures.
+func TestQueuesPage(t *testing.T) {
+	s := newSite(t, console.Options{})
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: "k"}, lease.Event{Kind: "k", Queue: "bulk"}, lease.Event{Kind: "k", Queue: "bulk"})
+	if _, err := s.store.PauseQueue(context.Background(), "bulk"); err != nil {
+		t.Fatal(err)
+	}
+	p := s.get("queues", http.StatusOK)
+	contains(t, p, "bulk paused since", "default running")
+	lacks(t, p, "Pause a queue", "Resume")
+	if !strings.Contains(p.text(), "bulk paused since") || !strings.Contains(p.text(), " 2 2 0 0 0") {
+		t.Errorf("the queues page does not show bulk's 2 READY, 2 eligible:\n%s", p.text())
+	}
+}
+
+// The held keys page lists the keys held by a FAILED event, with the
+// events waiting behind each, and pages by key.
+func TestKeysPage(t *testing.T) {
+	s := newSite(t, console.Options{PageSize: 2})
+	for _, key := range []string{"k-a", "k-b", "k-c"} {
+		failedEvent(t, s.store, lease.Event{Kind: "sync", Key: key}, "remote down for "+key)
+		pgtest.Enqueue(t, s.store, lease.Event{Kind: "sync", Key: key}, lease.Event{Kind: "sync", Key: key})
+	}
+	p := s.get("keys", http.StatusOK)
+	contains(t, p, "k-a", "k-b", "remote down for k-a", "Next page")
+	lacks(t, p, "k-c")
+	next := nextLink(p)
+	if next == "" {
+		t.Fatal("no next page")
+	}
+	p = s.get("keys?"+strings.SplitN(next, "?", 2)[1], http.StatusOK)
+	contains(t, p, "k-c", "remote down for k-c", "First page")
+	lacks(t, p, "k-a", "Next page")
+	if !strings.Contains(p.text(), "2 ") {
+		t.Errorf("the keys page does not show the 2 events waiting:\n%s", p.text())
+	}
+}
+
+// Bad input gets a 400 or 404 page saying what is wrong; a failed
+// statement a 500 page without the statement or the server's words.
+func TestBadInput(t *testing.T) {
+	s := newSite(t, console.Options{})
+	cases := []struct {
+		path   string
+		status int
+		says   string
+	}{
+		{"events?status=PENDING", http.StatusBadRequest, `Unknown status "PENDING"`},
+		{"events?after=x", http.StatusBadRequest, `"x" is not a place in the list`},
+		{"events?after=-1", http.StatusBadRequest, `"-1" is not a place in the list`},
+		{"events/abc", http.StatusBadRequest, `"abc" is not an event id`},
+		{"events/0", http.StatusBadRequest, `"0" is not an event id`},
+		{"events/99999999999999999999", http.StatusBadRequest, "is not an event id"},
+		{"events/424242", http.StatusNotFound, "No event has id 424242"},
+		{"nothing/here", http.StatusNotFound, "There is no page at this address"},
+	}
+	for _, c := range cases {
+		p := s.get(c.path, c.status)
+		contains(t, p, c.says, "Back to the overview")
+	}
+
+	// A table that does not exist: every page fails with 500, and says
+	// what it could not do, not why the server refused.
+	unmigrated, err := lease.New(s.store.DB(), s.store.Driver(), lease.Options{Schema: pgtest.SchemaName()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := newSiteOf(t, unmigrated, console.Options{})
+	for _, path := range []string{"", "events", "events/1", "queues", "keys"} {
+		p := broken.get(path, http.StatusInternalServerError)
+		contains(t, p, "The database could not", "The details are in the server's log")
+		lacks(t, p, "SELECT", "FROM", "relation", "does not exist", "SQLSTATE", "lease:")
+	}
+}
+
+// A console mounted with http.StripPrefix("/ops/", c) (the prefix with its
+// slash) serves the same pages.
+func TestMountedWithTrailingSlash(t *testing.T) {
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	c, err := console.New(st, console.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ops/", http.StripPrefix("/ops/", c))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	for _, path := range []string{"/ops/", "/ops/events", "/ops/queues", "/ops/static/console.css"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d", path, resp.StatusCode)
+		}
+	}
+}

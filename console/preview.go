@@ -1,0 +1,55 @@
+package console
+
+import (
+	"encoding/hex"
+	"unicode"
+	"unicode/utf8"
+)
+
+// preview is how an event page shows bytes (a payload, a progress): as
+// text when they are UTF-8 text, otherwise as a hex dump; at most a cap.
+type preview struct {
+	Size      int    // the whole value's length in bytes
+	Shown     int    // the bytes shown
+	Text      string // the bytes shown, as text; or
+	Hex       string // the bytes shown, as a hex dump
+	Truncated bool   // Shown < Size
+}
+
+// newPreview previews the first maxBytes of b. A cut falls on a character
+// boundary when b is text.
+func newPreview(b []byte, maxBytes int) preview {
+	p := preview{Size: len(b)}
+	shown := b
+	if len(shown) > maxBytes {
+		shown = shown[:maxBytes]
+		// Drop a character the cap cut in two, if b is text.
+		for i := 0; i < utf8.UTFMax-1 && len(shown) > 0 && !utf8.Valid(shown); i++ {
+			shown = shown[:len(shown)-1]
+		}
+		if !utf8.Valid(shown) {
+			shown = b[:maxBytes]
+		}
+	}
+	p.Shown, p.Truncated = len(shown), len(shown) < len(b)
+	if isText(shown) {
+		p.Text = string(shown)
+	} else {
+		p.Hex = hex.Dump(shown)
+	}
+	return p
+}
+
+// isText reports whether b is UTF-8 text: valid, and no control characters
+// but tabs and line ends.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
+			return false
+		}
+	}
+	return true
+}
