@@ -24,11 +24,10 @@ func newPreview(b []byte, maxBytes int) preview {
 	if len(shown) > maxBytes {
 		shown = shown[:maxBytes]
 		// Drop a character the cap cut in two, if b is text.
-		for i := 0; i < utf8.UTFMax-1 && len(shown) > 0 && !utf8.Valid(shown); i++ {
-			shown = shown[:len(shown)-1]
-		}
-		if !utf8.Valid(shown) {
-			shown = b[:maxBytes]
+		for cut := 1; cut < utf8.UTFMax && cut < len(shown) && !utf8.Valid(shown); cut++ {
+			if utf8.Valid(shown[:len(shown)-cut]) {
+				shown = shown[:len(shown)-cut]
+			}
 		}
 	}
 	p.Shown, p.Truncated = len(shown), len(shown) < len(b)

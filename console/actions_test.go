@@ -1,0 +1,325 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/console"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// Read-only is the default: no page shows a form, and every action's POST
+// is refused with 403 and changes nothing, even with a valid-looking form.
+func TestReadOnlyByDefault(t *testing.T) {
+	s := newSite(t, console.Options{})
+	r := failedEvent(t, s.store, lease.Event{Kind: "k", Key: "held"}, "boom")
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: "k", Key: "held"})
+	for _, path := range []string{"", "events", fmt.Sprintf("events/%d", r.ID), "queues", "keys"} {
+		p := s.get(path, http.StatusOK)
+		contains(t, p, "read-only")
+		if strings.Contains(p.body, "<form method=\"post\"") || strings.Contains(p.body, `name="csrf"`) {
+			t.Errorf("%s shows an action's form on a read-only console", path)
+		}
+	}
+	form := url.Values{"csrf": {"anything"}, "generation": {fmt.Sprint(r.Generation)}, "queue": {"default"}}
+	for _, path := range []string{
+		fmt.Sprintf("events/%d/requeue", r.ID), fmt.Sprintf("events/%d/discard", r.ID), fmt.Sprintf("events/%d/cancel", r.ID),
+		"queues/pause", "queues/resume",
+	} {
+		p := s.post(path, form)
+		if p.status != http.StatusForbidden {
+			t.Errorf("POST %s on a read-only console: status %d, want 403", path, p.status)
+		}
+		contains(t, p, "This console is read-only: actions are disabled.")
+	}
+	if got := row(t, s.store, r.ID); got.Status != leasework.StatusFailed || got.Generation != r.Generation {
+		t.Errorf("after refused actions the event is %s at generation %d; want FAILED at %d", got.Status, got.Generation, r.Generation)
+	}
+	if qs, _ := s.store.Queues(context.Background()); len(qs) != 1 || !qs[0].Paused.IsZero() {
+		t.Errorf("after a refused pause the queues are %+v; want default running", qs)
+	}
+}
+
+// Requeue, from the event's page: the event is READY again with a new
+// generation, and the page it lands on says so. Requeueing it again says
+// it is not FAILED.
+func TestRequeue(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	r := failedEvent(t, s.store, lease.Event{Kind: "mail", EventID: "mail-1"}, "smtp timeout")
+	p := s.get(fmt.Sprintf("events/%d", r.ID), http.StatusOK)
+	contains(t, p, "FAILED", "smtp timeout", "Requeue", "Discard", "Cancel", "actions enabled")
+	tok := token(t, p)
+
+	p = s.follow(s.post(fmt.Sprintf("events/%d/requeue", r.ID), url.Values{"csrf": {tok}}))
+	contains(t, p, fmt.Sprintf("Event %d requeued: it is READY, due now", r.ID), fmt.Sprintf("Event %d READY", r.ID))
+	got := row(t, s.store, r.ID)
+	if got.Status != leasework.StatusReady || got.Generation <= r.Generation || got.Attempt != 0 {
+		t.Errorf("after requeue: %s, generation %d (was %d), attempt %d; want READY, a newer generation, attempt 0", got.Status, got.Generation, r.Generation, got.Attempt)
+	}
+	lacks(t, p, "Requeue back to READY")
+
+	p = s.follow(s.post(fmt.Sprintf("events/%d/requeue", r.ID), url.Values{"csrf": {tok}}))
+	contains(t, p, fmt.Sprintf("Event %d was not requeued: it is READY, and only a FAILED event can be requeued.", r.ID))
+}
+
+// Discard carries the generation the page showed: a discard from a page
+// loaded before the event was requeued and failed again is refused, and
+// says why; from a fresh page it works, and the key's waiting event goes
+// on. The held keys page's forms come back to the held keys.
+func TestDiscard(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	ctx := context.Background()
+	r := failedEvent(t, s.store, lease.Event{Kind: "sync", Key: "acct-1"}, "first failure")
+	next := pgtest.Enqueue(t, s.store, lease.Event{Kind: "sync", Key: "acct-1"})[0]
+	stale := s.get(fmt.Sprintf("events/%d", r.ID), http.StatusOK)
+
+	// Meanwhile someone requeues it and it fails again: a new generation.
+	if _, err := s.store.Requeue(ctx, lease.RequeueRequest{IDs: []int64{r.ID}, ExtraAttempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: 60e9})
+	if err != nil || len(claims) != 1 || claims[0].ID != r.ID {
+		t.Fatalf("claim: %v, %v", claims, err)
+	}
+	if err := s.store.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: "second failure"}); err != nil {
+		t.Fatal(err)
+	}
+	now := row(t, s.store, r.ID)
+
+	p := s.follow(s.post(fmt.Sprintf("events/%d/discard", r.ID), url.Values{"csrf": {token(t, stale)}, "generation": {fmt.Sprint(r.Generation)}}))
+	contains(t, p, fmt.Sprintf("Event %d was not discarded: the page showed it FAILED at generation %d, and it is FAILED at generation %d now.", r.ID, r.Generation, now.Generation),
+		"look at it again")
+	if got := row(t, s.store, r.ID); got.Status != leasework.StatusFailed {
+		t.Errorf("a stale discard changed the event: %s", got.Status)
+	}
+
+	keys := s.get("keys", http.StatusOK)
+	contains(t, keys, "acct-1", "second failure")
+	p = s.follow(s.post(fmt.Sprintf("events/%d/discard", r.ID), url.Values{"csrf": {token(t, keys)}, "generation": {fmt.Sprint(now.Generation)}, "back": {"keys"}}))
+	contains(t, p, fmt.Sprintf("Event %d discarded", r.ID), "Held keys", "No key is held")
+	if got := row(t, s.store, r.ID); got.Status != leasework.StatusDiscarded {
+		t.Errorf("after discard the event is %s; want DISCARDED", got.Status)
+	}
+	if got := row(t, s.store, next.ID); got.Status != leasework.StatusReady {
+		t.Errorf("after the discard the key's next event is %s; want READY", got.Status)
+	}
+
+	for _, gen := range []string{"", "x", "0"} {
+		p := s.post(fmt.Sprintf("events/%d/discard", r.ID), url.Values{"csrf": {token(t, keys)}, "generation": {gen}})
+		if p.status != http.StatusBadRequest {
+			t.Errorf("discard with generation %q: status %d, want 400", gen, p.status)
+		}
+		contains(t, p, "is not a generation")
+	}
+}
+
+// Cancel ends an unfinished event with the reason given; a finished one
+// cannot be cancelled, and the page says so.
+func TestCancel(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	id := pgtest.Enqueue(t, s.store, lease.Event{Kind: "report"})[0].ID
+	p := s.get(fmt.Sprintf("events/%d", id), http.StatusOK)
+	contains(t, p, "Cancel")
+	lacks(t, p, "Requeue", "Discard")
+	p = s.follow(s.post(fmt.Sprintf("events/%d/cancel", id), url.Values{"csrf": {token(t, p)}, "reason": {"customer closed the account"}}))
+	contains(t, p, fmt.Sprintf("Event %d cancelled", id), "DISCARDED", "cancelled: customer closed the account")
+	lacks(t, p, "Cancel end it now")
+	p = s.follow(s.post(fmt.Sprintf("events/%d/cancel", id), url.Values{"csrf": {token(t, s.get("queues", http.StatusOK))}}))
+	contains(t, p, fmt.Sprintf("Event %d was not cancelled: it is DISCARDED already.", id))
+
+	p = s.post("events/777777/cancel", url.Values{"csrf": {token(t, s.get("queues", http.StatusOK))}})
+	if p.status != http.StatusNotFound {
+		t.Errorf("cancel of a missing event: status %d, want 404", p.status)
+	}
+	contains(t, p, "No event has id 777777; nothing was done.")
+}
+
+// Pause and resume from the queues page; pausing twice says it was paused
+// already; a bad queue name is a 400.
+func TestPauseResume(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: "k", Queue: "bulk"})
+	p := s.get("queues", http.StatusOK)
+	contains(t, p, "bulk running", "Pause", "Pause a queue")
+	tok := token(t, p)
+	p = s.follow(s.post("queues/pause", url.Values{"csrf": {tok}, "queue": {"bulk"}}))
+	contains(t, p, "Queue bulk paused: workers claim nothing from it", "bulk paused since", "Resume")
+	p = s.follow(s.post("queues/pause", url.Values{"csrf": {tok}, "queue": {"bulk"}}))
+	contains(t, p, "Queue bulk was paused already; nothing changed.")
+	p = s.follow(s.post("queues/resume", url.Values{"csrf": {tok}, "queue": {"bulk"}}))
+	contains(t, p, "Queue bulk resumed", "bulk running")
+	p = s.follow(s.post("queues/resume", url.Values{"csrf": {tok}, "queue": {"bulk"}}))
+	contains(t, p, "Queue bulk was not paused; nothing changed.")
+	p = s.post("queues/pause", url.Values{"csrf": {tok}, "queue": {""}})
+	if p.status != http.StatusBadRequest {
+		t.Errorf("pause of an empty queue name: %d, want 400", p.status)
+	}
+	contains(t, p, "Not a queue name: queue is empty.")
+}
+
+// Authorize decides every page view and every action; it is told what is
+// asked, and a refusal is a 403 page with its reason, with nothing done.
+// The forms it would refuse are not shown.
+func TestAuthorize(t *testing.T) {
+	var mu sync.Mutex
+	var asked []console.Action
+	s := newSite(t, console.Options{Actions: true, Authorize: func(r *http.Request, a console.Action) error {
+		mu.Lock()
+		asked = append(asked, a)
+		mu.Unlock()
+		switch {
+		case a.Name == console.ActionView && r.Header.Get("X-User") == "":
+			return errors.New("sign in first")
+		case a.Name == console.ActionDiscard:
+			return errors.New("only the on-call engineer may discard")
+		case a.Name == console.ActionRequeue && r.Header.Get("X-User") != "admin":
+			return fmt.Errorf("%s may not requeue", r.Header.Get("X-User"))
+		}
+		return nil
+	}})
+	r := failedEvent(t, s.store, lease.Event{Kind: "k"}, "boom")
+	path := fmt.Sprintf("events/%d", r.ID)
+
+	p := s.get(path, http.StatusForbidden)
+	contains(t, p, "Not allowed: sign in first")
+	lacks(t, p, "boom")
+
+	req, _ := http.NewRequest(http.MethodGet, s.url(path), nil)
+	req.Header.Set("X-User", "viewer")
+	p = s.do(req)
+	contains(t, p, "boom", "Cancel")
+	lacks(t, p, "Requeue", "Discard")
+	tok := token(t, p)
+
+	p = s.post(path+"/requeue", url.Values{"csrf": {tok}}, "X-User", "viewer")
+	if p.status != http.StatusForbidden {
+		t.Errorf("a refused requeue: status %d, want 403", p.status)
+	}
+	contains(t, p, "Not allowed: viewer may not requeue")
+	p = s.post(path+"/discard", url.Values{"csrf": {tok}, "generation": {fmt.Sprint(r.Generation)}}, "X-User", "admin")
+	contains(t, p, "Not allowed: only the on-call engineer may discard")
+	if got := row(t, s.store, r.ID); got.Status != leasework.StatusFailed {
+		t.Errorf("refused actions changed the event: %s", got.Status)
+	}
+	p = s.post(path+"/requeue", url.Values{"csrf": {tok}}, "X-User", "admin")
+	if p.status != http.StatusSeeOther {
+		t.Errorf("an allowed requeue: status %d, want 303", p.status)
+	}
+	if got := row(t, s.store, r.ID); got.Status != leasework.StatusReady {
+		t.Errorf("after an allowed requeue the event is %s", got.Status)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	want := []console.Action{
+		{Name: console.ActionView, Page: console.PageEvent, ID: r.ID},
+		{Name: console.ActionRequeue, ID: r.ID},
+		{Name: console.ActionDiscard, ID: r.ID, Generation: r.Generation},
+	}
+	for _, w := range want {
+		found := false
+		for _, a := range asked {
+			found = found || a == w
+		}
+		if !found {
+			t.Errorf("Authorize was never asked about %+v; it was asked about %+v", w, asked)
+		}
+	}
+}
+
+// CSRF: a cross-origin POST is refused, and so is a same-origin one
+// without the token or with a wrong one; a same-origin POST with the token
+// works; a GET of an action's address does nothing.
+func TestCSRF(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	r := failedEvent(t, s.store, lease.Event{Kind: "k"}, "boom")
+	path := fmt.Sprintf("events/%d/requeue", r.ID)
+	tok := token(t, s.get(fmt.Sprintf("events/%d", r.ID), http.StatusOK))
+	host := strings.TrimPrefix(s.srv.URL, "http://")
+
+	refused := []struct {
+		name    string
+		form    url.Values
+		headers []string
+		says    string
+	}{
+		{"cross-site by Sec-Fetch-Site", url.Values{"csrf": {tok}}, []string{"Sec-Fetch-Site", "cross-site"}, "sent from another site"},
+		{"cross-origin by Origin", url.Values{"csrf": {tok}}, []string{"Origin", "http://evil.example"}, "sent from another site"},
+		{"no token", url.Values{}, []string{"Sec-Fetch-Site", "same-origin"}, "token is missing or wrong"},
+		{"wrong token", url.Values{"csrf": {tok + "x"}}, []string{"Origin", "http://" + host}, "token is missing or wrong"},
+		{"another console's token", url.Values{"csrf": {"AAAA"}}, nil, "token is missing or wrong"},
+	}
+	for _, c := range refused {
+		p := s.post(path, c.form, c.headers...)
+		if p.status != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", c.name, p.status)
+		}
+		contains(t, p, c.says)
+	}
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPut} {
+		req, _ := http.NewRequest(m, s.url(path+"?csrf="+url.QueryEscape(tok)), nil)
+		p := s.do(req)
+		if p.status != http.StatusMethodNotAllowed || p.header.Get("Allow") != http.MethodPost {
+			t.Errorf("%s %s: status %d, Allow %q; want 405, POST", m, path, p.status, p.header.Get("Allow"))
+		}
+	}
+	if got := row(t, s.store, r.ID); got.Status != leasework.StatusFailed {
+		t.Fatalf("refused requests changed the event: %s", got.Status)
+	}
+	p := s.post(path, url.Values{"csrf": {tok}}, "Sec-Fetch-Site", "same-origin", "Origin", "http://"+host)
+	if p.status != http.StatusSeeOther {
+		t.Errorf("same-origin POST with the token: status %d, want 303\n%s", p.status, p.text())
+	}
+	if got := row(t, s.store, r.ID); got.Status != leasework.StatusReady {
+		t.Errorf("after a good requeue the event is %s", got.Status)
+	}
+}
+
+// Two consoles sharing a Secret accept each other's forms; the message
+// after an action cannot be forged through a link.
+func TestSecretAndFlash(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	a := newSite(t, console.Options{Actions: true, Secret: secret})
+	b := newSiteOf(t, a.store, console.Options{Actions: true, Secret: secret})
+	r := failedEvent(t, a.store, lease.Event{Kind: "k"}, "boom")
+	tok := token(t, a.get(fmt.Sprintf("events/%d", r.ID), http.StatusOK))
+	p := b.follow(b.post(fmt.Sprintf("events/%d/requeue", r.ID), url.Values{"csrf": {tok}}))
+	contains(t, p, "requeued")
+
+	forged := "events?" + url.Values{"flash": {"Your session expired: sign in at evil.example"}, "fkind": {"ok"}, "fsig": {"abc"}}.Encode()
+	p = a.get(forged, http.StatusOK)
+	lacks(t, p, "evil.example")
+
+	if _, err := console.New(a.store, console.Options{Secret: []byte("short")}); err == nil || !strings.Contains(err.Error(), "Options.Secret") {
+		t.Errorf("New with a 5-byte secret: %v; want an error naming Options.Secret", err)
+	}
+}
+
+// New checks its options, naming the field.
+func TestNewChecksOptions(t *testing.T) {
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	for _, c := range []struct {
+		opts console.Options
+		want string
+	}{
+		{console.Options{PageSize: -1}, "Options.PageSize"},
+		{console.Options{PageSize: console.MaxPageSize + 1}, "Options.PageSize"},
+		{console.Options{Timeout: -1}, "Options.Timeout"},
+		{console.Options{TrustedOrigins: []string{"not a url"}}, "Options.TrustedOrigins"},
+	} {
+		if _, err := console.New(st, c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%+v) = %v; want an error naming %s", c.opts, err, c.want)
+		}
+	}
+	if _, err := console.New(nil, console.Options{}); err == nil {
+		t.Error("New(nil store) did not fail")
+	}
+}

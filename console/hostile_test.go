@@ -1,0 +1,104 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/leasework/leasework/console"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// Hostile texts, as an attacker who can enqueue events, or make a handler
+// fail with a message of theirs, would write them.
+const (
+	hScript   = `<script>alert(1)</script>`
+	hAttr     = `"'><img src=x onerror=alert(1)>`
+	hTextarea = `</textarea><script>alert(2)</script>`
+	hURL      = `javascript:alert(3)`
+)
+
+// raw is what must never appear unescaped in a page: markup that would
+// run, or a link to a script.
+var raw = []string{"<script", "<img", "</textarea", `href="javascript:`, `'><`}
+
+// Every value an event carries (event id, kind, key, queue, payload,
+// progress, last error) appears on every page that shows it as the text it
+// is, escaped, never as markup; so do the values of the request (filters,
+// ids in the path) and the messages after an action.
+func TestHostileValuesAreEscaped(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	queue := `q"'><script>alert(4)</script>`
+	ev := lease.Event{
+		EventID: hURL + " " + hScript,
+		Kind:    hAttr,
+		Key:     hTextarea,
+		Queue:   queue,
+		Payload: []byte(hScript + hAttr + hTextarea),
+	}
+	r := failedEvent(t, s.store, ev, hAttr+" "+hScript)
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: hAttr, Key: hTextarea, Queue: queue, EventID: hURL + " waiting"})
+	if _, err := s.store.PauseQueue(t.Context(), queue); err != nil {
+		t.Fatal(err)
+	}
+
+	pages := []struct {
+		path string
+		want []string // texts a person must see, as written
+	}{
+		{"", []string{hAttr, queue, hTextarea}},
+		{"events", []string{hURL, hAttr, "q\"'><script>al"}},
+		{"events?" + url.Values{"kind": {hAttr}, "queue": {queue}}.Encode(), []string{hURL}},
+		{fmt.Sprintf("events/%d", r.ID), []string{ev.EventID, hAttr, hTextarea, queue, hScript + hAttr + hTextarea, hAttr + " " + hScript}},
+		{"queues", []string{"q\"'><script>alert(4)</"}},
+		{"keys", []string{hTextarea, hAttr}},
+	}
+	for _, pg := range pages {
+		p := s.get(pg.path, http.StatusOK)
+		noMarkup(t, p)
+		contains(t, p, pg.want...)
+	}
+
+	// The request's own values, on error pages.
+	for path, says := range map[string]string{
+		"events?status=" + url.QueryEscape(hScript): hScript,
+		"events?after=" + url.QueryEscape(hAttr):    hAttr,
+		"events/" + url.PathEscape(hScript):         hScript,
+	} {
+		p := s.get(path, http.StatusBadRequest)
+		noMarkup(t, p)
+		contains(t, p, says)
+	}
+
+	// Messages after an action that name a hostile queue, and the queue
+	// page's forms that carry it back.
+	p := s.get("queues", http.StatusOK)
+	p = s.follow(s.post("queues/resume", url.Values{"csrf": {token(t, p)}, "queue": {queue}}))
+	noMarkup(t, p)
+	contains(t, p, "Queue "+queue+" resumed")
+	p = s.follow(s.post("queues/pause", url.Values{"csrf": {token(t, p)}, "queue": {hTextarea}}))
+	noMarkup(t, p)
+	contains(t, p, "Queue "+hTextarea+" paused")
+
+	// The hook's refusal, whatever its text.
+	h := newSiteOf(t, s.store, console.Options{Authorize: func(*http.Request, console.Action) error {
+		return fmt.Errorf("denied %s", hAttr)
+	}})
+	p = h.get("", http.StatusForbidden)
+	noMarkup(t, p)
+	contains(t, p, "Not allowed: denied "+hAttr)
+}
+
+// noMarkup fails the test if the page holds any hostile markup unescaped.
+func noMarkup(t *testing.T, p page) {
+	t.Helper()
+	for _, bad := range raw {
+		if strings.Contains(p.body, bad) {
+			i := strings.Index(p.body, bad)
+			t.Errorf("%s has %q unescaped: …%s…", p.url, bad, p.body[max(0, i-80):min(len(p.body), i+80)])
+		}
+	}
+}
