@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/leasework/leasework/lease"
 )
@@ -25,6 +26,12 @@ type action interface {
 	flags(fs *flag.FlagSet)
 	check() error
 	exec(ctx context.Context, st *lease.Store, out *printer) error
+}
+
+// servingAction is an action that serves until it is interrupted (ui):
+// -timeout bounds each of its requests instead of the whole run.
+type servingAction interface {
+	setTimeout(d time.Duration)
 }
 
 // offlineAction is an action that, as its flags ask, runs without a
@@ -153,6 +160,23 @@ enqueued into it. Pausing a paused queue does nothing.`,
 ones, so that its events are claimed at once. Resuming a queue that runs
 says so and changes nothing.`,
 		new: func() action { return &resumeCmd{} },
+	},
+	{
+		name:     "ui",
+		synopsis: "[-addr host:port] [-actions]",
+		summary:  "serve the operator console, a web UI, until interrupted; read-only unless -actions",
+		doc: `Ui serves the operator console of the table on -addr and prints its address:
+an overview (events per status, queue and kind; eligible rows and the oldest
+one's age; expired claims; held keys; paused queues; the last hour's DONE
+and FAILED per minute), the events filtered and paged, each event's page,
+the queues and the held keys. It is read-only unless -actions is given:
+then its pages requeue, discard and cancel events and pause and resume
+queues, for whoever reaches the address (it asks nobody who they are: keep
+it on localhost, or behind a proxy that authenticates). Actions are logged.
+
+It runs until interrupted (SIGINT, SIGTERM); -timeout bounds the database
+statements of each request, not the run.`,
+		new: func() action { return &uiCmd{} },
 	},
 	{
 		name:    "version",
@@ -287,7 +311,9 @@ func (e *env) runCommand(ctx context.Context, c command, args []string) int {
 	}
 	defer st.DB().Close()
 
-	if conn.timeout > 0 {
+	if s, ok := a.(servingAction); ok {
+		s.setTimeout(conn.timeout)
+	} else if conn.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, conn.timeout)
 		defer cancel()
@@ -370,6 +396,7 @@ Examples:
 	leasework requeue -kind email
 	leasework list -held
 	leasework discard -id 42 -generation 3
+	leasework ui -addr localhost:8080 -actions
 `)
 	io.WriteString(w, b.String())
 }
