@@ -36,6 +36,9 @@ type attempt struct {
 	endedAt   time.Time
 	hung      bool    // counted as a handler that ignored its cancelled context
 	tx        txPhase // a Transactional handler's completion
+	settled   bool    // the observers were told how it settled
+
+	obsCtx context.Context // what the observers' Claimed returned; nil without observers
 }
 
 // errAttemptOver ends an attempt's context after its handler returned.
@@ -43,9 +46,9 @@ var errAttemptOver = errors.New("framework: attempt over")
 
 // startAttempt registers a claim and starts its handler. sent is the local
 // time taken before the claim statement was sent: the database's lease
-// cannot have started earlier. It reports false, and starts nothing, when
-// the worker has stopped.
-func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent time.Time) bool {
+// cannot have started earlier; returned, when its rows came back. It
+// reports false, and starts nothing, when the worker has stopped.
+func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.Time) bool {
 	a := &attempt{
 		w:         w,
 		q:         q,
@@ -56,7 +59,18 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent time.Time) bool 
 		confirmed: sent,
 		stopTimer: func() {},
 	}
-	ctx, cancel := context.WithCancelCause(w.handlerCtx)
+	// The claim's statement time is its lease's start, by the database
+	// clock, as the due time is.
+	var wait time.Duration
+	if !c.Reclaimed && !c.DueAt.IsZero() {
+		wait = max(c.LeaseUntil.Add(-w.cfg.Lease).Sub(c.DueAt), 0)
+	}
+	base := w.handlerCtx
+	if len(w.observers) > 0 {
+		base = w.observeClaimed(base, &a.claim, ClaimInfo{Queue: q.name, Wait: wait, Sent: sent, Returned: returned})
+		a.obsCtx = base
+	}
+	ctx, cancel := context.WithCancelCause(base)
 	timeout := w.cfg.AttemptTimeout
 	if a.kind != nil && a.kind.timeout > 0 {
 		timeout = a.kind.timeout
@@ -71,6 +85,7 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent time.Time) bool 
 		w.mu.Unlock()
 		a.stopTimer()
 		cancel(leasework.ErrShutdown)
+		a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the worker stopped before the handler started"})
 		return false
 	}
 	a.mu.Lock()
@@ -82,9 +97,6 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent time.Time) bool 
 	w.mu.Unlock()
 
 	w.count.claimed.Add(1)
-	// The claim's statement time is its lease's start, by the database
-	// clock, as the due time is.
-	wait := c.LeaseUntil.Add(-w.cfg.Lease).Sub(c.DueAt)
 	w.byKind.update(c.Kind, q.name, func(s *kindSeries) {
 		s.claimed++
 		if !c.Reclaimed && !c.DueAt.IsZero() {
@@ -111,6 +123,13 @@ func (w *Worker) runAttempt(a *attempt) {
 		err = w.call(a)
 		ran := time.Since(began)
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.run.observe(ran) })
+		if a.obsCtx != nil {
+			info := HandlerInfo{Started: began, Ran: ran, Err: err}
+			if a.ctx.Err() != nil {
+				info.Cause = context.Cause(a.ctx)
+			}
+			a.observeReturned(info)
+		}
 	}
 	cause := context.Cause(a.ctx)
 	a.end()
@@ -123,12 +142,14 @@ func (w *Worker) runAttempt(a *attempt) {
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
 		w.log.Debug("event completed in the handler's transaction", "id", a.ref.ID, "generation", a.ref.Generation,
 			"event_id", a.claim.EventID, "attempt", a.claim.Attempt)
+		a.settle(Settlement{Outcome: OutcomeCompleted, InHandlerTx: true})
 		return
 	case txRejected: // stale: another owner has the claim
 		w.forget(a)
 		w.count.staleRejections.Add(1)
 		w.log.Warn("completion in the handler's transaction rejected: the claim is no longer owned; its writes were rolled back",
 			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+		a.settle(Settlement{Outcome: OutcomeRejected, InHandlerTx: true, Cancelled: errors.Is(cause, leasework.ErrCancelled)})
 		return
 	}
 	o := w.outcomeOf(a, err, cause)
@@ -136,6 +157,7 @@ func (w *Worker) runAttempt(a *attempt) {
 	if !w.outcomes.push(o) {
 		w.log.Warn("handler returned after the worker stopped; its outcome is not recorded and its claim is left to expire",
 			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+		a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the handler returned after the worker stopped"})
 	}
 }
 
@@ -297,6 +319,7 @@ func (a *attempt) abandon() {
 	}
 	a.w.log.Warn("handler still running as the worker stops; its claim is left to expire",
 		"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID, "kind", a.claim.Kind)
+	a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the handler was still running as the worker stopped"})
 }
 
 // lose records that the database rejected a write for this claim, and

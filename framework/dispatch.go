@@ -117,9 +117,10 @@ func (w *Worker) claim(q *queue, limit int) (int, error) {
 		w.log.Warn("claim failed", "queue", q.name, "err", err)
 		return 0, err
 	}
+	returned := time.Now()
 	var dropped []int64
 	for _, c := range claims {
-		if !w.startAttempt(q, c, sent) {
+		if !w.startAttempt(q, c, sent, returned) {
 			dropped = append(dropped, c.ID)
 		}
 	}

@@ -223,5 +223,13 @@
 // [Worker.Counters] returns the
 // in-process counters, [Worker.Stats] the table's figures; both are served
 // in the Prometheus text format by [Worker.MetricsHandler] and as JSON by
-// [Worker.Expvar], with the standard library only.
+// [Worker.Expvar], with the standard library only. The Prometheus text
+// also has per kind and queue series: claims, outcomes, and histograms of
+// queue wait and run time.
+//
+// For tracing and metrics of your own, [Worker.Observe] adds an
+// [Observer]: told of each claim (its context becomes the handler's, so a
+// span started there is the parent of the handler's spans), of each
+// handler's return, and of how each outcome settled. The leaseworkotel
+// module (in contrib/otel) builds OpenTelemetry spans and metrics on it.
 package framework

@@ -304,6 +304,11 @@ func (w *Worker) abandon(o outcome, why string, err error) {
 		"why", why, "op", opNames[o.op], "id", o.a.ref.ID, "generation", o.a.ref.Generation,
 		"event_id", o.a.claim.EventID, "tries", o.tries, "err", err)
 	w.forget(o.a)
+	text := why
+	if err != nil {
+		text += ": " + err.Error()
+	}
+	o.a.settle(Settlement{Outcome: OutcomeAbandoned, Error: text})
 }
 
 // recorded counts and logs the database's answer to one outcome write.
@@ -317,7 +322,11 @@ func (w *Worker) abandon(o outcome, why string, err error) {
 // claim's) can have made it go.
 func (w *Worker) recorded(o outcome, r lease.Result) {
 	a := o.a
-	defer w.forget(a)
+	var settled Settlement
+	defer func() {
+		w.forget(a)
+		a.settle(settled)
+	}()
 	if o.commitUnknown && r.Err != nil {
 		// The handler's COMMIT failed, yet the row shows its completion:
 		// DONE at the claim's generation, or deleted before the lease
@@ -329,6 +338,7 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 			w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
 			w.log.Info("the handler's transaction committed though its COMMIT reported an error",
 				"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+			settled = Settlement{Outcome: OutcomeCompleted, InHandlerTx: true}
 			return
 		}
 	}
@@ -339,6 +349,7 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 	}
 	if r.Err != nil && !replayed {
 		w.count.staleRejections.Add(1)
+		settled = Settlement{Outcome: OutcomeRejected, Cancelled: r.Cancelled}
 		if r.Cancelled {
 			w.log.Info("outcome rejected: the event was cancelled while its handler ran", "op", opNames[o.op],
 				"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
@@ -358,21 +369,26 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 		w.count.completed.Add(1)
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
 		log.Debug("event completed")
+		settled = Settlement{Outcome: OutcomeCompleted, InHandlerTx: o.commitUnknown}
 	case o.op == opRelease:
 		w.count.released.Add(1)
 		log.Debug("claim released")
+		settled = Settlement{Outcome: OutcomeReleased}
 	case o.op == opRetry && o.snooze:
 		w.count.snoozed.Add(1)
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.snoozed++ })
 		log.Debug("event snoozed", "delay", o.delay)
+		settled = Settlement{Outcome: OutcomeSnoozed}
 	case o.op == opRetry && (r.Status == leasework.StatusReady || r.Gone):
 		w.count.retried.Add(1)
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.retried++ })
 		log.Info("attempt failed; will retry", "delay", o.delay, "err", logText(o.text))
+		settled = Settlement{Outcome: OutcomeRetried, Error: o.text}
 	default: // fail, or retry on the row's last allowed attempt
 		w.count.failed.Add(1)
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.failed++ })
 		log.Warn("event failed", "err", logText(o.text))
+		settled = Settlement{Outcome: OutcomeFailed, Error: o.text}
 	}
 }
 

@@ -48,6 +48,7 @@ type Worker struct {
 	kindList       []string
 
 	middleware []Middleware // Use's, in order; applied by start
+	observers  []Observer   // Observe's, in order
 	byKind     kindMetrics  // per kind and queue, for MetricsHandler
 }
 

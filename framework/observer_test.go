@@ -1,0 +1,179 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
+)
+
+// journal records what an observer is told, per event id.
+type journal struct {
+	mu    sync.Mutex
+	lines map[string][]string
+}
+
+type journalKey struct{}
+
+func (j *journal) add(eventID, line string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.lines == nil {
+		j.lines = map[string][]string{}
+	}
+	j.lines[eventID] = append(j.lines[eventID], line)
+}
+
+func (j *journal) of(eventID string) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return strings.Join(j.lines[eventID], " | ")
+}
+
+func (j *journal) observer() framework.Observer {
+	return framework.Observer{
+		Claimed: func(ctx context.Context, c *leasework.Claim, info framework.ClaimInfo) context.Context {
+			if info.Queue != c.Queue || info.Sent.IsZero() || info.Returned.Before(info.Sent) || info.Wait < 0 ||
+				(c.Reclaimed && info.Wait != 0) {
+				j.add(c.EventID, fmt.Sprintf("bad claim info %+v", info))
+			}
+			j.add(c.EventID, fmt.Sprintf("claimed %d", c.Attempt))
+			return context.WithValue(ctx, journalKey{}, c.EventID)
+		},
+		HandlerReturned: func(ctx context.Context, c *leasework.Claim, info framework.HandlerInfo) {
+			line := fmt.Sprintf("returned err=%v", info.Err)
+			if info.Cause != nil {
+				line += fmt.Sprintf(" cause=%v", info.Cause)
+			}
+			if ctx.Value(journalKey{}) != c.EventID {
+				line += " (not the Claimed context)"
+			}
+			j.add(c.EventID, line)
+		},
+		Settled: func(ctx context.Context, c *leasework.Claim, s framework.Settlement) {
+			line := s.Outcome.String()
+			if s.Error != "" {
+				line += " " + s.Error
+			}
+			if s.Cancelled {
+				line += " (cancelled)"
+			}
+			if ctx.Value(journalKey{}) != c.EventID {
+				line += " (not the Claimed context)"
+			}
+			j.add(c.EventID, line)
+		},
+	}
+}
+
+// An observer is told of every claim, its handler's return and its
+// outcome, in that order, with the context it returned from Claimed; the
+// handler runs under that context too.
+func TestObserverSeesEveryClaimAndOutcome(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+		var j journal
+		if err := w.Observe(j.observer()); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Observe(framework.Observer{}); err == nil {
+			t.Error("Observe of an empty observer: no error")
+		}
+		register(t, w, "k", framework.RetryPolicy{InitialInterval: time.Millisecond, MaxInterval: time.Millisecond},
+			func(ctx context.Context, c *leasework.Claim) error {
+				if ctx.Value(journalKey{}) != c.EventID {
+					return leasework.Permanent(errors.New("the handler's context is not the observer's"))
+				}
+				switch {
+				case c.EventID == "fails":
+					return leasework.Permanent(errors.New("no"))
+				case c.EventID == "retries" && c.Attempt == 1:
+					return errors.New("once")
+				case c.EventID == "snoozes" && c.Attempt == 1:
+					return leasework.Snooze(time.Millisecond)
+				}
+				return nil
+			})
+		pgtest.Enqueue(t, s,
+			lease.Event{Kind: "k", EventID: "completes"},
+			lease.Event{Kind: "k", EventID: "fails"},
+			lease.Event{Kind: "k", EventID: "retries"},
+			lease.Event{Kind: "k", EventID: "snoozes"},
+		)
+		stop := start(t, w)
+		waitFor(t, "four events finished", func() bool { return w.Counters().Completed == 3 && w.Counters().Failed == 1 })
+		stop()
+		for id, want := range map[string]string{
+			"completes": "claimed 1 | returned err=<nil> | completed",
+			"fails":     "claimed 1 | returned err=no | failed no",
+			"retries":   "claimed 1 | returned err=once | retried once | claimed 2 | returned err=<nil> | completed",
+			"snoozes":   "claimed 1 | returned err=snoozed for 1ms | snoozed | claimed 2 | returned err=<nil> | completed",
+		} {
+			if got := j.of(id); got != want {
+				t.Errorf("%s:\n got  %s\n want %s", id, got, want)
+			}
+		}
+	})
+}
+
+// A cancel while the handler runs: the observer sees the handler's context
+// end with ErrCancelled and the outcome rejected as cancelled. A lease
+// that expired and was reclaimed: the stale outcome is rejected, and the
+// reclaim is seen as such.
+func TestObserverSeesLostLeases(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	ctx := context.Background()
+	w := newWorker(t, s, framework.Config{RenewEvery: 50 * time.Millisecond})
+	var j journal
+	if err := w.Observe(j.observer()); err != nil {
+		t.Fatal(err)
+	}
+	running := make(chan int64, 1)
+	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+		running <- c.ID
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "cancelled"})[0].ID
+	start(t, w)
+	recv(t, running, "the handler")
+	if _, err := s.Cancel(ctx, id, "by the test"); err != nil {
+		t.Fatal(err)
+	}
+	want := "claimed 1 | returned err=" + leasework.ErrCancelled.Error() + " cause=" + leasework.ErrCancelled.Error() + " | rejected (cancelled)"
+	waitFor(t, "the cancelled attempt to settle", func() bool { return strings.Count(j.of("cancelled"), "|") == 2 })
+	if got := j.of("cancelled"); got != want {
+		t.Errorf("cancelled:\n got  %s\n want %s", got, want)
+	}
+
+	// A second worker reclaims an expired claim of the first.
+	id = pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "reclaimed"})[0].ID
+	recv(t, running, "the first claim")
+	if err := leasetest.ExpireLease(ctx, s, id); err != nil {
+		t.Fatal(err)
+	}
+	w2 := newWorker(t, s, framework.Config{})
+	var j2 journal
+	if err := w2.Observe(j2.observer()); err != nil {
+		t.Fatal(err)
+	}
+	register(t, w2, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error { return nil })
+	start(t, w2)
+	waitFor(t, "the reclaim to complete", func() bool { return j2.of("reclaimed") == "claimed 2 | returned err=<nil> | completed" })
+	waitFor(t, "the first claim to settle", func() bool { return strings.Count(j.of("reclaimed"), "|") == 2 })
+	got := strings.Split(j.of("reclaimed"), " | ")
+	if !slices.Equal([]string{got[0], got[2]}, []string{"claimed 1", "rejected"}) || !strings.Contains(got[1], "cause=") {
+		t.Errorf("first claim of the reclaimed event: %s; want claimed 1, returned with a cause, rejected", j.of("reclaimed"))
+	}
+}
