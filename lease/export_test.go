@@ -61,3 +61,15 @@ func MigrateTo(ctx context.Context, s *Store, version int) error {
 	}
 	return nil
 }
+
+// NewMigration makes a migration from its SQL, directives included, as
+// Migrations reads the embedded files.
+var NewMigration = parseMigration
+
+// MigrateWith is Migrate with the steps ms instead of the embedded ones.
+func MigrateWith(ctx context.Context, s *Store, ms []Migration) ([]int, error) {
+	return s.migrate(ctx, ms)
+}
+
+// Statements splits the SQL of a step run outside a transaction.
+var Statements = statements

@@ -13,6 +13,7 @@ func checkMetadata(m map[string]string) error {
 	size := 0
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if k == "" {
+			//lint:ignore ST1005 the message starts with the field's name, Metadata
 			return errors.New("Metadata has an empty key")
 		}
 		if err := validateText("Metadata key", k, MaxMetadataBytes); err != nil {

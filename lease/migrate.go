@@ -2,12 +2,17 @@ package lease
 
 import (
 	"context"
+	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
 //go:embed migrations/*.sql
@@ -22,12 +27,23 @@ type Migration struct {
 	// wait for its locks, nothing worse. When false, stop them first; the
 	// step's SQL says why in its header.
 	WhileWorkersRun bool
-	sql             string
+	// NoTransaction reports whether the step cannot run inside a
+	// transaction (CREATE INDEX CONCURRENTLY can't). [Store.Migrate]
+	// applies such a step one statement at a time, outside any
+	// transaction, under session-level locks; a tool must be told so too
+	// (goose: "-- +goose NO TRANSACTION"; golang-migrate: a file of its
+	// own per statement). Its statements are written to be run again
+	// after a failure part-way (DROP INDEX CONCURRENTLY IF EXISTS before
+	// each CREATE INDEX CONCURRENTLY: a failed concurrent build leaves an
+	// invalid index behind).
+	NoTransaction bool
+	sql           string
 }
 
-// Each migration starts with directives, one per line; so far only
+// Each migration starts with directives, one per line:
 //
 //	-- leasework: workers running    (or stopped: see Migration.WhileWorkersRun)
+//	-- leasework: no transaction     (optional: see Migration.NoTransaction)
 const directive = "-- leasework: "
 
 // Migrations returns the embedded migrations in version order.
@@ -48,25 +64,9 @@ func Migrations() []Migration {
 		if err != nil {
 			panic(err)
 		}
-		m := Migration{Version: v, Name: name, sql: string(body)}
-		workers := ""
-		for line := range strings.Lines(m.sql) {
-			d, ok := strings.CutPrefix(strings.TrimSpace(line), directive)
-			if !ok {
-				break
-			}
-			w, ok := strings.CutPrefix(d, "workers ")
-			if !ok {
-				panic("lease: migration " + path + ": unknown directive " + d)
-			}
-			workers = w
-		}
-		switch workers {
-		case "running":
-			m.WhileWorkersRun = true
-		case "stopped":
-		default:
-			panic("lease: migration " + path + " does not say whether workers may run")
+		m, err := parseMigration(v, name, string(body))
+		if err != nil {
+			panic("lease: migration " + path + ": " + err.Error())
 		}
 		ms = append(ms, m)
 	}
@@ -74,10 +74,69 @@ func Migrations() []Migration {
 	return ms
 }
 
+// parseMigration reads a migration's directives.
+func parseMigration(version int, name, sql string) (Migration, error) {
+	m := Migration{Version: version, Name: name, sql: sql}
+	workers := ""
+	for line := range strings.Lines(m.sql) {
+		d, ok := strings.CutPrefix(strings.TrimSpace(line), directive)
+		if !ok {
+			break
+		}
+		if d == "no transaction" {
+			m.NoTransaction = true
+			continue
+		}
+		w, ok := strings.CutPrefix(d, "workers ")
+		if !ok {
+			return Migration{}, fmt.Errorf("unknown directive %q", d)
+		}
+		workers = w
+	}
+	switch workers {
+	case "running":
+		m.WhileWorkersRun = true
+	case "stopped":
+	default:
+		return Migration{}, errors.New("it does not say whether workers may run")
+	}
+	if m.NoTransaction && len(statements(m.sql)) == 0 {
+		return Migration{}, errors.New("it has no statement")
+	}
+	return m, nil
+}
+
+// statements splits the SQL of a step that runs outside a transaction
+// into its statements: each ends with a semicolon at the end of a line,
+// and lines that start with "--" are left out. (Such steps hold no
+// function bodies or other text where that rule would break.) Each
+// statement must be sent alone: PostgreSQL runs the statements of one
+// simple query in one implicit transaction.
+func statements(sql string) []string {
+	var out []string
+	var cur strings.Builder
+	for line := range strings.Lines(sql) {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		if strings.HasSuffix(t, ";") {
+			out = append(out, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		}
+	}
+	if rest := strings.TrimSpace(cur.String()); rest != "" {
+		out = append(out, rest)
+	}
+	return out
+}
+
 // SQL returns the step's SQL for the table named by opts (Schema and Table;
 // zero means the defaults), for teams that run migrations with their own
 // tool (goose, atlas, golang-migrate). Run the steps in version order, each
-// in a transaction of its own. Each creates the schema
+// in a transaction of its own, except a step with NoTransaction: run its
+// statements one at a time outside any transaction. Each creates the schema
 // and the table's migrations table if needed and records itself there, as
 // [Store.Migrate] does, so that Migrate and a tool can take turns: neither
 // applies a step twice.
@@ -131,44 +190,199 @@ var migrationsTable = []string{
 // of one schema at once are serialized by a transaction-scoped advisory lock
 // keyed by the schema, so every process may call it at start-up.
 //
+// A step that cannot run in a transaction ([Migration.NoTransaction]) ends
+// that transaction: the steps before it are committed, it is applied one
+// statement at a time under the same locks held by the session, and the
+// steps after it get a transaction of their own. If it fails part-way,
+// Migrate returns the error with the earlier steps applied, and the next
+// Migrate runs the step again from its first statement.
+//
 // It returns the versions it applied.
 func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("lease: migrate: %w", err)
+	return s.migrate(ctx, Migrations())
+}
+
+// migrateLocks are the advisory lock keys of a migration of s's table.
+// CREATE ... IF NOT EXISTS is not safe against a concurrent CREATE of the
+// same name. CREATE SCHEMA acts on the schema, so migrations of any table
+// of the schema take the schema's lock; the table's lock after it (always
+// in this order) also serializes this version with older ones, which took
+// only the table's.
+func (s *Store) migrateLocks() []string {
+	return []string{
+		"leasework:migrate-schema:" + s.schema,
+		"leasework:migrate:" + s.schema + "." + s.table,
 	}
-	defer func() {
+}
+
+// tryLocksSQL takes the two migration locks ($1, then $2) without
+// waiting, and reports whether it took both; tryXactLocksSQL is the same
+// for transaction-level locks.
+const (
+	tryLocksSQL = `SELECT CASE WHEN pg_try_advisory_lock(hashtextextended($1, 0))
+    THEN pg_try_advisory_lock(hashtextextended($2, 0)) ELSE false END`
+	tryXactLocksSQL = `SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended($1, 0))
+    THEN pg_try_advisory_xact_lock(hashtextextended($2, 0)) ELSE false END`
+)
+
+// waitForLocks runs try until it reports the migration's locks taken,
+// waiting between tries (10 ms, growing to half a second), calling giveUp
+// after each failed try to let go of a lock taken alone.
+//
+// A migration never waits for its locks inside a statement: a session
+// blocked in pg_advisory_lock holds a snapshot, and CREATE INDEX
+// CONCURRENTLY, run by the holder of the locks, waits for every older
+// snapshot to end. Each waiting process would then wait for the other.
+func waitForLocks(ctx context.Context, try func() (bool, error), giveUp func() error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 10*time.Millisecond, 500*time.Millisecond, 0
+	for {
+		ok, err := try()
 		if err != nil {
+			return fmt.Errorf("lease: migrate: lock: %w", err)
+		}
+		if ok {
+			return nil
+		}
+		if err := giveUp(); err != nil {
+			return fmt.Errorf("lease: migrate: lock: %w", err)
+		}
+		t := time.NewTimer(b.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("lease: migrate: waiting for another migration of the schema: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// migrate applies the steps of ms not yet recorded, in version order.
+func (s *Store) migrate(ctx context.Context, ms []Migration) (applied []int, err error) {
+	for {
+		done, next, err := s.migrateInTx(ctx, ms)
+		applied = append(applied, done...)
+		if err != nil || next == nil {
+			return applied, err
+		}
+		ran, err := s.migrateNoTx(ctx, *next)
+		if ran {
+			applied = append(applied, next.Version)
+		}
+		if err != nil {
+			return applied, err
+		}
+	}
+}
+
+// migrateInTx applies, in one transaction, the steps not yet recorded up
+// to the first that cannot run in a transaction, which it returns.
+func (s *Store) migrateInTx(ctx context.Context, ms []Migration) (applied []int, next *Migration, err error) {
+	var tx *sql.Tx
+	defer func() {
+		if err != nil && tx != nil {
 			tx.Rollback()
 		}
 	}()
-	// The locks come first: CREATE ... IF NOT EXISTS is not safe against a
-	// concurrent CREATE of the same name. CREATE SCHEMA acts on the schema,
-	// so migrations of any table of the schema take the schema's lock; the
-	// table's lock after it (always in this order) also serializes this
-	// version with older ones, which took only the table's.
-	for _, key := range []string{
-		"leasework:migrate-schema:" + s.schema,
-		"leasework:migrate:" + s.schema + "." + s.table,
-	} {
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, key); err != nil {
-			return nil, fmt.Errorf("lease: migrate: lock: %w", err)
+	keys := s.migrateLocks()
+	err = waitForLocks(ctx, func() (ok bool, err error) {
+		if tx, err = s.db.BeginTx(ctx, nil); err != nil {
+			return false, err
 		}
+		err = tx.QueryRowContext(ctx, tryXactLocksSQL, keys[0], keys[1]).Scan(&ok)
+		return ok, err
+	}, func() error { // the transaction's end lets go of its locks
+		err := tx.Rollback()
+		tx = nil
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, q := range migrationsTable {
 		if _, err := tx.ExecContext(ctx, s.render(q)); err != nil {
-			return nil, fmt.Errorf("lease: migrate: %w", err)
+			return nil, nil, fmt.Errorf("lease: migrate: %w", err)
 		}
 	}
+	done, err := s.appliedVersions(ctx, tx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range ms {
+		if done[m.Version] {
+			continue
+		}
+		if m.NoTransaction {
+			next = &m
+			break
+		}
+		if _, err := tx.ExecContext(ctx, s.render(m.sql)); err != nil {
+			return nil, nil, fmt.Errorf("lease: migration %d (%s): %w", m.Version, m.Name, err)
+		}
+		if err := s.recordMigration(ctx, tx, m); err != nil {
+			return nil, nil, err
+		}
+		applied = append(applied, m.Version)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, nil, fmt.Errorf("lease: migrate: commit: %w", err)
+	}
+	return applied, next, nil
+}
+
+// migrateNoTx applies m, a step that cannot run in a transaction, one
+// statement at a time on one connection holding the migration's locks
+// (session-level advisory locks conflict with the transaction-level ones
+// of migrateInTx). It reports whether it applied m: not when another
+// process did meanwhile.
+func (s *Store) migrateNoTx(ctx context.Context, m Migration) (ran bool, err error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return false, fmt.Errorf("lease: migrate: %w", err)
+	}
+	defer conn.Close()
+	unlock := func() error {
+		_, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock_all()`)
+		return err
+	}
+	// A connection that cannot unlock is broken, and its session's locks
+	// end with it.
+	defer unlock()
+	keys := s.migrateLocks()
+	err = waitForLocks(ctx, func() (ok bool, err error) {
+		err = conn.QueryRowContext(ctx, tryLocksSQL, keys[0], keys[1]).Scan(&ok)
+		return ok, err
+	}, unlock)
+	if err != nil {
+		return false, err
+	}
+	done, err := s.appliedVersions(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	if done[m.Version] {
+		return false, nil
+	}
+	for i, q := range statements(s.render(m.sql)) {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return false, fmt.Errorf("lease: migration %d (%s), statement %d (run outside a transaction; the next Migrate runs the step again): %w",
+				m.Version, m.Name, i+1, err)
+		}
+	}
+	return true, s.recordMigration(ctx, conn, m)
+}
+
+// appliedVersions reads the versions recorded in the migrations table.
+func (s *Store) appliedVersions(ctx context.Context, q querier) (map[int]bool, error) {
 	done := map[int]bool{}
-	rows, err := tx.QueryContext(ctx, s.render(`SELECT version FROM {{schema}}.{{name "migrations"}}`))
+	rows, err := q.QueryContext(ctx, s.render(`SELECT version FROM {{schema}}.{{name "migrations"}}`))
 	if err != nil {
 		return nil, fmt.Errorf("lease: migrate: %w", err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var v int
 		if err := rows.Scan(&v); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("lease: migrate: %w", err)
 		}
 		done[v] = true
@@ -176,23 +390,19 @@ func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("lease: migrate: %w", err)
 	}
-	rows.Close()
-	for _, m := range Migrations() {
-		if done[m.Version] {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, s.render(m.sql)); err != nil {
-			return nil, fmt.Errorf("lease: migration %d (%s): %w", m.Version, m.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, s.render(`INSERT INTO {{schema}}.{{name "migrations"}} (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
-			return nil, fmt.Errorf("lease: migrate: record %d: %w", m.Version, err)
-		}
-		applied = append(applied, m.Version)
+	return done, nil
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// recordMigration records m as applied.
+func (s *Store) recordMigration(ctx context.Context, q execer, m Migration) error {
+	if _, err := q.ExecContext(ctx, s.render(`INSERT INTO {{schema}}.{{name "migrations"}} (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
+		return fmt.Errorf("lease: migrate: record %d: %w", m.Version, err)
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("lease: migrate: commit: %w", err)
-	}
-	return applied, nil
+	return nil
 }
 
 // DropSchema drops the store's schema and everything in it. It exists for

@@ -20,6 +20,7 @@ type scriptJSON struct {
 	Version         int    `json:"version"`
 	Name            string `json:"name"`
 	WhileWorkersRun bool   `json:"while_workers_run"`
+	NoTransaction   bool   `json:"no_transaction"`
 	SQL             string `json:"sql"`
 }
 
@@ -32,7 +33,8 @@ func (m *migrateCmd) execOffline(opts lease.Options, out *printer) error {
 		if err != nil {
 			return err
 		}
-		scripts = append(scripts, scriptJSON{Version: mg.Version, Name: mg.Name, WhileWorkersRun: mg.WhileWorkersRun, SQL: q})
+		scripts = append(scripts, scriptJSON{Version: mg.Version, Name: mg.Name, WhileWorkersRun: mg.WhileWorkersRun,
+			NoTransaction: mg.NoTransaction, SQL: q})
 	}
 	if out.json {
 		return out.JSON(scripts)
@@ -42,7 +44,11 @@ func (m *migrateCmd) execOffline(opts lease.Options, out *printer) error {
 		if !s.WhileWorkersRun {
 			when = "apply with every worker and producer of the previous version stopped"
 		}
-		if err := out.Linef("-- leasework migration %d (%s): %s; run it in a transaction of its own\n%s", s.Version, s.Name, when, s.SQL); err != nil {
+		how := "run it in a transaction of its own"
+		if s.NoTransaction {
+			how = "run it OUTSIDE any transaction, one statement at a time"
+		}
+		if err := out.Linef("-- leasework migration %d (%s): %s; %s\n%s", s.Version, s.Name, when, how, s.SQL); err != nil {
 			return err
 		}
 	}
