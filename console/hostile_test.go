@@ -26,18 +26,19 @@ const (
 var raw = []string{"<script", "<img", "</textarea", `href="javascript:`, `'><`}
 
 // Every value an event carries (event id, kind, key, queue, payload,
-// progress, last error) appears on every page that shows it as the text it
+// progress, last error, metadata) appears on every page that shows it as the text it
 // is, escaped, never as markup; so do the values of the request (filters,
 // ids in the path) and the messages after an action.
 func TestHostileValuesAreEscaped(t *testing.T) {
 	s := newSite(t, console.Options{Actions: true})
 	queue := `q"'><script>alert(4)</script>`
 	ev := lease.Event{
-		EventID: hURL + " " + hScript,
-		Kind:    hAttr,
-		Key:     hTextarea,
-		Queue:   queue,
-		Payload: []byte(hScript + hAttr + hTextarea),
+		EventID:  hURL + " " + hScript,
+		Kind:     hAttr,
+		Key:      hTextarea,
+		Queue:    queue,
+		Payload:  []byte(hScript + hAttr + hTextarea),
+		Metadata: map[string]string{hScript: hAttr, "link": hURL},
 	}
 	r := failedEvent(t, s.store, ev, hAttr+" "+hScript)
 	pgtest.Enqueue(t, s.store, lease.Event{Kind: hAttr, Key: hTextarea, Queue: queue, EventID: hURL + " waiting"})
@@ -52,7 +53,8 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 		{"", []string{hAttr, queue, hTextarea}},
 		{"events", []string{hURL, hAttr, "q\"'><script>al"}},
 		{"events?" + url.Values{"kind": {hAttr}, "queue": {queue}}.Encode(), []string{hURL}},
-		{fmt.Sprintf("events/%d", r.ID), []string{ev.EventID, hAttr, hTextarea, queue, hScript + hAttr + hTextarea, hAttr + " " + hScript}},
+		{fmt.Sprintf("events/%d", r.ID), []string{ev.EventID, hAttr, hTextarea, queue, hScript + hAttr + hTextarea, hAttr + " " + hScript,
+			hScript + " " + hAttr, "link " + hURL}},
 		{"queues", []string{"q\"'><script>alert(4)</"}},
 		{"keys", []string{hTextarea, hAttr}},
 	}

@@ -3,7 +3,9 @@ package console
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/leasework/leasework"
@@ -173,9 +175,22 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 
 type eventData struct {
 	Row               lease.Row
+	Metadata          []metadataPair // sorted by key
 	Payload, Progress preview
 	Requeue, Discard  bool // whether to show the forms
 	Cancel            bool
+}
+
+type metadataPair struct{ Key, Value string }
+
+// metadataPairs returns m's pairs sorted by key, each value cut to the
+// preview's cap.
+func metadataPairs(m map[string]string) []metadataPair {
+	pairs := make([]metadataPair, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		pairs = append(pairs, metadataPair{k, lease.CleanText(m[k], PreviewBytes)})
+	}
+	return pairs
 }
 
 // pathID reads the {id} of the request's path: a row id. It writes the
@@ -206,7 +221,8 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		c.dbFail(w, r, "read the event", err)
 		return
 	}
-	d := eventData{Row: row, Payload: newPreview(row.Payload, PreviewBytes), Progress: newPreview(row.Progress, PreviewBytes)}
+	d := eventData{Row: row, Metadata: metadataPairs(row.Metadata),
+		Payload: newPreview(row.Payload, PreviewBytes), Progress: newPreview(row.Progress, PreviewBytes)}
 	switch row.Status {
 	case leasework.StatusFailed:
 		d.Requeue = c.may(r, Action{Name: ActionRequeue, ID: id})

@@ -162,6 +162,7 @@ func TestEventPage(t *testing.T) {
 	ev := pgtest.Enqueue(t, s.store, lease.Event{
 		Kind: "invoice", EventID: "inv-2024-001", Key: "customer-7", Queue: "billing", Priority: 3,
 		Payload: []byte(`{"amount": 42, "currency": "EUR"}`), MaxAttempts: 5,
+		Metadata: map[string]string{"tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	})[0]
 	claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "billing", Worker: "worker-a"})
 	if err != nil || len(claims) != 1 {
@@ -177,6 +178,7 @@ func TestEventPage(t *testing.T) {
 		"Generation 1", "Attempt 1 of 5", "Worker worker-a",
 		`{"amount": 42, "currency": "EUR"}`, "33 bytes",
 		"page 3 of 9", "Last error none",
+		"Metadata tenant acme traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	)
 	lacks(t, p, "Lease until -", "truncated", "Requeue", "Cancel")
 
@@ -195,7 +197,7 @@ func TestEventPage(t *testing.T) {
 	p = s.get(fmt.Sprintf("events/%d", enq[1].ID), http.StatusOK)
 	contains(t, p, "6 bytes, not text: shown in hex", "00 01 ff fe 61 62")
 	p = s.get(fmt.Sprintf("events/%d", enq[2].ID), http.StatusOK)
-	contains(t, p, "Payload empty")
+	contains(t, p, "Payload empty", "Metadata none")
 }
 
 // The queues page lists each queue with unfinished events, or paused,

@@ -23,7 +23,7 @@ const (
 	hLink   = `javascript:window.__pwned=4`
 )
 
-// An event whose event id, kind, key, queue, payload and last error are
+// An event whose event id, kind, key, queue, payload, metadata and last error are
 // markup is shown as text on every page in a real browser: no script runs
 // (window.__pwned stays undefined, no dialog opens) and a person reads the
 // markup as written.
@@ -34,6 +34,7 @@ func TestHostileEventRunsNothing(t *testing.T) {
 	ev := lease.Event{
 		EventID: hLink + " " + hScript, Kind: hImg, Key: hArea, Queue: queue,
 		Payload: []byte(hScript + "\n" + hImg + "\n" + hArea), MaxAttempts: 1,
+		Metadata: map[string]string{hScript: hImg, "link": hLink},
 	}
 	id := pgtest.Enqueue(t, st, ev)[0].ID
 	claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: queue})
@@ -57,7 +58,7 @@ func TestHostileEventRunsNothing(t *testing.T) {
 		{"", []string{hImg, hArea, queue}},
 		{"events", []string{"javascript:window.__pwned=4 <script…", `"'><img src=x onerror="window.__pwned=2…`, "</textarea><svg onload=…"}},
 		{"events?" + url.Values{"kind": {hImg}, "queue": {queue}}.Encode(), []string{hLink + " behind"}},
-		{fmt.Sprintf("events/%d", id), []string{hLink + " " + hScript, hImg, hArea, queue, hImg + " " + hScript}},
+		{fmt.Sprintf("events/%d", id), []string{hLink + " " + hScript, hImg, hArea, queue, hImg + " " + hScript, "link " + hLink}},
 		{"queues", []string{queue}},
 		{"keys", []string{`</textarea><svg onload="window.__pwned=`, hImg + " <script>"}},
 		{"events/" + url.PathEscape(hScript), []string{`<script>window.__pwned=1;alert(`, "is not an event id"}},
