@@ -46,7 +46,7 @@ func TestEnqueueKeepsTheCallersMetadata(t *testing.T) {
 		)
 		for _, k := range []attribute.Key{leaseworkotel.KindKey, leaseworkotel.QueueKey, "messaging.destination.name", leaseworkotel.EventIDKey} {
 			if v, ok := attr(span, k); ok {
-				t.Errorf("a span of several kinds, queues and events has %s = %s", k, v.Emit())
+				t.Errorf("a span of several kinds, queues and events has %s = %s", k, v.String())
 			}
 		}
 

@@ -201,9 +201,9 @@ func checkAttrs(t testing.TB, s sdktrace.ReadOnlySpan, want ...attribute.KeyValu
 	for _, kv := range want {
 		got, ok := attr(s, kv.Key)
 		if !ok {
-			t.Errorf("span %q: no attribute %s (want %s)", s.Name(), kv.Key, kv.Value.Emit())
+			t.Errorf("span %q: no attribute %s (want %s)", s.Name(), kv.Key, kv.Value.String())
 		} else if got != kv.Value {
-			t.Errorf("span %q: %s = %s, want %s", s.Name(), kv.Key, got.Emit(), kv.Value.Emit())
+			t.Errorf("span %q: %s = %s, want %s", s.Name(), kv.Key, got.String(), kv.Value.String())
 		}
 	}
 }

@@ -31,7 +31,7 @@ func series(set attribute.Set) string {
 	name := kind.AsString() + "/" + queue.AsString()
 	for _, kv := range set.ToSlice() {
 		if kv.Key != leaseworkotel.KindKey && kv.Key != leaseworkotel.QueueKey {
-			name += fmt.Sprintf(" %s=%s", kv.Key, kv.Value.Emit())
+			name += fmt.Sprintf(" %s=%s", kv.Key, kv.Value.String())
 		}
 	}
 	return name
