@@ -3,6 +3,7 @@ package leaseworkotel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -131,8 +132,11 @@ func (o *observer) handlerReturned(ctx context.Context, c *leasework.Claim, info
 		return
 	}
 	st.returned = returned
-	var snooze *leasework.SnoozeError
-	failed := info.Err != nil && !(errors.As(info.Err, &snooze) && !leasework.IsPermanent(info.Err))
+	var text string
+	failed := false
+	if info.Err != nil {
+		text, failed = describe(info.Err)
+	}
 	st.errored = st.errored || failed
 	st.mu.Unlock()
 
@@ -147,9 +151,29 @@ func (o *observer) handlerReturned(ctx context.Context, c *leasework.Claim, info
 	}
 	st.span.AddEvent("handler returned", trace.WithTimestamp(returned), trace.WithAttributes(event...))
 	if failed {
-		st.span.RecordError(info.Err, trace.WithTimestamp(returned))
-		st.span.SetStatus(codes.Error, info.Err.Error())
+		// As span.RecordError, which would call the error's methods
+		// unguarded.
+		st.span.AddEvent(semconv.ExceptionEventName, trace.WithTimestamp(returned), trace.WithAttributes(
+			semconv.ExceptionType(fmt.Sprintf("%T", info.Err)), semconv.ExceptionMessage(text)))
+		st.span.SetStatus(codes.Error, text)
 	}
+}
+
+// describe returns the text of a handler's error and whether it is a
+// failure (a snooze is not), without letting a panic of the error's methods
+// out: the worker contains such errors (a nil pointer returned as an error,
+// say), and its observer must not crash on them either.
+func describe(err error) (text string, failed bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			text, failed = fmt.Sprintf("the handler's error (a %T) panicked when read: %v", err, r), true
+		}
+	}()
+	var snooze *leasework.SnoozeError
+	if errors.As(err, &snooze) && !leasework.IsPermanent(err) {
+		return err.Error(), false
+	}
+	return err.Error(), true
 }
 
 func (o *observer) settled(ctx context.Context, c *leasework.Claim, s framework.Settlement) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -246,4 +247,40 @@ func TestAttemptWithoutTraceContextIsARoot(t *testing.T) {
 			t.Errorf("the handler saw tenants %q in its baggage, want none", r.baggage)
 		}
 	})
+}
+
+// nilErr is an error whose Error method panics on a nil pointer.
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg }
+
+// A handler that returns a nil pointer as its error: the worker contains
+// the panic of reading it, and so does the observer, which marks the
+// attempt as an error saying so.
+func TestHandlerErrorThatPanics(t *testing.T) {
+	tel := newTelemetry(t)
+	s := newStore(t, pgtest.Drivers[0].New())
+	w := newWorker(t, s, framework.Config{})
+	if err := leaseworkotel.Instrument(w, tel.options()...); err != nil {
+		t.Fatal(err)
+	}
+	register(t, w, "nil", framework.RetryPolicy{MaxAttempts: 1}, func(ctx context.Context, c *leasework.Claim) error {
+		var e *nilErr
+		return e
+	})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "nil"})
+	stop := start(t, context.Background(), w)
+	a := tel.waitSpans(t, "process nil", 1)[0]
+	stop()
+	if st := a.Status(); st.Code != codes.Error || !strings.Contains(st.Description, "panicked when read") {
+		t.Errorf("the attempt's status is %v; want an error saying the error panicked when read", st)
+	}
+	checkAttrs(t, a, leaseworkotel.OutcomeKey.String("failed"))
+	var recorded bool
+	for _, e := range a.Events() {
+		recorded = recorded || e.Name == "exception"
+	}
+	if !recorded {
+		t.Errorf("no exception event on the attempt span: %v", a.Events())
+	}
 }
