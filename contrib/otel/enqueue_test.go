@@ -3,10 +3,13 @@ package leaseworkotel_test
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -107,4 +110,48 @@ func TestEnqueueErrors(t *testing.T) {
 	}
 	checkAttrs(t, spans[2], leaseworkotel.DuplicatesKey.Int(1))
 	checkAttrs(t, spans[0], leaseworkotel.DuplicatesKey.Int(0))
+}
+
+// The propagator: WithPropagator's, else the global one once the
+// application set it, else W3C trace context and baggage (the global
+// default is a no-op, which would carry nothing).
+func TestPropagatorChoice(t *testing.T) {
+	tel := newTelemetry(t)
+	member, err := baggage.NewMember("tenant", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bag, err := baggage.New(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, span := tel.tp.Tracer("app").Start(baggage.ContextWithBaggage(context.Background(), bag), "request")
+	defer span.End()
+	// keys returns the metadata keys the middleware made with opts give
+	// to an event.
+	keys := func(opts ...leaseworkotel.Option) []string {
+		var got []string
+		next := func(ctx context.Context, events []lease.Event) ([]lease.Enqueued, error) {
+			got = slices.Sorted(maps.Keys(events[0].Metadata))
+			return []lease.Enqueued{{ID: 1, EventID: "e"}}, nil
+		}
+		mw := leaseworkotel.EnqueueMiddleware(append(tel.options(), opts...)...)
+		if _, err := mw(next)(ctx, []lease.Event{{Kind: "k", Metadata: map[string]string{"own": "x"}}}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	if got, want := keys(), []string{"baggage", "own", "traceparent"}; !slices.Equal(got, want) {
+		t.Errorf("the default propagator with no global one wrote %q, want %q", got, want)
+	}
+	if got, want := keys(leaseworkotel.WithPropagator(propagation.TraceContext{})), []string{"own", "traceparent"}; !slices.Equal(got, want) {
+		t.Errorf("WithPropagator(TraceContext) wrote %q, want %q", got, want)
+	}
+	// Back to a no-op, as the global propagator is by default.
+	defer otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+	otel.SetTextMapPropagator(propagation.Baggage{})
+	if got, want := keys(), []string{"baggage", "own"}; !slices.Equal(got, want) {
+		t.Errorf("with the global propagator set to Baggage, wrote %q, want %q", got, want)
+	}
 }
