@@ -56,7 +56,8 @@
 // leasework.queue, leasework.generation, leasework.attempt and
 // leasework.id, and messaging.system, messaging.destination.name (the
 // queue) and messaging.message.id (the event id). The attempt span also
-// has leasework.reclaimed, leasework.outcome (framework.Outcome.String():
+// has messaging.client.id (the worker's id, when the observer was added
+// with [Instrument]), leasework.reclaimed, leasework.outcome (framework.Outcome.String():
 // "completed", "retried", "snoozed", "failed", "released", "rejected",
 // "abandoned") and, when the handler's context ended before it returned,
 // leasework.cause (the cause's text: lease lost, cancelled, attempt timed

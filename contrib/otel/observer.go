@@ -20,8 +20,10 @@ import (
 
 // Instrument adds the [Observer] made with opts to w (w.Observe). Call it
 // before w.Run.
+//
+// Its attempt spans also name the worker: messaging.client.id is w.ID().
 func Instrument(w *framework.Worker, opts ...Option) error {
-	o, err := Observer(opts...)
+	o, err := newObserver(opts, w.ID())
 	if err != nil {
 		return err
 	}
@@ -41,12 +43,19 @@ func Instrument(w *framework.Worker, opts ...Option) error {
 // handler's return to the settlement. The attempt span ends with the
 // outcome.
 func Observer(opts ...Option) (framework.Observer, error) {
+	return newObserver(opts, "")
+}
+
+func newObserver(opts []Option, workerID string) (framework.Observer, error) {
 	cfg := newConfig(opts)
 	ins, err := newInstruments(cfg.meter())
 	if err != nil {
 		return framework.Observer{}, err
 	}
 	o := &observer{cfg: cfg, tracer: cfg.tracer(), ins: ins}
+	if workerID != "" {
+		o.worker = []attribute.KeyValue{semconv.MessagingClientID(workerID)}
+	}
 	return framework.Observer{Claimed: o.claimed, HandlerReturned: o.handlerReturned, Settled: o.settled}, nil
 }
 
@@ -54,6 +63,7 @@ type observer struct {
 	cfg    config
 	tracer trace.Tracer
 	ins    *instruments
+	worker []attribute.KeyValue // of the attempt span: the worker's id, when known
 }
 
 // attemptState is what the observer keeps of one claim, in the context
@@ -87,6 +97,7 @@ func (o *observer) claimed(ctx context.Context, c *leasework.Claim, info framewo
 		trace.WithTimestamp(info.Sent),
 		trace.WithAttributes(attrs...),
 		trace.WithAttributes(semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"), ReclaimedKey.Bool(c.Reclaimed)),
+		trace.WithAttributes(o.worker...),
 	}
 	if o.cfg.link {
 		start = append(start, trace.WithNewRoot())

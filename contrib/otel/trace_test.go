@@ -26,6 +26,7 @@ type traced struct {
 	enqueue  sdktrace.ReadOnlySpan
 	attempts []sdktrace.ReadOnlySpan // in attempt order
 	rowID    int64
+	worker   string   // the worker's id
 	baggage  []string // the "tenant" baggage member each attempt's handler saw
 	all      []sdktrace.ReadOnlySpan
 }
@@ -92,7 +93,7 @@ func runTraced(t *testing.T, drv leasework.Driver, tel *telemetry, withMiddlewar
 		y, _ := attr(b, leaseworkotel.AttemptKey)
 		return int(x.AsInt64() - y.AsInt64())
 	})
-	r := traced{request: request.SpanContext(), attempts: attempts, rowID: out[0].ID, all: tel.spans.Ended()}
+	r := traced{request: request.SpanContext(), attempts: attempts, rowID: out[0].ID, worker: w.ID(), all: tel.spans.Ended()}
 	if withMiddleware {
 		r.enqueue = tel.waitSpans(t, "enqueue email", 1)[0]
 	}
@@ -123,6 +124,7 @@ func checkAttempt(t *testing.T, r traced, a sdktrace.ReadOnlySpan, attempt int, 
 		attribute.String("messaging.destination.name", "mail"),
 		attribute.String("messaging.message.id", "welcome-1"),
 		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.client.id", r.worker),
 		leaseworkotel.OutcomeKey.String(outcome))...)
 	children := childrenOf(r.all, a.SpanContext())
 	if got, want := names(children), []string{"claim", "outcome", "send email"}; !slices.Equal(got, want) {
