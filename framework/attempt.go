@@ -36,9 +36,10 @@ type attempt struct {
 	endedAt   time.Time
 	hung      bool    // counted as a handler that ignored its cancelled context
 	tx        txPhase // a Transactional handler's completion
-	settled   bool    // the observers were told how it settled
 
-	obsCtx context.Context // what the observers' Claimed returned; nil without observers
+	obsMu   sync.Mutex      // orders the observers' HandlerReturned and Settled
+	settled bool            // the observers were told how it settled; under obsMu
+	obsCtx  context.Context // what the observers' Claimed returned; nil without observers
 }
 
 // errAttemptOver ends an attempt's context after its handler returned.
@@ -122,6 +123,9 @@ func (w *Worker) runAttempt(a *attempt) {
 		began := time.Now()
 		err = w.call(a)
 		ran := time.Since(began)
+		if isNilPointer(err) {
+			err = fmt.Errorf("framework: the handler returned a nil %T as a non-nil error", err)
+		}
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.run.observe(ran) })
 		if a.obsCtx != nil {
 			info := HandlerInfo{Started: began, Ran: ran, Err: err}

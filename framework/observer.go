@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/sourcegraph/conc/panics"
 )
 
 // Observer is told what a worker does with each claim: when it was
@@ -16,8 +17,13 @@ import (
 //
 // The functions are called on the worker's goroutines, for many claims at
 // once; they must be safe for concurrent use and return quickly. For one
-// claim, they are called in order: Claimed, then HandlerReturned (unless
-// the worker stops before the handler starts), then Settled, once each.
+// claim, they are called in order, each at most once: Claimed, then
+// HandlerReturned, then Settled. HandlerReturned is not called when the
+// worker stops before the handler starts, nor for a handler still running
+// when the worker stops (its claim is settled as abandoned then). A panic
+// in an observer is logged and otherwise ignored. The handler's error is
+// its own value: a nil pointer returned as an error is replaced, as the
+// worker records it, by an error that says so.
 type Observer struct {
 	// Claimed is called once per claim, before its handler starts. ctx is
 	// the base of the handler's context; the context Claimed returns
@@ -144,41 +150,53 @@ func (w *Worker) observeClaimed(ctx context.Context, c *leasework.Claim, info Cl
 		if o.Claimed == nil {
 			continue
 		}
-		if next := o.Claimed(ctx, c, info); next != nil {
-			ctx = next
-		}
+		w.contain("Claimed", c, func() {
+			if next := o.Claimed(ctx, c, info); next != nil {
+				ctx = next
+			}
+		})
 	}
 	return ctx
 }
 
+// contain runs an observer's function, turning its panic into a log line:
+// an observer's bug must not take the worker, and its claims, down.
+func (w *Worker) contain(what string, c *leasework.Claim, f func()) {
+	var pc panics.Catcher
+	pc.Try(f)
+	if r := pc.Recovered(); r != nil {
+		w.log.Error("observer panicked", "function", what, "id", c.ID, "generation", c.Generation,
+			"kind", c.Kind, "panic", fmt.Sprint(r.Value))
+	}
+}
+
 // observeReturned tells the observers the handler returned, unless the
-// claim was already settled (abandoned as the worker stopped).
+// claim was already settled (abandoned as the worker stopped). obsMu
+// keeps it and settle in order.
 func (a *attempt) observeReturned(info HandlerInfo) {
-	a.mu.Lock()
-	done := a.settled
-	a.mu.Unlock()
-	if done {
+	a.obsMu.Lock()
+	defer a.obsMu.Unlock()
+	if a.settled {
 		return
 	}
 	for _, o := range a.w.observers {
 		if o.HandlerReturned != nil {
-			o.HandlerReturned(a.obsCtx, &a.claim, info)
+			a.w.contain("HandlerReturned", &a.claim, func() { o.HandlerReturned(a.obsCtx, &a.claim, info) })
 		}
 	}
 }
 
 // settle tells the observers how a's outcome settled, once.
 func (a *attempt) settle(s Settlement) {
-	a.mu.Lock()
-	done := a.settled
-	a.settled = true
-	a.mu.Unlock()
-	if done || a.obsCtx == nil {
+	a.obsMu.Lock()
+	defer a.obsMu.Unlock()
+	if a.settled || a.obsCtx == nil {
 		return
 	}
+	a.settled = true
 	for _, o := range a.w.observers {
 		if o.Settled != nil {
-			o.Settled(a.obsCtx, &a.claim, s)
+			a.w.contain("Settled", &a.claim, func() { o.Settled(a.obsCtx, &a.claim, s) })
 		}
 	}
 }

@@ -177,3 +177,44 @@ func TestObserverSeesLostLeases(t *testing.T) {
 		t.Errorf("first claim of the reclaimed event: %s; want claimed 1, returned with a cause, rejected", j.of("reclaimed"))
 	}
 }
+
+// An observer that panics is contained: the worker goes on and records
+// every outcome. A handler returning a nil pointer as its error reaches the
+// observer as an error that says so, safe to read.
+func TestObserverPanicsAreContained(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	w := newWorker(t, s, framework.Config{})
+	var mu sync.Mutex
+	var errs []string
+	err := w.Observe(framework.Observer{
+		Claimed: func(ctx context.Context, c *leasework.Claim, info framework.ClaimInfo) context.Context {
+			panic("in Claimed")
+		},
+		HandlerReturned: func(ctx context.Context, c *leasework.Claim, info framework.HandlerInfo) {
+			mu.Lock()
+			errs = append(errs, fmt.Sprint(info.Err))
+			mu.Unlock()
+			panic("in HandlerReturned")
+		},
+		Settled: func(ctx context.Context, c *leasework.Claim, s framework.Settlement) { panic("in Settled") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, w, "k", framework.RetryPolicy{MaxAttempts: 1}, func(ctx context.Context, c *leasework.Claim) error {
+		if c.EventID == "nil" {
+			var e *nilErr
+			return e
+		}
+		return nil
+	})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "ok"}, lease.Event{Kind: "k", EventID: "nil"})
+	start(t, w)
+	waitFor(t, "both events finished", func() bool { c := w.Counters(); return c.Completed == 1 && c.Failed == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(errs)
+	if len(errs) != 2 || errs[0] != "<nil>" || !strings.Contains(errs[1], "returned a nil *framework_test.nilErr") {
+		t.Errorf("errors seen by the observer: %q; want one nil and one saying the handler returned a nil *nilErr", errs)
+	}
+}
