@@ -256,9 +256,9 @@ type nilErr struct{ msg string }
 
 func (e *nilErr) Error() string { return e.msg }
 
-// A handler that returns a nil pointer as its error: the worker contains
-// the panic of reading it, and so does the observer, which marks the
-// attempt as an error saying so.
+// A handler that returns a nil pointer as its error: the worker replaces
+// it, for its observers too, by an error saying so, and the attempt is
+// marked with it.
 func TestHandlerErrorThatPanics(t *testing.T) {
 	tel := newTelemetry(t)
 	s := newStore(t, pgtest.Drivers[0].New())
@@ -274,8 +274,8 @@ func TestHandlerErrorThatPanics(t *testing.T) {
 	stop := start(t, context.Background(), w)
 	a := tel.waitSpans(t, "process nil", 1)[0]
 	stop()
-	if st := a.Status(); st.Code != codes.Error || !strings.Contains(st.Description, "panicked when read") {
-		t.Errorf("the attempt's status is %v; want an error saying the error panicked when read", st)
+	if st := a.Status(); st.Code != codes.Error || !strings.Contains(st.Description, "returned a nil *leaseworkotel_test.nilErr") {
+		t.Errorf("the attempt's status is %v; want an error saying the handler returned a nil pointer", st)
 	}
 	checkAttrs(t, a, leaseworkotel.OutcomeKey.String("failed"))
 	var recorded bool
