@@ -153,6 +153,24 @@
 // finish order: FAILED rows, kept until repaired, are in none of them. Two
 // more serve order per key: WAITING rows by (key, key_seq), for the
 // promotion, and live keyed rows by key, for "does this key have a head?".
+//
+// # Migrations
+//
+// [Store.Migrate] applies the embedded [Migrations] not yet recorded in
+// the table's migrations table, in one transaction, serialized across
+// processes by advisory locks (polled, never waited for inside a
+// statement). Each step says whether it may be applied while workers run
+// ([Migration.WhileWorkersRun]) and whether it must run outside a
+// transaction ([Migration.NoTransaction]); [Migration.SQL] gives its SQL
+// to teams that migrate with their own tool.
+//
+// # Metadata
+//
+// [Event.Metadata] is string pairs that travel with an event to each of
+// its claims ([leasework.Claim.Metadata]) and its row ([Row.Metadata]),
+// stored as jsonb: the enqueuer's trace context (the contrib/otel module
+// puts it there through an [EnqueueMiddleware]), a tenant, a correlation
+// id.
 package lease
 
 import (
