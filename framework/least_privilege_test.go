@@ -190,3 +190,116 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 		}
 	})
 }
+
+// producerGrants are the rights a role that only enqueues needs on the
+// store's table: insert events and read back their ids; for keyed events,
+// what the commit-time ordering trigger (run with the enqueuer's rights)
+// reads and writes; the event id table; the two sequences.
+func producerGrants(s *lease.Store, role string) []string {
+	schema := lease.QuoteIdent(s.Schema())
+	name := func(suffix string) string { return schema + "." + lease.QuoteIdent(s.Table()+suffix) }
+	return []string{
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT INSERT, SELECT (id, event_id) ON " + s.QualifiedTable() + " TO " + role,
+		"GRANT SELECT (key, key_seq, status, kind, next_attempt_at), UPDATE (key_seq, status, next_attempt_at, updated_at) ON " +
+			s.QualifiedTable() + " TO " + role,
+		"GRANT INSERT, SELECT ON " + name("_event_ids") + " TO " + role,
+		"GRANT USAGE ON SEQUENCE " + name("_id_seq") + ", " + name("_key_seq") + " TO " + role,
+	}
+}
+
+// A producer runs under a role that may only enqueue: through both
+// drivers it enqueues plain events, events with metadata, keyed events (the
+// second of a key WAITING behind the first), and duplicates, skipped or
+// refused; it can neither claim, read payloads, delete rows, pause a queue,
+// read the migrations, nor create anything.
+func TestProducerEnqueuesWithLeastPrivilege(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		admin := pgtest.Open(t, drv)
+		s := pgtest.Store(t, drv, lease.Options{})
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		producer, password := "lw_producer_"+hex.EncodeToString(b[:]), "pw_"+hex.EncodeToString(b[:])
+		for _, q := range append([]string{fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", producer, password)}, producerGrants(s, producer)...) {
+			if _, err := admin.ExecContext(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		producerDB, err := drv.Open(roleDSN(t, producer, password))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			producerDB.Close()
+			for _, q := range []string{"DROP OWNED BY " + producer, "DROP ROLE " + producer} {
+				if _, err := admin.ExecContext(context.Background(), q); err != nil {
+					t.Errorf("%s: %v", q, err)
+				}
+			}
+		})
+		ps, err := lease.New(producerDB, drv, lease.Options{Schema: s.Schema(), Table: s.Table()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enqueue := func(opts lease.EnqueueOptions, events ...lease.Event) ([]lease.Enqueued, error) {
+			tx, err := producerDB.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := ps.EnqueueWith(ctx, tx, opts, events...)
+			if err != nil {
+				tx.Rollback()
+				return nil, err
+			}
+			return out, tx.Commit()
+		}
+		if _, err := enqueue(lease.EnqueueOptions{},
+			lease.Event{Kind: "k", EventID: "plain"},
+			lease.Event{Kind: "k", EventID: "meta", Metadata: map[string]string{"tenant": "acme"}},
+			lease.Event{Kind: "k", EventID: "first", Key: "customer-1"},
+		); err != nil {
+			t.Fatalf("enqueue as the producer: %v", err)
+		}
+		if _, err := enqueue(lease.EnqueueOptions{}, lease.Event{Kind: "k", EventID: "second", Key: "customer-1"}); err != nil {
+			t.Fatalf("enqueue of a keyed event behind another as the producer: %v", err)
+		}
+		out, err := enqueue(lease.EnqueueOptions{SkipDuplicates: true}, lease.Event{Kind: "k", EventID: "plain"}, lease.Event{Kind: "k", EventID: "new"})
+		if err != nil || !out[0].Duplicate || out[1].Duplicate || out[1].ID == 0 {
+			t.Fatalf("enqueue skipping duplicates as the producer: %+v, %v; want plain a duplicate, new inserted", out, err)
+		}
+		if _, err := enqueue(lease.EnqueueOptions{}, lease.Event{Kind: "k", EventID: "plain"}); !errors.Is(err, leasework.ErrDuplicateEvent) {
+			t.Fatalf("enqueue of a duplicate as the producer: %v; want ErrDuplicateEvent", err)
+		}
+		for id, want := range map[string]leasework.Status{
+			"plain": leasework.StatusReady, "meta": leasework.StatusReady, "new": leasework.StatusReady,
+			"first": leasework.StatusReady, "second": leasework.StatusWaiting,
+		} {
+			r, err := s.GetByEventID(ctx, id)
+			if err != nil || r.Status != want {
+				t.Errorf("%s: %s, %v; want %s", id, r.Status, err, want)
+			}
+		}
+		if r, _ := s.GetByEventID(ctx, "meta"); r.Metadata["tenant"] != "acme" {
+			t.Errorf("metadata stored by the producer: %v; want tenant acme", r.Metadata)
+		}
+
+		if _, err := ps.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute}); drv.SQLState(err) != "42501" {
+			t.Errorf("claim as the producer: %v (SQLSTATE %q); want insufficient_privilege, 42501", err, drv.SQLState(err))
+		}
+		schema := lease.QuoteIdent(s.Schema())
+		for _, q := range []string{
+			"SELECT payload FROM " + s.QualifiedTable(),
+			"DELETE FROM " + s.QualifiedTable(),
+			"UPDATE " + s.QualifiedTable() + " SET generation = generation + 1",
+			"INSERT INTO " + schema + "." + lease.QuoteIdent(s.Table()+"_queues") + " (queue) VALUES ('q')",
+			"SELECT count(*) FROM " + schema + "." + lease.QuoteIdent(s.Table()+"_migrations"),
+			"CREATE TABLE " + schema + ".intruder (x int)",
+		} {
+			_, err := producerDB.ExecContext(ctx, q)
+			if got := drv.SQLState(err); got != "42501" {
+				t.Errorf("as the producer, %s: %v (SQLSTATE %q); want insufficient_privilege, 42501", q, err, got)
+			}
+		}
+	})
+}
