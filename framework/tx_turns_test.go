@@ -78,6 +78,9 @@ func TestTransactionalHandlersLeaveTheWorkerItsConnections(t *testing.T) {
 				return r.Status == leasework.StatusDone
 			})
 		}
+		// A row is DONE once the handler's transaction commits; the worker
+		// counts it after the handler returns.
+		waitFor(t, "every completion to be counted", func() bool { return w.Counters().Completed == txEvents+plainEvents })
 		mu.Lock()
 		defer mu.Unlock()
 		if most != turns {
