@@ -103,3 +103,20 @@ func TestMetadataIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// The table refuses metadata a claim could not read, written by a producer's
+// own SQL: one such row would otherwise fail every claim batch it is in.
+func TestMetadataColumnRefusesWhatAClaimCannotRead(t *testing.T) {
+	s := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	for _, bad := range []string{`[1, 2]`, `"text"`, `{"n": 1}`, `{"a": "x", "b": null}`, `{"o": {"k": "v"}}`} {
+		_, err := s.DB().ExecContext(context.Background(),
+			"INSERT INTO "+s.QualifiedTable()+" (event_id, kind, metadata) VALUES ($1, 'k', $2::jsonb)", "bad "+bad, bad)
+		if got := s.Driver().SQLState(err); got != "23514" {
+			t.Errorf("insert of metadata %s: %v (SQLSTATE %q); want check_violation, 23514", bad, err, got)
+		}
+	}
+	if _, err := s.DB().ExecContext(context.Background(),
+		"INSERT INTO "+s.QualifiedTable()+` (event_id, kind, metadata) VALUES ('good', 'k', '{"a": "x"}')`); err != nil {
+		t.Errorf("insert of an object of strings: %v", err)
+	}
+}

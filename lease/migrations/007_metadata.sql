@@ -6,8 +6,19 @@
 -- tenant, a correlation id. The claim hands it to the handler as
 -- Claim.Metadata. NULL when an event has none.
 --
+-- The check keeps out what a claim could not read (an array, a number, an
+-- object with other than string values) from producers that write the
+-- table with their own SQL: one such row would fail every claim batch it
+-- is in.
+--
 -- Safe while workers run? Adding a nullable column without a default
--- rewrites nothing and holds the table's lock for an instant. Workers and
--- producers of an earlier version never read or write it.
+-- rewrites nothing and holds the table's lock for an instant; the check is
+-- added NOT VALID, so it reads no row (the new column holds only NULLs)
+-- and holds for every row written from now on. Workers and producers of
+-- an earlier version never read or write it.
 
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS metadata jsonb;
+ALTER TABLE {{table}} DROP CONSTRAINT IF EXISTS {{name "metadata_check"}};
+ALTER TABLE {{table}} ADD CONSTRAINT {{name "metadata_check"}} CHECK (metadata IS NULL OR (
+    jsonb_typeof(metadata) = 'object' AND NOT jsonb_path_exists(metadata, '$.* ? (@.type() != "string")')))
+    NOT VALID;
