@@ -132,3 +132,51 @@ func TestMigrationSQLAppliedByAnotherTool(t *testing.T) {
 		t.Errorf("migrations to run with workers stopped: %v; want [5] (event ids)", stopped)
 	}
 }
+
+// Migration 8 gives the event id triggers their owner's rights on a table
+// migrated by an earlier release of migration 5, which created them
+// without.
+func TestEventIDTriggersRunWithTheOwnersRights(t *testing.T) {
+	s := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	ctx := context.Background()
+	definer := func() []bool {
+		rows, err := s.DB().QueryContext(ctx, `SELECT p.prosecdef FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+			WHERE n.nspname = $1 AND p.proname IN ($2, $3) ORDER BY p.proname`, s.Schema(), s.Table()+"_forget_all_event_ids", s.Table()+"_forget_event_ids")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []bool
+		for rows.Next() {
+			var b bool
+			if err := rows.Scan(&b); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b)
+		}
+		return out
+	}
+	if got := definer(); len(got) != 2 || !got[0] || !got[1] {
+		t.Fatalf("security definer after Migrate: %v; want both", got)
+	}
+	// As an earlier release of migration 5 left them.
+	sch := lease.QuoteIdent(s.Schema())
+	for _, q := range []string{
+		"ALTER FUNCTION " + sch + "." + lease.QuoteIdent(s.Table()+"_forget_event_ids") + "() SECURITY INVOKER RESET search_path",
+		"ALTER FUNCTION " + sch + "." + lease.QuoteIdent(s.Table()+"_forget_all_event_ids") + "() SECURITY INVOKER RESET search_path",
+		"DELETE FROM " + sch + "." + lease.QuoteIdent(s.Table()+"_migrations") + " WHERE version = 8",
+	} {
+		if _, err := s.DB().ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if got := definer(); len(got) != 2 || got[0] || got[1] {
+		t.Fatalf("security definer after the fixture: %v; want neither", got)
+	}
+	if applied, err := s.Migrate(ctx); err != nil || len(applied) != 1 || applied[0] != 8 {
+		t.Fatalf("Migrate = %v, %v; want migration 8 applied", applied, err)
+	}
+	if got := definer(); len(got) != 2 || !got[0] || !got[1] {
+		t.Errorf("security definer after migration 8: %v; want both", got)
+	}
+}
