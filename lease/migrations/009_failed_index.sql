@@ -1,0 +1,14 @@
+-- leasework: workers running
+-- FAILED rows by finish time.
+--
+-- The retention index covers DONE rows only (migration 3), so reading what
+-- failed recently (the operator console's last hour) scanned the whole
+-- table, history included. FAILED rows are few and rarely change, so this
+-- index costs writes next to nothing.
+--
+-- Safe while workers run? The index is built while writes to the table
+-- wait: on a large table, run it at a quiet time, or first create
+--   CREATE INDEX CONCURRENTLY <table>_failed_idx ON <schema>.<table> (finished_at) WHERE status = 'FAILED';
+-- by hand, which this step then finds.
+
+CREATE INDEX IF NOT EXISTS {{name "failed_idx"}} ON {{table}} (finished_at) WHERE status = 'FAILED';
