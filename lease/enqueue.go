@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/leasework/leasework"
+	"github.com/sourcegraph/conc/panics"
 )
 
 // Event is one event to enqueue.
@@ -206,10 +207,21 @@ func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events 
 	var run EnqueueFunc = func(ctx context.Context, events []Event) ([]Enqueued, error) {
 		return s.enqueueIn(ctx, tx, opts, events)
 	}
-	for i := len(s.middleware) - 1; i >= 0; i-- {
-		run = s.middleware[i](run)
+	var out []Enqueued
+	var err error
+	// The middleware is the application's code: a panic in it is this
+	// enqueue's error, not the end of the goroutine (a worker's scheduler,
+	// say), and leaves the transaction to the caller as any error does.
+	var pc panics.Catcher
+	pc.Try(func() {
+		for i := len(s.middleware) - 1; i >= 0; i-- {
+			run = s.middleware[i](run)
+		}
+		out, err = run(ctx, slices.Clone(events))
+	})
+	if r := pc.Recovered(); r != nil {
+		return nil, fmt.Errorf("lease: enqueue: the enqueue middleware panicked: %v\n%s", r.Value, r.Stack)
 	}
-	out, err := run(ctx, slices.Clone(events))
 	if err == nil && len(out) != len(events) {
 		return nil, fmt.Errorf("lease: enqueue: the enqueue middleware returned %d results for %d events", len(out), len(events))
 	}

@@ -70,3 +70,31 @@ func TestEnqueueMiddleware(t *testing.T) {
 		t.Error("a nil enqueue middleware was accepted")
 	}
 }
+
+// A panic in an enqueue middleware is the enqueue's error, not the end of
+// the calling goroutine (a worker's scheduler, say); nothing is enqueued.
+func TestEnqueueMiddlewarePanicIsAnError(t *testing.T) {
+	drv := pgtest.Drivers[0].New()
+	base := pgtest.Store(t, drv, lease.Options{})
+	s, err := lease.New(base.DB(), drv, lease.Options{Schema: base.Schema(), Table: base.Table(),
+		EnqueueMiddleware: []lease.EnqueueMiddleware{func(next lease.EnqueueFunc) lease.EnqueueFunc {
+			return func(ctx context.Context, events []lease.Event) ([]lease.Enqueued, error) {
+				panic("middleware bug")
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.DB().Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	out, err := s.Enqueue(context.Background(), tx, lease.Event{Kind: "k"})
+	if err == nil || !strings.Contains(err.Error(), "the enqueue middleware panicked: middleware bug") || out != nil {
+		t.Fatalf("enqueue through a panicking middleware: %v, %v; want an error saying it panicked", out, err)
+	}
+	if rows, err := s.ListTx(context.Background(), tx, lease.ListRequest{}); err != nil || len(rows) != 0 {
+		t.Errorf("rows after the panic: %v, %v; want none", rows, err)
+	}
+}
