@@ -64,8 +64,10 @@ func (s *Store) Cancel(ctx context.Context, id int64, reason string) (int64, err
 }
 
 // cancelledSince reports whether a row in state st was cancelled after the
-// claim ref took it.
+// claim ref took it: DISCARDED at a later generation with the text Cancel
+// writes, "cancelled" or "cancelled: <reason>" (a discarded FAILED row keeps
+// its handler's error, which may start with the same word).
 func cancelledSince(ref leasework.Ref, st rowState) bool {
 	return st.status == leasework.StatusDiscarded && st.generation > ref.Generation &&
-		strings.HasPrefix(st.lastError, CancelledPrefix)
+		(st.lastError == CancelledPrefix || strings.HasPrefix(st.lastError, CancelledPrefix+": "))
 }

@@ -75,14 +75,17 @@ func TestClaimPlanIgnoresOtherQueues(t *testing.T) {
 	if _, err := s.DB().ExecContext(ctx, "ANALYZE "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
-	s.DB().SetMaxOpenConns(1) // the SET below holds for every statement
+	// A prepared statement: EXPLAIN of a statement with parameters bound
+	// plans it with their values, so it would never show a generic plan.
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		if _, err := s.DB().ExecContext(ctx, "SET plan_cache_mode = "+mode); err != nil {
-			t.Fatal(err)
-		}
-		plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 100, Lease: time.Minute, Kinds: []string{"k"}})
-		if err != nil {
-			t.Fatal(err)
+		plan := explainPrepared(t, conn, mode, lease.ClaimStatement(s), "100, ARRAY['k'], 60000000, '', 'default'")
+		if mode == "force_generic_plan" && !strings.Contains(plan, "$5") {
+			t.Errorf("%s: the plan shows no parameter; it is not generic:\n%s", mode, plan)
 		}
 		if !strings.Contains(plan, "Index Scan using events_queue_ready_idx") || strings.Contains(plan, "Seq Scan") {
 			t.Errorf("%s: claim plan does not read the queue's READY index alone:\n%s", mode, plan)

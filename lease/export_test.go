@@ -21,6 +21,12 @@ func GuardedWrites(s *Store) map[string]Statement {
 	}
 }
 
+// ClaimStatement returns the claim: $1 limit, $2 kinds, $3 lease in
+// microseconds, $4 worker, $5 queue.
+func ClaimStatement(s *Store) Statement {
+	return Statement{s.q.claim, "int, text[], bigint, text, text"}
+}
+
 // Progress returns the guarded single-row progress write.
 func Progress(s *Store) Statement {
 	return Statement{s.q.progress, "bigint, bigint, bytea"}

@@ -330,6 +330,9 @@ func (s *Store) migrateInTx(ctx context.Context, ms []Migration) (applied []int,
 	return applied, next, nil
 }
 
+// unlockTimeout bounds the release of a migration's session locks.
+const unlockTimeout = 10 * time.Second
+
 // migrateNoTx applies m, a step that cannot run in a transaction, one
 // statement at a time on one connection holding the migration's locks
 // (session-level advisory locks conflict with the transaction-level ones
@@ -342,7 +345,11 @@ func (s *Store) migrateNoTx(ctx context.Context, m Migration) (ran bool, err err
 	}
 	defer conn.Close()
 	unlock := func() error {
-		_, err := conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock_all()`)
+		// Even when ctx has ended, but not for longer than a statement
+		// should take on a live connection.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		_, err := conn.ExecContext(uctx, `SELECT pg_advisory_unlock_all()`)
 		return err
 	}
 	// A connection that cannot unlock is broken, and its session's locks

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -74,7 +75,8 @@ func (s *soak) enqueueProbe(ctx context.Context, sl *slot) (string, error) {
 		sl.probes++
 		eventID = fmt.Sprintf("probe-%d-%d", sl.n, sl.probes)
 		s.mu.Unlock()
-		return enqueue(ctx, s.store, lease.Event{EventID: eventID, Kind: probeKind(sl.n), MaxAttempts: maxAttempts})
+		_, err := pgtest.EnqueueCommitted(ctx, s.store, lease.Event{EventID: eventID, Kind: probeKind(sl.n), MaxAttempts: maxAttempts})
+		return err
 	})
 	return eventID, err
 }
@@ -85,19 +87,6 @@ func (s *soak) handledBy(ctx context.Context, eventID, id string) (bool, error) 
 	err := s.admin.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+sinkTable+`
 		WHERE event_id = $1 AND worker = $2)`, eventID, id).Scan(&ok)
 	return ok, err
-}
-
-// enqueue enqueues events in a transaction of their own and commits it.
-func enqueue(ctx context.Context, s *lease.Store, events ...lease.Event) error {
-	tx, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := s.Enqueue(ctx, tx, events...); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // sleep waits d, and reports false if ctx ended first. It paces the

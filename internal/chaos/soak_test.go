@@ -311,7 +311,7 @@ func (s *soak) enqueueLoop(ctx context.Context, injected <-chan struct{}) {
 			events[i] = lease.Event{EventID: "e-" + strconv.Itoa(n), Kind: soakKind, Payload: []byte(p), MaxAttempts: maxAttempts}
 		}
 		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := enqueue(ectx, s.store, events...)
+		_, err := pgtest.EnqueueCommitted(ectx, s.store, events...)
 		cancel()
 		s.mu.Lock()
 		if err == nil {
