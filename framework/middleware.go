@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/leasework/leasework"
+	"github.com/sourcegraph/conc/panics"
 )
 
 // Middleware wraps a handler: it returns the handler to run in next's place,
@@ -22,7 +23,8 @@ import (
 //	}
 //
 // A middleware's panics are caught like a handler's, and what it returns is
-// the attempt's result.
+// the attempt's result. A middleware that panics while it wraps a handler,
+// or returns nil, makes Run return an error naming it.
 type Middleware func(next leasework.Handler) leasework.Handler
 
 // Use adds middleware around every handler of the worker, Transactional
@@ -46,10 +48,19 @@ func (w *Worker) Use(mw ...Middleware) error {
 	return nil
 }
 
-// wrap returns h inside the worker's middleware, the first outermost.
-func (w *Worker) wrap(h leasework.Handler) leasework.Handler {
+// wrap returns h inside the worker's middleware, the first outermost. A
+// middleware that panics while it wraps, or returns no handler, is an
+// error naming it.
+func (w *Worker) wrap(kind string, h leasework.Handler) (leasework.Handler, error) {
 	for i := len(w.middleware) - 1; i >= 0; i-- {
-		h = w.middleware[i](h)
+		var pc panics.Catcher
+		pc.Try(func() { h = w.middleware[i](h) })
+		if r := pc.Recovered(); r != nil {
+			return nil, fmt.Errorf("framework: Run: middleware %d panicked wrapping the handler of %q: %v", i, kind, r.Value)
+		}
+		if isNilHandler(h) {
+			return nil, fmt.Errorf("framework: Run: middleware %d returned no handler for %q", i, kind)
+		}
 	}
-	return h
+	return h, nil
 }

@@ -100,3 +100,29 @@ func TestMiddlewareWrapsEveryHandler(t *testing.T) {
 		t.Errorf("panics: %s %q; want FAILED with the panic recorded", r.Status, r.LastError)
 	}
 }
+
+// A middleware that panics while it wraps a handler, or returns none, makes
+// Run return an error naming it, before anything is claimed.
+func TestMiddlewareThatCannotWrapStopsRun(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	for _, c := range []struct {
+		mw   framework.Middleware
+		want string
+	}{
+		{func(next leasework.Handler) leasework.Handler { panic("no") }, `middleware 0 panicked wrapping the handler of "k": no`},
+		{func(next leasework.Handler) leasework.Handler { return nil }, `middleware 0 returned no handler for "k"`},
+	} {
+		w := newWorker(t, s, framework.Config{})
+		if err := w.Use(c.mw); err != nil {
+			t.Fatal(err)
+		}
+		register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error { return nil })
+		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+		if err := w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Run: %v; want an error saying %s", err, c.want)
+		}
+		if r, err := s.Get(context.Background(), id); err != nil || r.Status != leasework.StatusReady || r.Generation != 0 {
+			t.Errorf("row after Run refused: %+v, %v; want READY, never claimed", r, err)
+		}
+	}
+}

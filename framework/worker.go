@@ -49,7 +49,9 @@ type Worker struct {
 
 	middleware []Middleware // Use's, in order; applied by start
 	observers  []Observer   // Observe's, in order
-	byKind     kindMetrics  // per kind and queue, for MetricsHandler
+
+	claimReturned func(queue string, n int, err error) // a test's hook, after each claim statement
+	byKind        kindMetrics                          // per kind and queue, for MetricsHandler
 }
 
 // kind is one registered handler with its retry policy.
@@ -201,7 +203,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	base := context.WithoutCancel(ctx)
 	w.dbCtx = base
-	w.handlerCtx, w.cancelHandlers = context.WithCancelCause(base)
+	w.handlerCtx, w.cancelHandlers = context.WithCancelCause(context.WithValue(base, handlerBaseKey{}, true))
 	claimCtx, stopClaiming := context.WithCancel(ctx)
 	renewCtx, stopRenewing := context.WithCancel(base)
 	defer stopClaiming()
@@ -271,6 +273,14 @@ func (w *Worker) start() error {
 	if len(w.kinds) == 0 {
 		return errors.New("framework: Run: no handler is registered")
 	}
+	runs := make(map[string]leasework.Handler, len(w.kinds))
+	for name, k := range w.kinds {
+		run, err := w.wrap(name, k.handler)
+		if err != nil {
+			return err
+		}
+		runs[name] = run
+	}
 	w.started = true
 	turns := w.cfg.TxConcurrency
 	if capped := w.store.DB().Stats().MaxOpenConnections; capped > 0 && turns > capped-ReservedConns {
@@ -281,7 +291,7 @@ func (w *Worker) start() error {
 	w.txTurns = make(chan struct{}, turns)
 	for name, k := range w.kinds {
 		w.kindList = append(w.kindList, name)
-		k.run = w.wrap(k.handler)
+		k.run = runs[name]
 	}
 	slices.Sort(w.kindList)
 	return nil
