@@ -123,9 +123,6 @@ func (w *Worker) runAttempt(a *attempt) {
 		began := time.Now()
 		err = w.call(a)
 		ran := time.Since(began)
-		if isNilPointer(err) {
-			err = fmt.Errorf("framework: the handler returned a nil %T as a non-nil error", err)
-		}
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.run.observe(ran) })
 		if a.obsCtx != nil {
 			info := HandlerInfo{Started: began, Ran: ran, Err: err}
@@ -178,6 +175,9 @@ func (w *Worker) attemptDone(q *queue) {
 func (w *Worker) call(a *attempt) (err error) {
 	var pc panics.Catcher
 	pc.Try(func() { err = a.kind.run.Handle(a.ctx, &a.claim) })
+	if isNilPointer(err) {
+		err = fmt.Errorf("framework: the handler returned a nil %T as a non-nil error", err)
+	}
 	if r := pc.Recovered(); r != nil {
 		w.count.panics.Add(1)
 		err = &leasework.PanicError{Value: r.Value, Stack: r.Stack}
@@ -188,13 +188,10 @@ func (w *Worker) call(a *attempt) (err error) {
 
 // outcomeOf turns a handler's result into the outcome to write. The error
 // is the handler's own value: its methods (Error, Is, As, Unwrap) may
-// panic, most often because it is a nil pointer returned as a non-nil
-// error. Such a panic is contained like a handler's: the attempt is
-// recorded as failed with a text that says what went wrong.
+// panic (a nil pointer returned as an error is replaced already, by call).
+// Such a panic is contained like a handler's: the attempt is recorded as
+// failed with a text that says what went wrong.
 func (w *Worker) outcomeOf(a *attempt, err, cause error) (o outcome) {
-	if isNilPointer(err) {
-		err = fmt.Errorf("framework: the handler returned a nil %T as a non-nil error", err)
-	}
 	var pc panics.Catcher
 	pc.Try(func() { o = w.decide(a, err, cause) })
 	if r := pc.Recovered(); r != nil {
@@ -323,7 +320,10 @@ func (a *attempt) abandon() {
 	}
 	a.w.log.Warn("handler still running as the worker stops; its claim is left to expire",
 		"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID, "kind", a.claim.Kind)
-	a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the handler was still running as the worker stopped"})
+	// Not on Run's goroutine: the observers of a claim are serialized, and
+	// this one's HandlerReturned may be running, for as long as it likes,
+	// as a hung handler does.
+	go a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the handler was still running as the worker stopped"})
 }
 
 // lose records that the database rejected a write for this claim, and

@@ -20,7 +20,8 @@ import (
 // claim, they are called in order, each at most once: Claimed, then
 // HandlerReturned, then Settled. HandlerReturned is not called when the
 // worker stops before the handler starts, nor for a handler still running
-// when the worker stops (its claim is settled as abandoned then). A panic
+// when the worker stops (its claim is settled as abandoned then, possibly
+// after Run has returned, as such a handler may still be running). A panic
 // in an observer is logged and otherwise ignored. The handler's error is
 // its own value: a nil pointer returned as an error is replaced, as the
 // worker records it, by an error that says so.
@@ -28,7 +29,8 @@ type Observer struct {
 	// Claimed is called once per claim, before its handler starts. ctx is
 	// the base of the handler's context; the context Claimed returns
 	// becomes it (and is passed to the other two functions), so it must be
-	// ctx or a context derived from it. An observer starts a span here.
+	// ctx or a context derived from it (another is ignored, and logged). An
+	// observer starts a span here.
 	Claimed func(ctx context.Context, c *leasework.Claim, info ClaimInfo) context.Context
 
 	// HandlerReturned is called once the handler (with the worker's
@@ -151,13 +153,24 @@ func (w *Worker) observeClaimed(ctx context.Context, c *leasework.Claim, info Cl
 			continue
 		}
 		w.contain("Claimed", c, func() {
-			if next := o.Claimed(ctx, c, info); next != nil {
+			switch next := o.Claimed(ctx, c, info); {
+			case next == nil:
+			case next.Value(handlerBaseKey{}) == nil:
+				// Not derived from ctx: the handler would not see the
+				// worker's shutdown. Keep ctx.
+				w.log.Error("observer's Claimed returned a context not derived from the one it was given; ignored",
+					"id", c.ID, "kind", c.Kind)
+			default:
 				ctx = next
 			}
 		})
 	}
 	return ctx
 }
+
+// handlerBaseKey marks the contexts of handlers, so that a context an
+// observer returns can be checked to derive from the one it was given.
+type handlerBaseKey struct{}
 
 // contain runs an observer's function, turning its panic into a log line:
 // an observer's bug must not take the worker, and its claims, down.

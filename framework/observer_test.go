@@ -134,7 +134,9 @@ func TestObserverSeesEveryClaimAndOutcome(t *testing.T) {
 func TestObserverSeesLostLeases(t *testing.T) {
 	s := newStore(t, pgtest.Drivers[0].New())
 	ctx := context.Background()
-	w := newWorker(t, s, framework.Config{RenewEvery: 50 * time.Millisecond})
+	// One slot, held by the blocked handler: this worker cannot reclaim the
+	// expired row itself before the second worker does.
+	w := newWorker(t, s, framework.Config{RenewEvery: 50 * time.Millisecond, Concurrency: 1})
 	var j journal
 	if err := w.Observe(j.observer()); err != nil {
 		t.Fatal(err)
@@ -216,5 +218,44 @@ func TestObserverPanicsAreContained(t *testing.T) {
 	slices.Sort(errs)
 	if len(errs) != 2 || errs[0] != "<nil>" || !strings.Contains(errs[1], "returned a nil *framework_test.nilErr") {
 		t.Errorf("errors seen by the observer: %q; want one nil and one saying the handler returned a nil *nilErr", errs)
+	}
+}
+
+// A HandlerReturned that never returns does not keep Run from returning: a
+// claim whose observers are still busy at the stop is settled as
+// abandoned later, off Run's goroutine. A Claimed that returns a context
+// not derived from its own is ignored, so the handler still sees the stop.
+func TestObserversCannotHoldTheWorker(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	w := newWorker(t, s, framework.Config{GracePeriod: 100 * time.Millisecond, StopTimeout: 500 * time.Millisecond})
+	block, settled := make(chan struct{}), make(chan framework.Outcome, 1)
+	defer close(block)
+	if err := w.Observe(framework.Observer{
+		Claimed: func(ctx context.Context, c *leasework.Claim, info framework.ClaimInfo) context.Context {
+			return context.Background() // wrong: not derived from ctx
+		},
+		HandlerReturned: func(ctx context.Context, c *leasework.Claim, info framework.HandlerInfo) { <-block },
+		Settled:         func(ctx context.Context, c *leasework.Claim, s framework.Settlement) { settled <- s.Outcome },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	running := make(chan struct{})
+	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+		close(running)
+		<-ctx.Done() // the stop must reach it, whatever Claimed returned
+		return context.Cause(ctx)
+	})
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	recv(t, running, "the handler")
+	cancel()
+	if err := recv(t, done, "Run to return while HandlerReturned blocks"); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	block <- struct{}{}
+	if o := recv(t, settled, "the claim to settle"); o != framework.OutcomeAbandoned {
+		t.Errorf("settled %v; want abandoned", o)
 	}
 }
