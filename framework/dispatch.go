@@ -112,6 +112,9 @@ func (w *Worker) claim(q *queue, limit int) (int, error) {
 		Worker: w.cfg.WorkerID,
 		Queue:  q.name,
 	})
+	if f := w.claimReturned; f != nil {
+		f(q.name, len(claims), err)
+	}
 	if err != nil {
 		w.count.claimErrors.Add(1)
 		w.log.Warn("claim failed", "queue", q.name, "err", err)

@@ -24,3 +24,7 @@ func SetSchedulerClock(w *Worker, now func() time.Time, sleep func(ctx context.C
 // its event id, whether it was a duplicate, and the enqueue's error. Call
 // it before Run.
 func OnFiring(w *Worker, f func(eventID string, duplicate bool, err error)) { w.sched.fired = f }
+
+// OnClaimReturned makes w call f after each claim statement returns, with
+// its queue, the number of rows claimed and its error. Call it before Run.
+func OnClaimReturned(w *Worker, f func(queue string, n int, err error)) { w.claimReturned = f }

@@ -369,13 +369,13 @@ func (w *Worker) fire(ctx context.Context, s *schedule, now time.Time) {
 	}
 	eventID := s.Name + ":" + at.UTC().Format(time.RFC3339)
 	dup, err := w.enqueueFiring(ctx, s, eventID, at)
+	if err != nil && ctx.Err() != nil {
+		return // stopping: not a firing's failure
+	}
 	if f := w.sched.fired; f != nil {
 		f(eventID, dup, err)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return // stopping
-		}
 		s.failures++
 		delay := min(minFiringRetry<<min(s.failures-1, 10), maxFiringRetry)
 		s.retryAt = now.Add(delay)

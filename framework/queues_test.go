@@ -87,14 +87,32 @@ func TestPausedQueueWaitsForResume(t *testing.T) {
 		if _, err := s.PauseQueue(ctx, "q"); err != nil {
 			t.Fatal(err)
 		}
+		type claimed struct {
+			n   int
+			err error
+		}
+		returned := make(chan claimed, 100)
+		framework.OnClaimReturned(w, func(queue string, n int, err error) { returned <- claimed{n, err} })
 		stop := start(t, w)
-		// A claim at start, and one when the listener is up.
-		waitFor(t, "the worker to listen", func() bool { return w.Counters().ClaimQueries >= 2 })
-		before := w.Counters().ClaimQueries
-		pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e1", Queue: "q"})
-		// The notification wakes the worker; its claim finds the queue
-		// paused. Nothing is handled until the queue is resumed.
-		waitFor(t, "a claim of the paused queue", func() bool { return w.Counters().ClaimQueries > before })
+		<-framework.Listening(w)
+		// Every claim sent before the enqueue has returned.
+		var back int64
+		waitFor(t, "the claims before the enqueue to return", func() bool {
+			for len(returned) > 0 {
+				<-returned
+				back++
+			}
+			return back > 0 && back == w.Counters().ClaimQueries
+		})
+		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e1", Queue: "q"})[0].ID
+		// The notification wakes the worker; its claim, once it has
+		// returned, has found the queue paused and taken nothing.
+		if c := recv(t, returned, "a claim of the paused queue"); c.n != 0 || c.err != nil {
+			t.Fatalf("claim of the paused queue: %d rows, %v; want none", c.n, c.err)
+		}
+		if r, err := s.Get(ctx, id); err != nil || r.Status != leasework.StatusReady || r.Generation != 0 {
+			t.Fatalf("the paused queue's event: %+v, %v; want READY, never claimed", r, err)
+		}
 		select {
 		case id := <-handled:
 			t.Fatalf("handled %s from a paused queue", id)
