@@ -84,7 +84,7 @@ func (u *uiCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
 		logger.Warn("actions are enabled and the console asks nobody who they are: whoever reaches this address can requeue, discard, cancel and pause; listen on localhost or behind a proxy that authenticates", "addr", ln.Addr().String())
 	}
 
-	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
