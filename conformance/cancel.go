@@ -188,7 +188,7 @@ func cancelledEventIsNeverClaimed(e *env) {
 	if gen, err := e.store.Cancel(e.ctx, done.ID, ""); !errors.Is(err, lease.ErrFinished) {
 		e.t.Fatalf("cancel of a DONE event = %d, %v; want lease.ErrFinished", gen, err)
 	}
-	e.wantState(done.ID, leasework.StatusDone, 1)
+	e.wantState(done.ID, leasework.StatusDone, e.gen(1))
 	if got := e.claim(10); len(got) != 0 {
 		e.t.Fatalf("claimed %s; want nothing: a READY event and an expired lease were cancelled", describe(got))
 	}
@@ -210,7 +210,7 @@ func cancelledEventIsNeverClaimed(e *env) {
 	}
 	heads := map[string]leasework.Ref{}
 	for _, k := range []string{"ready", "running", "failed"} {
-		heads[k] = leasework.Ref{ID: rowOf[k+"-1"], Generation: 1}
+		heads[k] = leasework.Ref{ID: rowOf[k+"-1"], Generation: e.gen(1)}
 	}
 	wantOK(e.t, "release", e.store.Release(e.ctx, heads["ready"]))
 	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: heads["failed"], Reason: "broken"}))
@@ -225,7 +225,7 @@ func cancelledEventIsNeverClaimed(e *env) {
 	}
 	for _, k := range []string{"ready", "running", "failed"} {
 		e.wantState(rowOf[k+"-4"], leasework.StatusWaiting, 0)
-		wantOK(e.t, "complete", e.store.Complete(e.ctx, leasework.Ref{ID: rowOf[k+"-3"], Generation: 1}))
+		wantOK(e.t, "complete", e.store.Complete(e.ctx, leasework.Ref{ID: rowOf[k+"-3"], Generation: e.gen(1)}))
 	}
 	if claimed = e.claimEventIDs(10); claimed != "failed-4 ready-4 running-4" {
 		e.t.Fatalf("after completing each key's third event, claimed %s; want failed-4 ready-4 running-4", claimed)
@@ -233,7 +233,10 @@ func cancelledEventIsNeverClaimed(e *env) {
 }
 
 // A cancel and a completion racing: the owner's CompleteTx holds the row
-// in its open transaction when the cancel is sent. If the transaction
+// in its open transaction when the cancel is sent, and the transaction
+// ends only once the cancel waits on it (a backend blocked by the
+// transaction's, in pg_stat_activity and pg_blocking_pids; a cancel that
+// returns without waiting fails the property). If the transaction
 // commits, the completion stands: the cancel reports lease.ErrFinished and
 // the row stays DONE at the claim's generation. If it rolls back, the
 // cancel wins, and the owner's next completion is rejected as cancelled.
@@ -245,11 +248,23 @@ func cancelNeverUndoesACompletion(e *env) {
 		commit := i == 0
 		tx, err := e.applyInTx(table, c, e.store.CompleteTx)
 		wantOK(e.t, "CompleteTx", err)
+		var holder int64
+		if err := tx.QueryRowContext(e.ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
+			tx.Rollback()
+			e.t.Fatalf("backend of the completing transaction: %v", err)
+		}
 		result := make(chan error, 1)
 		go func() {
 			_, err := e.store.Cancel(e.ctx, c.ID, "race")
 			result <- err
 		}()
+		// The race is only a race once the cancel waits on the completing
+		// transaction: end that transaction only when a backend is blocked
+		// by it.
+		if err := e.waitBlockedBy(holder, result); err != nil {
+			tx.Rollback()
+			e.t.Fatalf("cancel of row %d while a completion holds it in an open transaction: %v", c.ID, err)
+		}
 		if commit {
 			wantOK(e.t, "commit", tx.Commit())
 		} else {
@@ -281,6 +296,37 @@ func cancelNeverUndoesACompletion(e *env) {
 			e.t.Fatalf("completion after the cancel won: %v; want ErrCancelled", err)
 		}
 		e.wantUnchanged("the completion after the cancel", r)
+	}
+}
+
+// waitBlockedBy waits until a backend of this database waits on a lock
+// held by the backend holder, and reports an error when that takes longer
+// than a few seconds or when done (the blocked call's result) arrives
+// first: a call that returns while the other transaction holds the row did
+// not wait for it.
+func (e *env) waitBlockedBy(holder int64, done <-chan error) error {
+	const bound = 10 * time.Second
+	deadline := time.Now().Add(bound)
+	for {
+		var blocked bool
+		err := e.db.QueryRowContext(e.ctx, `SELECT EXISTS (
+			SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND $1::int = ANY (pg_blocking_pids(pid)))`, holder).Scan(&blocked)
+		if err != nil {
+			return fmt.Errorf("read pg_stat_activity: %w", err)
+		}
+		if blocked {
+			return nil
+		}
+		select {
+		case err := <-done:
+			return fmt.Errorf("it returned (%v) without waiting for the transaction", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no backend waited on the transaction's locks within %v", bound)
+		}
 	}
 }
 

@@ -156,6 +156,7 @@ type env struct {
 	schema string
 	store  Store        // under test
 	fix    *lease.Store // reads and fixtures
+	floor  int64        // the server's generation floor; see gen
 }
 
 func newEnv(t *testing.T, target Target) *env {
@@ -195,7 +196,31 @@ func newEnv(t *testing.T, target Target) *env {
 			t.Fatalf("Target.NewStore: %v", err)
 		}
 	}
-	return &env{t: t, ctx: ctx, target: target, db: db, schema: schema, store: store, fix: fix}
+	var floor int64
+	if err := db.QueryRowContext(ctx, timelineFloorSQL).Scan(&floor); err != nil {
+		t.Fatalf("read the generation floor of the server's timeline: %v", err)
+	}
+	return &env{t: t, ctx: ctx, target: target, db: db, schema: schema, store: store, fix: fix, floor: floor}
+}
+
+// timelineFloorSQL reads the floor under every generation the server gives,
+// (timeline - 1) * 2^32, as the claim computes it: the timeline is the
+// first eight hex digits of the name of the WAL file being written. It is
+// 0 on a server never promoted or restored (timeline 1).
+const timelineFloorSQL = `SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32`
+
+// gen is the generation a row has after n claims and repairs (requeue,
+// discard, cancel) on this server: 0 before any, then one more than before
+// but never less than the floor of the server's timeline. The first claim
+// of a row takes 1 on timeline 1, and the floor itself on a promoted or
+// restored server (timeline 2 starts at 2^32); each later one adds 1. Every
+// expected generation of the suite is written with it, so that the suite
+// holds on any timeline and still fails when a generation is off by one.
+func (e *env) gen(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	return max(n, e.floor+n-1)
 }
 
 func newSchemaName() string {

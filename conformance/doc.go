@@ -120,6 +120,17 @@
 // past with an explicit fixture and says so. No subtest depends on the speed
 // of the machine; each has a watchdog that fails it after two minutes.
 //
+// # Servers on any timeline
+//
+// A claim's generation is never less than the floor of the server's
+// timeline, (timeline - 1) * 2^32 (see lease): a server that was promoted
+// or restored, as a managed database is after a failover, starts the
+// generations of its rows at 2^32 or above. Each subtest reads the floor
+// once, with the statement the claim uses, and expects every generation
+// relative to it: exactly the first claim's generation, one more per later
+// claim or repair. The suite holds on any timeline and still fails when a
+// generation is off by one.
+//
 // # No false positives
 //
 // A subtest fails only when the store violated the property it names: rows

@@ -20,8 +20,9 @@ const roleKillChild = "kill-child"
 
 // A child process claims one row in autocommit mode and prints the claim;
 // only after reading it does the parent send SIGKILL. The committed claim
-// reads INPROGRESS generation 1; after the lease fixture expires, the next
-// claim returns the same row and event id with generation 2.
+// reads INPROGRESS at the row's first generation (1 on a server never
+// promoted); after the lease fixture expires, the next claim returns the
+// same row and event id at the next generation.
 func killedWorkerClaimIsRecovered(e *env) {
 	if os.Getenv(envRole) == roleKillChild {
 		killChild(e)
@@ -29,15 +30,15 @@ func killedWorkerClaimIsRecovered(e *env) {
 	}
 	ev := e.enqueueN(1)[0]
 	id, eventID, gen := e.claimInChildAndKill()
-	if id != ev.ID || eventID != "event-001" || gen != 1 {
-		e.t.Fatalf("child claimed row %d %s generation %d; want row %d event-001 generation 1", id, eventID, gen, ev.ID)
+	if id != ev.ID || eventID != "event-001" || gen != e.gen(1) {
+		e.t.Fatalf("child claimed row %d %s generation %d; want row %d event-001 generation %d", id, eventID, gen, ev.ID, e.gen(1))
 	}
 
-	e.wantState(id, leasework.StatusInProgress, 1)
+	e.wantState(id, leasework.StatusInProgress, e.gen(1))
 	e.expire(id) // fixture: the dead worker's lease runs out
 	c := e.claimOne()
-	if c.ID != id || c.EventID != "event-001" || c.Generation != 2 {
-		e.t.Fatalf("reclaim = row %d %s generation %d; want row %d event-001 generation 2", c.ID, c.EventID, c.Generation, id)
+	if c.ID != id || c.EventID != "event-001" || c.Generation != e.gen(2) {
+		e.t.Fatalf("reclaim = row %d %s generation %d; want row %d event-001 generation %d", c.ID, c.EventID, c.Generation, id, e.gen(2))
 	}
 	if !c.Reclaimed || c.Attempt != 2 {
 		e.t.Fatalf("reclaim: Reclaimed %v attempt %d; want true and 2", c.Reclaimed, c.Attempt)
@@ -46,7 +47,7 @@ func killedWorkerClaimIsRecovered(e *env) {
 
 // A head killed by SIGKILL holds its key: its followers are not claimed,
 // neither while its lease runs nor when it has expired; the next claim
-// takes the head again (generation 2), and only its completion lets the
+// takes the head again (its second generation), and only its completion lets the
 // next event of the key be claimed.
 func killedHeadIsClaimedBeforeFollowers(e *env) {
 	if os.Getenv(envRole) == roleKillChild {
@@ -58,16 +59,16 @@ func killedHeadIsClaimedBeforeFollowers(e *env) {
 		lease.Event{Kind: "k", EventID: "event-002", Key: "order-1"},
 		lease.Event{Kind: "k", EventID: "event-003", Key: "order-1"})
 	id, _, gen := e.claimInChildAndKill()
-	if id != evs[0].ID || gen != 1 {
-		e.t.Fatalf("child claimed row %d generation %d; want the head, row %d generation 1", id, gen, evs[0].ID)
+	if id != evs[0].ID || gen != e.gen(1) {
+		e.t.Fatalf("child claimed row %d generation %d; want the head, row %d generation %d", id, gen, evs[0].ID, e.gen(1))
 	}
 	if got := e.claim(10); len(got) != 0 {
 		e.t.Fatalf("claimed %d rows while the killed head's lease runs, want none", len(got))
 	}
 	e.expire(id) // fixture: the dead worker's lease runs out
 	got := e.claim(10)
-	if len(got) != 1 || got[0].ID != id || got[0].Generation != 2 || !got[0].Reclaimed {
-		e.t.Fatalf("after expiry claimed %+v; want only the head, row %d, reclaimed at generation 2", got, id)
+	if len(got) != 1 || got[0].ID != id || got[0].Generation != e.gen(2) || !got[0].Reclaimed {
+		e.t.Fatalf("after expiry claimed %+v; want only the head, row %d, reclaimed at generation %d", got, id, e.gen(2))
 	}
 	e.wantState(evs[1].ID, leasework.StatusWaiting, 0)
 	wantOK(e.t, "complete head", e.store.Complete(e.ctx, got[0].Ref()))

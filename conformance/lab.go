@@ -30,20 +30,21 @@ var LabTests = []string{
 	"ExpiredOwnerCannotFinalize",
 }
 
-// Happy path: the claim returns the row with generation 1, the completion is
+// Happy path: the claim returns the row with its first generation (1 on a
+// server never promoted; see gen), the completion is
 // accepted, and the row is DONE without a lease.
 func claimThenComplete(e *env) {
 	ev := e.enqueueN(1)[0]
 	c := e.claimOne()
-	if c.ID != ev.ID || c.EventID != "event-001" || c.Generation != 1 || c.Attempt != 1 || c.Kind != "k" {
-		e.t.Fatalf("claim = %+v; want row %d, event-001, generation 1, attempt 1", c, ev.ID)
+	if c.ID != ev.ID || c.EventID != "event-001" || c.Generation != e.gen(1) || c.Attempt != 1 || c.Kind != "k" {
+		e.t.Fatalf("claim = %+v; want row %d, event-001, generation %d, attempt 1", c, ev.ID, e.gen(1))
 	}
 	if !c.LeaseUntil.After(time.Now().Add(-time.Minute)) {
 		e.t.Fatalf("claim lease_until %v is not a live deadline", c.LeaseUntil)
 	}
-	e.wantState(c.ID, leasework.StatusInProgress, 1)
+	e.wantState(c.ID, leasework.StatusInProgress, e.gen(1))
 	wantOK(e.t, "complete", e.store.Complete(e.ctx, c.Ref()))
-	r := e.wantState(c.ID, leasework.StatusDone, 1)
+	r := e.wantState(c.ID, leasework.StatusDone, e.gen(1))
 	if r.LeaseUntil != nil {
 		e.t.Fatalf("DONE row keeps lease_until %v", r.LeaseUntil)
 	}
@@ -67,16 +68,16 @@ func uncommittedClaimIsSkippedThenRestored(e *env) {
 		e.t.Fatalf("claim in open transaction = %+v, %v; want row %d", open, err, evs[0].ID)
 	}
 	other := e.claimOne()
-	if other.ID != evs[1].ID || other.Generation != 1 {
-		e.t.Fatalf("second connection claimed %+v; want row %d generation 1 (the locked row skipped)", other, evs[1].ID)
+	if other.ID != evs[1].ID || other.Generation != e.gen(1) {
+		e.t.Fatalf("second connection claimed %+v; want row %d generation %d (the locked row skipped)", other, evs[1].ID, e.gen(1))
 	}
 	if err := tx.Rollback(); err != nil {
 		e.t.Fatal(err)
 	}
 	e.wantState(evs[0].ID, leasework.StatusReady, 0)
 	again := e.claimOne()
-	if again.ID != evs[0].ID || again.Generation != 1 || again.EventID != "event-001" {
-		e.t.Fatalf("after rollback claimed %+v; want row %d event-001 generation 1", again, evs[0].ID)
+	if again.ID != evs[0].ID || again.Generation != e.gen(1) || again.EventID != "event-001" {
+		e.t.Fatalf("after rollback claimed %+v; want row %d event-001 generation %d", again, evs[0].ID, e.gen(1))
 	}
 }
 
@@ -129,8 +130,8 @@ func expiredOwnerCannotFinalize(e *env) {
 	wantLost(e.t, "complete after expiry", e.store.Complete(e.ctx, done.Ref()))
 	_, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: retried.Ref(), Error: "late"})
 	wantLost(e.t, "retry after expiry", err)
-	e.wantState(done.ID, leasework.StatusInProgress, 1)
-	e.wantState(retried.ID, leasework.StatusInProgress, 1)
+	e.wantState(done.ID, leasework.StatusInProgress, e.gen(1))
+	e.wantState(retried.ID, leasework.StatusInProgress, e.gen(1))
 }
 
 // newerGeneration constructs a newer live claim directly (the fixture that

@@ -253,8 +253,8 @@ func failedHeadHoldsItsKey(e *env) {
 		e.t.Fatalf("requeued %v", ids)
 	}
 	again := e.claim(10)
-	if len(again) != 1 || again[0].ID != evs[0].ID || again[0].Generation != 3 {
-		e.t.Fatalf("claim after requeue = %+v; want the head x-1 only, at generation 3", again)
+	if len(again) != 1 || again[0].ID != evs[0].ID || again[0].Generation != e.gen(3) {
+		e.t.Fatalf("claim after requeue = %+v; want the head x-1 only, at generation %d", again, e.gen(3))
 	}
 	wantOK(e.t, "fail x-1 again", e.store.Fail(e.ctx, lease.FailRequest{Ref: again[0].Ref(), Reason: "declined again"}))
 
@@ -262,13 +262,13 @@ func failedHeadHoldsItsKey(e *env) {
 	if _, err := e.store.Discard(e.ctx, got[0].Ref()); !errors.Is(err, lease.ErrNotFailed) {
 		e.t.Fatalf("discard at the generation of the first failure = %v; want ErrNotFailed", err)
 	}
-	e.wantState(evs[0].ID, leasework.StatusFailed, 3)
+	e.wantState(evs[0].ID, leasework.StatusFailed, e.gen(3))
 	gen, err := e.store.Discard(e.ctx, again[0].Ref())
 	wantOK(e.t, "discard", err)
-	if gen != 4 {
-		e.t.Fatalf("discard returned generation %d, want 4", gen)
+	if gen != e.gen(4) {
+		e.t.Fatalf("discard returned generation %d, want %d", gen, e.gen(4))
 	}
-	e.wantState(evs[0].ID, leasework.StatusDiscarded, 4)
+	e.wantState(evs[0].ID, leasework.StatusDiscarded, e.gen(4))
 	after := e.claim(10)
 	if len(after) != 1 || after[0].EventID != "x-2" {
 		e.t.Fatalf("claim after discard = %+v; want x-2 only", after)
@@ -294,13 +294,13 @@ func orderSurvivesReleasePauseRetry(e *env) {
 		return got[0]
 	}
 
-	c1 := onlyHead("first claim", 1)
+	c1 := onlyHead("first claim", e.gen(1))
 	wantOK(e.t, "release", e.store.Release(e.ctx, c1.Ref()))
 	e.wantState(follower, leasework.StatusWaiting, 0)
 
-	paused := onlyHead("after release", 2)
+	paused := onlyHead("after release", e.gen(2))
 	e.expire(head) // fixture: the owner paused past its lease
-	c3 := onlyHead("after the paused owner's lease expired", 3)
+	c3 := onlyHead("after the paused owner's lease expired", e.gen(3))
 	wantLost(e.t, "paused owner's late complete", e.store.Complete(e.ctx, paused.Ref()))
 	e.wantState(follower, leasework.StatusWaiting, 0)
 
@@ -313,7 +313,7 @@ func orderSurvivesReleasePauseRetry(e *env) {
 		e.t.Fatalf("claimed %+v while the head's retry is not due", got)
 	}
 	wantOK(e.t, "make due", leasetest.MakeDue(e.ctx, e.fix, head)) // fixture: the retry delay passes
-	c4 := onlyHead("after the retry fell due", 4)
+	c4 := onlyHead("after the retry fell due", e.gen(4))
 	wantOK(e.t, "complete", e.store.Complete(e.ctx, c4.Ref()))
 	got := e.claim(10)
 	if len(got) != 1 || got[0].ID != follower {

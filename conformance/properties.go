@@ -70,7 +70,7 @@ func renewIsGuarded(e *env) {
 	wantOK(e.t, "complete", e.store.Complete(e.ctx, live.Ref()))
 	_, err = e.store.Renew(e.ctx, live.Ref(), testLease)
 	wantLost(e.t, "renew of a DONE row", err)
-	e.wantState(live.ID, leasework.StatusDone, 1)
+	e.wantState(live.ID, leasework.StatusDone, e.gen(1))
 }
 
 // Release gives the claim back at once (READY, no lease, its attempt
@@ -83,13 +83,13 @@ func releaseIsGuarded(e *env) {
 	}
 	mine, stale := claims[0], claims[1]
 	wantOK(e.t, "release", e.store.Release(e.ctx, mine.Ref()))
-	if r := e.wantState(mine.ID, leasework.StatusReady, 1); r.Attempt != 0 || r.LeaseUntil != nil {
+	if r := e.wantState(mine.ID, leasework.StatusReady, e.gen(1)); r.Attempt != 0 || r.LeaseUntil != nil {
 		e.t.Fatalf("released row: attempt %d lease %v; want 0 and none", r.Attempt, r.LeaseUntil)
 	}
 	// Released twice by the same claim: the second is already recorded,
 	// and gives nothing back again.
 	wantOK(e.t, "second release", e.store.Release(e.ctx, mine.Ref()))
-	if r := e.wantState(mine.ID, leasework.StatusReady, 1); r.Attempt != 0 {
+	if r := e.wantState(mine.ID, leasework.StatusReady, e.gen(1)); r.Attempt != 0 {
 		e.t.Fatalf("released twice: attempt %d, want 0", r.Attempt)
 	}
 
@@ -98,8 +98,8 @@ func releaseIsGuarded(e *env) {
 	e.wantState(stale.ID, leasework.StatusInProgress, newer.Generation)
 
 	again := e.claimOne()
-	if again.ID != mine.ID || again.Generation != 2 || again.Attempt != 1 {
-		e.t.Fatalf("claim after release = %+v; want row %d generation 2 attempt 1", again, mine.ID)
+	if again.ID != mine.ID || again.Generation != e.gen(2) || again.Attempt != 1 {
+		e.t.Fatalf("claim after release = %+v; want row %d generation %d attempt 1", again, mine.ID, e.gen(2))
 	}
 }
 
@@ -132,8 +132,8 @@ func progressIsGuarded(e *env) {
 	e.expire(first.ID) // fixture: the worker died
 	wantLost(e.t, "progress after expiry", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=8")))
 	second := e.claimOne()
-	if second.Generation != 2 || !bytes.Equal(second.Progress, []byte("page=7")) {
-		e.t.Fatalf("second attempt: generation %d progress %q; want 2 and page=7", second.Generation, second.Progress)
+	if second.Generation != e.gen(2) || !bytes.Equal(second.Progress, []byte("page=7")) {
+		e.t.Fatalf("second attempt: generation %d progress %q; want %d and page=7", second.Generation, second.Progress, e.gen(2))
 	}
 	wantLost(e.t, "progress by the first owner", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=9")))
 	if r := e.row(first.ID); string(r.Progress) != "page=7" {
@@ -161,9 +161,9 @@ func batchedOutcomesReportEachClaim(e *env) {
 			e.t.Fatalf("result %d is for %+v, want %+v", i, r.Ref, refs[i])
 		}
 	}
-	e.wantState(claims[0].ID, leasework.StatusDone, 1)
+	e.wantState(claims[0].ID, leasework.StatusDone, e.gen(1))
 	e.wantState(claims[1].ID, leasework.StatusInProgress, newer.Generation)
-	e.wantState(claims[2].ID, leasework.StatusDone, 1)
+	e.wantState(claims[2].ID, leasework.StatusDone, e.gen(1))
 }
 
 // Many claimers over many rounds, with abandoned claims expired between
@@ -246,8 +246,8 @@ func concurrentClaimersNeverShareAClaim(e *env) {
 		e.t.Fatalf("%d rows in the table, want %d", len(list), rows)
 	}
 	for _, r := range list {
-		if r.Status != leasework.StatusDone || r.Generation != claimsPerRow[r.ID] {
-			e.t.Fatalf("row %d: %s generation %d after %d claims; want DONE with generation = claims", r.ID, r.Status, r.Generation, claimsPerRow[r.ID])
+		if r.Status != leasework.StatusDone || r.Generation != e.gen(claimsPerRow[r.ID]) {
+			e.t.Fatalf("row %d: %s generation %d after %d claims; want DONE at generation %d", r.ID, r.Status, r.Generation, claimsPerRow[r.ID], e.gen(claimsPerRow[r.ID]))
 		}
 	}
 }
@@ -259,15 +259,15 @@ func abandonedLastAttemptFails(e *env) {
 	ev := e.enqueue(lease.Event{Kind: "k", EventID: "event-001", MaxAttempts: 3})[0]
 	for attempt := 1; attempt <= 3; attempt++ {
 		c := e.claimOne()
-		if c.ID != ev.ID || c.Attempt != attempt || c.Generation != int64(attempt) || c.MaxAttempts != 3 {
-			e.t.Fatalf("claim %d = %+v", attempt, c)
+		if c.ID != ev.ID || c.Attempt != attempt || c.Generation != e.gen(int64(attempt)) || c.MaxAttempts != 3 {
+			e.t.Fatalf("claim %d = %+v; want row %d attempt %d of 3 at generation %d", attempt, c, ev.ID, attempt, e.gen(int64(attempt)))
 		}
 		e.expire(c.ID) // fixture: the worker died holding it
 	}
 	if got := e.claim(1); len(got) != 0 {
 		e.t.Fatalf("claimed after the last attempt expired: %+v", got)
 	}
-	r := e.wantState(ev.ID, leasework.StatusFailed, 3)
+	r := e.wantState(ev.ID, leasework.StatusFailed, e.gen(3))
 	if r.LastError != "lease expired on attempt 3 of 3" || r.Attempt != 3 {
 		e.t.Fatalf("failed row: attempt %d last_error %q; want 3 and \"lease expired on attempt 3 of 3\"", r.Attempt, r.LastError)
 	}
@@ -288,7 +288,7 @@ func retryOnLastAttemptFails(e *env) {
 	if status != leasework.StatusFailed {
 		e.t.Fatalf("retry on attempt 2 of 2 left the row %s, want FAILED", status)
 	}
-	if r := e.wantState(ev.ID, leasework.StatusFailed, 2); r.LastError != "boom 2" {
+	if r := e.wantState(ev.ID, leasework.StatusFailed, e.gen(2)); r.LastError != "boom 2" {
 		e.t.Fatalf("last_error %q, want boom 2", r.LastError)
 	}
 }
@@ -321,20 +321,20 @@ func requeueKeepsGenerationGrowing(e *env) {
 	if len(ids) != 1 || ids[0] != ev.ID {
 		e.t.Fatalf("requeued %v, want [%d]", ids, ev.ID)
 	}
-	r := e.wantState(ev.ID, leasework.StatusReady, 2)
+	r := e.wantState(ev.ID, leasework.StatusReady, e.gen(2))
 	if r.Attempt != 0 || r.FinishedAt != nil {
 		e.t.Fatalf("requeued row: attempt %d finished_at %v; want 0 and none", r.Attempt, r.FinishedAt)
 	}
 	again := e.claimOne()
-	if again.ID != ev.ID || again.Generation != 3 || again.Attempt != 1 {
-		e.t.Fatalf("claim after requeue = %+v; want generation 3 attempt 1", again)
+	if again.ID != ev.ID || again.Generation != e.gen(3) || again.Attempt != 1 {
+		e.t.Fatalf("claim after requeue = %+v; want generation %d attempt 1", again, e.gen(3))
 	}
 	wantLost(e.t, "complete by the owner from before the requeue", e.store.Complete(e.ctx, c.Ref()))
 	wantOK(e.t, "complete", e.store.Complete(e.ctx, again.Ref()))
 	if ids, err := e.store.Requeue(e.ctx, lease.RequeueRequest{All: true}); err != nil || len(ids) != 0 {
 		e.t.Fatalf("requeue all with nothing FAILED = %v, %v; want nothing (DONE stays DONE)", ids, err)
 	}
-	e.wantState(ev.ID, leasework.StatusDone, 3)
+	e.wantState(ev.ID, leasework.StatusDone, e.gen(3))
 }
 
 // A duplicate event id is an error, never an overwrite.

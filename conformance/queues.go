@@ -157,14 +157,14 @@ func queuesNeverShareEvents(e *env) {
 	for _, r := range list {
 		switch q, _ := eventQueue(r.EventID); {
 		case q != "idle":
-			if r.Status != leasework.StatusDone || r.Generation != claimsPerRow[r.ID] {
-				e.t.Fatalf("row %d (%s): %s generation %d after %d claims; want DONE with generation = claims",
-					r.ID, r.EventID, r.Status, r.Generation, claimsPerRow[r.ID])
+			if r.Status != leasework.StatusDone || r.Generation != e.gen(claimsPerRow[r.ID]) {
+				e.t.Fatalf("row %d (%s): %s generation %d after %d claims; want DONE at generation %d",
+					r.ID, r.EventID, r.Status, r.Generation, claimsPerRow[r.ID], e.gen(claimsPerRow[r.ID]))
 			}
 		case idleClaimed[r.ID]:
-			if r.Status != leasework.StatusInProgress || r.Generation != 1 {
-				e.t.Fatalf("expired lease %d (%s) of the idle queue is %s generation %d; want INPROGRESS generation 1, never reclaimed",
-					r.ID, r.EventID, r.Status, r.Generation)
+			if r.Status != leasework.StatusInProgress || r.Generation != e.gen(1) {
+				e.t.Fatalf("expired lease %d (%s) of the idle queue is %s generation %d; want INPROGRESS generation %d, never reclaimed",
+					r.ID, r.EventID, r.Status, r.Generation, e.gen(1))
 			}
 		default:
 			if r.Status != leasework.StatusReady || r.Generation != 0 {
@@ -337,7 +337,7 @@ func pausedQueueGivesNothing(e *env) {
 		e.t.Fatalf("claim of the default queue while mail is paused = %v; want default-1 and default-2", got)
 	}
 	wantOK(e.t, "complete of a live claim of the paused queue", e.store.Complete(e.ctx, live.Ref()))
-	e.wantState(expired.ID, leasework.StatusInProgress, 1)
+	e.wantState(expired.ID, leasework.StatusInProgress, e.gen(1))
 	for _, id := range append(waiting, late.ID) {
 		e.wantState(id, leasework.StatusReady, 0)
 	}
@@ -349,16 +349,16 @@ func pausedQueueGivesNothing(e *env) {
 	}
 	again := claimOf("mail")
 	// Row to generation.
-	want := map[int64]int64{expired.ID: 2, waiting[0]: 1, waiting[1]: 1, late.ID: 1}
+	want := map[int64]int64{expired.ID: e.gen(2), waiting[0]: e.gen(1), waiting[1]: e.gen(1), late.ID: e.gen(1)}
 	got := map[int64]int64{}
 	for _, c := range again {
 		got[c.ID] = c.Generation
 	}
 	if len(again) != len(want) || !maps.Equal(got, want) {
-		e.t.Fatalf("claim of queue mail after resume = %s; want %s (its expired lease) at generation 2 and the rows %d, %d and %d (mail-5) at generation 1",
-			describe(again), expired.EventID, waiting[0], waiting[1], late.ID)
+		e.t.Fatalf("claim of queue mail after resume = %s; want %s (its expired lease) at generation %d and the rows %d, %d and %d (mail-5) at generation %d",
+			describe(again), expired.EventID, e.gen(2), waiting[0], waiting[1], late.ID, e.gen(1))
 	}
-	e.wantState(live.ID, leasework.StatusDone, 1)
+	e.wantState(live.ID, leasework.StatusDone, e.gen(1))
 }
 
 // describe names claims for a failure message: event id, row, generation,
