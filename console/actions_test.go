@@ -182,6 +182,8 @@ func TestAuthorize(t *testing.T) {
 			return errors.New("only the on-call engineer may discard")
 		case a.Name == console.ActionRequeue && r.Header.Get("X-User") != "admin":
 			return fmt.Errorf("%s may not requeue", r.Header.Get("X-User"))
+		case a.Name == console.ActionPause && r.Header.Get("X-User") != "admin":
+			return fmt.Errorf("%s may not pause queues", r.Header.Get("X-User"))
 		}
 		return nil
 	}})
@@ -215,6 +217,15 @@ func TestAuthorize(t *testing.T) {
 	}
 	if got := row(t, s.store, r.ID); got.Status != leasework.StatusReady {
 		t.Errorf("after an allowed requeue the event is %s", got.Status)
+	}
+
+	// The form that pauses a queue by name is shown only to whom may pause.
+	for user, shown := range map[string]bool{"viewer": false, "admin": true} {
+		req, _ := http.NewRequest(http.MethodGet, s.url("queues"), nil)
+		req.Header.Set("X-User", user)
+		if p := s.do(req); strings.Contains(p.text(), "Pause a queue") != shown {
+			t.Errorf("queues page for %s shows the pause form: %v; want %v", user, !shown, shown)
+		}
 	}
 
 	mu.Lock()

@@ -79,7 +79,10 @@ type Options struct {
 	// message shown after an action. Nil means 32 random bytes drawn by
 	// [New]: enough for one process. Consoles behind one load balancer must
 	// share a secret (at least 16 bytes), or a form served by one is
-	// refused by the other.
+	// refused by the other. The token is one value per secret, the same
+	// for every person: it is a second layer behind the cross-origin check,
+	// for browsers that send neither Sec-Fetch-Site nor Origin, not a
+	// per-session secret. Change the secret to retire a token seen.
 	Secret []byte
 
 	// TrustedOrigins are origins ("https://ops.example.com") whose

@@ -255,7 +255,9 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 		c.dbFail(w, r, "read the queues", err)
 		return
 	}
-	d := queuesData{PauseAny: c.opts.Actions}
+	// The form that pauses a queue by name: asked as a pause of no queue
+	// in particular.
+	d := queuesData{PauseAny: c.may(r, Action{Name: ActionPause})}
 	for _, q := range qs {
 		row := queueRow{QueueInfo: q}
 		if q.Paused.IsZero() {
