@@ -8,9 +8,18 @@ import (
 	"slices"
 )
 
+// MetadataSize is the size of m as [MaxMetadataBytes] bounds it: its keys'
+// and values' bytes.
+func MetadataSize(m map[string]string) int {
+	size := 0
+	for k, v := range m {
+		size += len(k) + len(v)
+	}
+	return size
+}
+
 // checkMetadata checks an event's metadata before it is sent.
 func checkMetadata(m map[string]string) error {
-	size := 0
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if k == "" {
 			//lint:ignore ST1005 the message starts with the field's name, Metadata
@@ -22,9 +31,8 @@ func checkMetadata(m map[string]string) error {
 		if err := validateText(fmt.Sprintf("Metadata[%q]", k), m[k], MaxMetadataBytes); err != nil {
 			return err
 		}
-		size += len(k) + len(m[k])
 	}
-	if size > MaxMetadataBytes {
+	if size := MetadataSize(m); size > MaxMetadataBytes {
 		//lint:ignore ST1005 the message starts with the field's name, Metadata
 		return fmt.Errorf("Metadata holds %d bytes of keys and values; at most %d are allowed", size, MaxMetadataBytes)
 	}

@@ -100,11 +100,7 @@ func withTraceContext(ctx context.Context, prop propagation.TextMapPropagator, m
 	merged := make(map[string]string, len(md)+len(carrier))
 	maps.Copy(merged, md)
 	maps.Copy(merged, carrier)
-	size := 0
-	for k, v := range merged {
-		size += len(k) + len(v)
-	}
-	if size > lease.MaxMetadataBytes {
+	if size := lease.MetadataSize(merged); size > lease.MaxMetadataBytes {
 		span.AddEvent("trace context not stored: the event's metadata would be too large",
 			trace.WithAttributes(attribute.Int("leasework.event_index", i), attribute.Int("leasework.metadata_bytes", size)))
 		return md
