@@ -110,10 +110,14 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	d := &connDialer{}
 	pc.Dialer(d)
-	// lib/pq bounds the dial by ctx and connect_timeout, not the startup
-	// that follows: a server that accepted the connection and then says
-	// nothing would hold the caller forever, past its context. When ctx
-	// ends or the bound passes, the socket gets a deadline.
+	// lib/pq bounds the dial by ctx, and the dial and startup by
+	// connect_timeout when the DSN gives one; but not the startup by ctx,
+	// nor the target_session_attrs check that follows by either. A server
+	// that accepted the connection and then says nothing would hold the
+	// caller past its context (forever, without connect_timeout: the pool
+	// opens connections in the background with no deadline). When ctx
+	// ends or the bound (connect_timeout, or 30 s) passes, the socket gets
+	// a deadline.
 	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout())
 	defer cancel()
 	expire := context.AfterFunc(ctx, d.expire)

@@ -79,8 +79,13 @@ func TestEventEnqueuedWhileWorkerReconnectsIsClaimedAtOnce(t *testing.T) {
 			}
 		}
 		enqueue("before")
-		if got := <-done; got != "before" {
-			t.Fatalf("handled %q; want before", got)
+		select {
+		case got := <-done:
+			if got != "before" {
+				t.Fatalf("handled %q; want before", got)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the event enqueued before the failover was not handled within a minute")
 		}
 
 		// The failover, with the worker's role refused at login meanwhile.
