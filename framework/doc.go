@@ -21,12 +21,13 @@
 // their outcome, never pass twice Concurrency. After a short batch it waits: for a LISTEN/NOTIFY
 // notification that an event of one of its kinds was inserted, when the
 // driver implements leasework.Notifier, or else for Config.PollInterval plus
-// jitter. Polling also finds what notifications cannot announce: retries
-// coming due and leases that expired. For the latter the worker does not
-// wait for the poll: after a claim that found nothing it reads when the
-// earliest running lease runs out (lease.Store.NextExpiry, one index
-// entry), and claims again then, so a crashed worker's claims are taken
-// over within tens of milliseconds of their expiry. A claim that fails (the
+// jitter. Notifications cannot announce retries and snoozes coming due or
+// leases that expired, and for those the worker does not wait for the
+// poll: after a claim that found nothing it reads when the earliest running
+// lease runs out or the earliest waiting row comes due
+// (lease.Store.NextWake, a few index entries), and claims again then, so a
+// crashed worker's claims are taken over within tens of milliseconds of
+// their expiry, and a retry runs when its delay ends. A claim that fails (the
 // database restarting or failing over) is tried again after 50ms, then
 // after waits doubling up to PollInterval, and at once when the listener
 // connects again: notifications sent while the worker could not listen are

@@ -361,21 +361,34 @@ WHERE id = ANY (ARRAY(
     LIMIT $2
     FOR UPDATE SKIP LOCKED))`
 
-// nextExpirySQL reads, in seconds from now by the database clock, when the
-// earliest lease still running in queue $1 expires; NULL when none runs. It reads one
-// entry of the lease index, whatever the number of claims in flight and
-// whoever holds them: a lease already expired is left to the claim, and a
-// row this worker does not serve costs it one empty claim at most.
-const nextExpirySQL = `
-SELECT EXTRACT(EPOCH FROM (
-    SELECT lease_until FROM {{table}}
-    WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
-    ORDER BY lease_until
-    LIMIT 1) - statement_timestamp())::float8`
+// nextWakeSQL reads, in seconds from now by the database clock, when a row
+// of queue $1 next becomes claimable without a notification: the earliest
+// lease still running expires, or the earliest READY row not yet due (a
+// retry, a snooze, an event enqueued to run later) comes due; NULL when
+// neither is ahead. It reads one entry of the lease index and one entry of
+// the ready index per priority level, whatever the number of claims in
+// flight, the backlog, or who holds them: a lease already expired and a
+// row already due are left to the claim, and a row this worker does not
+// serve costs it one empty claim at most.
+const nextWakeSQL = `
+SELECT EXTRACT(EPOCH FROM LEAST(
+    (SELECT lease_until FROM {{table}}
+     WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
+     ORDER BY lease_until
+     LIMIT 1),
+    (SELECT min(r.next_attempt_at)
+     FROM generate_series(0, 9) AS p(priority)
+     CROSS JOIN LATERAL (
+         SELECT next_attempt_at FROM {{table}}
+         WHERE queue = $1 AND status = 'READY' AND priority = p.priority
+           AND next_attempt_at > statement_timestamp()
+         ORDER BY next_attempt_at
+         LIMIT 1) AS r)
+    ) - statement_timestamp())::float8`
 
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
+	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel string
 }
 
@@ -400,7 +413,7 @@ func (s *Store) renderQueries() queries {
 		getByEvent:     s.render(getByEventSQL),
 		list:           s.render(listSQL),
 		deleteFinished: s.render(deleteFinishedSQL),
-		nextExpiry:     s.render(nextExpirySQL),
+		nextWake:       s.render(nextWakeSQL),
 		discard:        s.render(discardSQL),
 		heldKeys:       s.render(heldKeysSQL),
 		keyHead:        s.render(keyHeadSQL),
