@@ -182,7 +182,9 @@ func (l loadRun) run(t *testing.T) loadResult {
 		// Fail over once the producer is well into its share of events.
 		share := int64(l.events * (i + 1) / (len(l.failovers) + 1))
 		waitProgress(t, func() int { return int(ackedN.Load()) },
-			func() string { return fmt.Sprintf("the producer to enqueue %d events (%d so far)", share, ackedN.Load()) },
+			func() string {
+				return fmt.Sprintf("the producer to enqueue %d events (%d so far)", share, ackedN.Load())
+			},
 			func() bool { return ackedN.Load() >= share })
 		start := time.Now()
 		failover(t)
