@@ -243,17 +243,19 @@ func (w *Worker) decide(a *attempt, err, cause error) outcome {
 	if a.kind != nil {
 		policy = a.kind.policy
 	}
+	// The policy counts failures, this one included, never snoozes.
+	failure := a.claim.Failures() + 1
 	switch {
 	case leasework.IsPermanent(err):
 		o.op = opFail
-	case policy.MaxAttempts > 0 && a.claim.Attempt >= policy.MaxAttempts:
+	case policy.MaxAttempts > 0 && failure >= policy.MaxAttempts:
 		o.op = opFail
-		o.text = fmt.Sprintf("attempt %d of the retry policy's %d: %s", a.claim.Attempt, policy.MaxAttempts, o.text)
+		o.text = fmt.Sprintf("failed attempt %d of the retry policy's %d: %s", failure, policy.MaxAttempts, o.text)
 	case a.kind == nil:
 		o.op = opFail
 	default:
 		o.op = opRetry
-		o.delay = policy.delay(a.claim.Attempt)
+		o.delay = policy.delay(failure)
 		var after *leasework.RetryAfterError
 		if errors.As(err, &after) {
 			o.delay = handlerDelay(after.Delay)

@@ -93,6 +93,9 @@
 //     deleted with Config.DeleteAtCompletion), unless a [Transactional]
 //     handler already completed it in its own transaction;
 //   - an error made with leasework.Permanent: FAILED with the error's text;
+//   - leasework.Snooze(d): READY again after d, and not a failure: the
+//     row's budget grows by one, and the kind's [RetryPolicy], which counts
+//     failures (leasework.Claim.Failures), never counts a snooze;
 //   - any other error, a panic (recorded as a *leasework.PanicError with its
 //     stack) or a timeout: retried after the delay of the kind's
 //     [RetryPolicy], unless a budget is spent, in which case FAILED;

@@ -86,7 +86,7 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 		var meta string
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
 			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError,
-			&c.Queue, &c.Priority, &c.DueAt, &meta); err != nil {
+			&c.Queue, &c.Priority, &c.DueAt, &meta, &c.Snoozes); err != nil {
 			return nil, s.wrapErr("claim", err)
 		}
 		if c.Metadata, err = parseMetadata(meta); err != nil {
