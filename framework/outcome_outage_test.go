@@ -235,7 +235,9 @@ func TestOutcomeAbandonedWhenAnOutageOutlastsItsLease(t *testing.T) {
 func TestPendingOutcomeKeepsItsLeaseRenewed(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		const concurrency, events = 2, 6
-		const leaseLen = 6 * time.Second
+		// Renewed every second, a claim is lost only if the worker stalls
+		// for 8s.
+		const leaseLen = 10 * time.Second
 		s := newStore(t, drv)
 		ctx := context.Background()
 		schema := ident(s.Schema())
