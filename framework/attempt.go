@@ -376,18 +376,19 @@ func (a *attempt) state() (deadline, confirmed time.Time, stale bool) {
 
 // renewable reports whether the claim is still worth renewing: the
 // database has not refused it, and either its handler runs with a live
-// context, or the handler returned less than a lease ago and its outcome
-// is still to be written. A handler whose context ended (lease lost,
-// attempt timeout, shutdown) but that has not returned is not renewed: its
-// claim expires and another worker may take the event over.
-func (a *attempt) renewable(now time.Time) bool {
+// context, or the handler returned and its outcome is still to be written
+// (for as long as the outcome writer keeps it: see keepForRetry). A
+// handler whose context ended (lease lost, attempt timeout, shutdown) but
+// that has not returned is not renewed: its claim expires and another
+// worker may take the event over.
+func (a *attempt) renewable() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.stale || a.hung:
 		return false
 	case a.ended:
-		return now.Sub(a.endedAt) < a.w.cfg.Lease
+		return true
 	default:
 		return a.ctx.Err() == nil
 	}

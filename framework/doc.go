@@ -110,16 +110,23 @@
 // and no claim waits behind a slow or stuck write. Outcomes are written in
 // batches: while one statement is in flight, the next batch gathers, one
 // statement per kind of outcome. A batch that fails because of the
-// connection (or its statement timeout) is tried again whole, with backoff,
-// while the claims' local deadlines allow; past them, the leases expire and
-// other workers claim the events again (delivery is at least once). A batch
-// that fails for any other reason is written again claim by claim, so one
-// value the database refuses never holds back the others; a claim whose own
-// write keeps failing is abandoned after a few tries (counted in
-// [Counters].OutcomesAbandoned and logged with its ids), and its lease
-// expires. (A batch of completions over several keys that gives way to an
-// enqueue of one of them, SQLSTATE 55P03, is written again claim by claim
-// this way too.)
+// connection (or its statement timeout) is tried again whole, with a
+// backoff of at most a second, for as long as each claim's lease can still
+// be confirmed: until its local deadline (its last confirmed lease deadline
+// less Lease/10), which the renewals sent meanwhile move on. So a database
+// away for less than that (a restart) delays the outcomes and runs nothing
+// twice. Past a claim's local deadline its outcome is given up, counted in
+// [Counters].OutcomesAbandoned and, for a completion or a failure, in
+// [Counters].RerunsFromAbandonedOutcomes: its lease expires and another
+// claim runs the event again (delivery is at least once). Outcomes waiting
+// are claims held, so there are at most twice Concurrency of them: past
+// that the worker claims nothing until some are settled. A batch that
+// fails for any other reason is written again claim by claim, so one value
+// the database refuses never holds back the others; a claim whose own
+// write keeps failing is abandoned after a few tries (counted as above and
+// logged with its ids), and its lease expires. (A batch of completions
+// over several keys that gives way to an enqueue of one of them, SQLSTATE
+// 55P03, is written again claim by claim this way too.)
 //
 // Events with a key are handled one at a time per key, in enqueue order,
 // whatever Concurrency is: the store hands out only each key's head (see
