@@ -199,6 +199,19 @@
 // Workers sharing a table and a schedule's name must have the same
 // schedule.
 //
+// A cron spec with a zone runs on the zone's clock, and a daylight-saving
+// change skips or repeats some of its local times. A local time the clocks
+// skip fires once, at the end of the gap: with "TZ=Europe/Paris 30 2 * * *",
+// on 2026-03-29 (02:00 CET becomes 03:00 CEST) at 03:00 CEST, 01:00 UTC. A
+// local time they repeat fires once, at its first occurrence: on 2026-10-25
+// (03:00 CEST becomes 02:00 CET) at 02:30 CEST, 00:30 UTC, and not at 02:30
+// CET. Local times that name the same instant are one firing, so an hourly
+// or every-minute schedule fires once for the skipped hour, with the first
+// tick after it, and is silent through the second pass of a repeated hour.
+// The rule is the zone's and the spec's alone, so every worker computes the
+// same fire times and event ids; for a steady rate through the changes, use
+// a spec in UTC or @every.
+//
 // A firing that falls due while the database cannot be reached is enqueued
 // once it can be (the scheduler logs the error and tries again after 1s,
 // doubling up to 30s), unless a later firing has come due by then, which
