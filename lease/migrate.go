@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -107,21 +108,30 @@ func parseMigration(version int, name, sql string) (Migration, error) {
 }
 
 // statements splits the SQL of a step that runs outside a transaction
-// into its statements: each ends with a semicolon at the end of a line,
-// and lines that start with "--" are left out. (Such steps hold no
-// function bodies or other text where that rule would break.) Each
-// statement must be sent alone: PostgreSQL runs the statements of one
-// simple query in one implicit transaction.
+// into its statements: each ends with a semicolon at the end of a line
+// outside a dollar quote ($$ or $tag$, which hold a function's body or a
+// DO block), and lines that start with "--" outside a dollar quote are left
+// out. Each statement must be sent alone: PostgreSQL runs the statements
+// of one simple query in one implicit transaction.
 func statements(sql string) []string {
 	var out []string
 	var cur strings.Builder
+	quote := "" // the dollar quote open, if any
 	for line := range strings.Lines(sql) {
 		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
+		if quote == "" && (t == "" || strings.HasPrefix(t, "--")) {
 			continue
 		}
 		cur.WriteString(line)
-		if strings.HasSuffix(t, ";") {
+		for _, tag := range dollarQuote.FindAllString(line, -1) {
+			switch quote {
+			case "":
+				quote = tag
+			case tag:
+				quote = ""
+			}
+		}
+		if quote == "" && strings.HasSuffix(t, ";") {
 			out = append(out, strings.TrimSpace(cur.String()))
 			cur.Reset()
 		}
@@ -131,6 +141,9 @@ func statements(sql string) []string {
 	}
 	return out
 }
+
+// dollarQuote matches the delimiters of a dollar-quoted string.
+var dollarQuote = regexp.MustCompile(`\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$`)
 
 // SQL returns the step's SQL for the table named by opts (Schema and Table;
 // zero means the defaults), for teams that run migrations with their own
