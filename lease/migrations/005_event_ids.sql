@@ -10,6 +10,12 @@
 -- Not safe while workers or producers of an earlier version enqueue: their
 -- inserts write no event id here, so a duplicate of theirs would not be
 -- refused. Stop them, migrate, start the new version.
+--
+-- Locks: copying the event ids reads the whole table under ACCESS SHARE,
+-- which blocks neither reads nor writes; then dropping the old unique
+-- constraint takes ACCESS EXCLUSIVE (and creating the triggers SHARE ROW
+-- EXCLUSIVE), held, reading no row, until the step commits an instant
+-- later.
 CREATE TABLE IF NOT EXISTS {{schema}}.{{name "event_ids"}} (
     event_id text PRIMARY KEY,
     id       bigint NOT NULL
