@@ -197,6 +197,10 @@ var migrationsTable = []string{
 // Migrate returns the error with the earlier steps applied, and the next
 // Migrate runs the step again from its first statement.
 //
+// Before applying a step it checks that no object of the schema that has a
+// name the step derives from the table's ("<table>_<suffix>") belongs to
+// something else, and returns a [*NameCollisionError] if one does.
+//
 // It returns the versions it applied.
 func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 	return s.migrate(ctx, Migrations())
@@ -297,6 +301,9 @@ func (s *Store) migrateInTx(ctx context.Context, ms []Migration) (applied []int,
 		return err
 	})
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkNames(ctx, tx, ms); err != nil {
 		return nil, nil, err
 	}
 	for _, q := range migrationsTable {
