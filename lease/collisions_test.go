@@ -370,8 +370,14 @@ func TestMigrateTakesItsOwnObjects(t *testing.T) {
 		if _, err := db.ExecContext(ctx, "CREATE INDEX CONCURRENTLY by_hand_failed_idx ON "+s.QualifiedTable()+" (finished_at) WHERE status = 'FAILED'"); err != nil {
 			t.Fatal(err)
 		}
-		if applied, err := s.Migrate(ctx); err != nil || !slices.Equal(applied, []int{9}) {
-			t.Errorf("Migrate with the failed index built by hand: %v, %v; want [9]", applied, err)
+		var after8 []int
+		for _, m := range all {
+			if m.Version > 8 {
+				after8 = append(after8, m.Version)
+			}
+		}
+		if applied, err := s.Migrate(ctx); err != nil || !slices.Equal(applied, after8) {
+			t.Errorf("Migrate with the failed index built by hand: %v, %v; want %v", applied, err, after8)
 		}
 		if got := indexTable(t, db, schema, "by_hand_failed_idx"); got != "by_hand" {
 			t.Errorf("by_hand_failed_idx is on %q", got)
