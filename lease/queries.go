@@ -192,13 +192,15 @@ const insertClaimedSQL = insertEvents + `(
         $8::text[], $9::smallint[], $10::text[])
         WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, n))` + insertEventsEnd
 
-// existingSQL reads which of the event ids $1 exist, for an enqueue that
-// skipped them as duplicates: in the event id table, with their row (a
-// trigger of the caller's that drops inserts leaves an id without one).
-// The row is read by a scalar subquery through the primary key, which the
-// planner never turns into a join (invariant 11).
-const existingSQL = `SELECT x.event_id FROM {{schema}}.{{name "event_ids"}} AS x
-WHERE x.event_id = ANY ($1::text[]) AND (SELECT true FROM {{table}} AS o WHERE o.id = x.id)`
+// existingSQL reads which of the event ids $1 are in the event id table,
+// for an enqueue that skipped them as taken, with their row ids and whether
+// the row exists (a trigger of the caller's that drops inserts leaves an id
+// without one). An id not there was freed since it was skipped. The row is
+// read by a scalar subquery through the primary key, which the planner
+// never turns into a join (invariant 11).
+const existingSQL = `SELECT x.event_id, x.id, (SELECT true FROM {{table}} AS o WHERE o.id = x.id) IS NOT NULL
+FROM {{schema}}.{{name "event_ids"}} AS x
+WHERE x.event_id = ANY ($1::text[])`
 
 const completeSQL = `
 WITH ` + lockedCTE + `
