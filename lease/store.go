@@ -171,6 +171,16 @@
 // stored as jsonb: the enqueuer's trace context (the contrib/otel module
 // puts it there through an [EnqueueMiddleware]), a tenant, a correlation
 // id.
+//
+// # Rows a claim cannot decode
+//
+// The table refuses at insert what a claim could not decode, from
+// producers that write it with their own SQL (SQLSTATE 23514, naming the
+// column): metadata that is not NULL or an object of strings, a due time
+// of infinity. A row written before that refusal (migration 10) may hold
+// one. A claim never fails for it: it ends that row FAILED, with a last
+// error naming the column, and returns the rest of its batch; reading the
+// row gives it with [Row.DecodeError] set.
 package lease
 
 import (
