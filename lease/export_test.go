@@ -79,3 +79,22 @@ func MigrateWith(ctx context.Context, s *Store, ms []Migration) ([]int, error) {
 
 // Statements splits the SQL of a step run outside a transaction.
 var Statements = statements
+
+// RowStatements returns, by name, the store's statements that name rows
+// other than the claim and the guarded writes: the operator's repairs,
+// retention, and the reads by id, event id or key.
+func RowStatements(s *Store) map[string]Statement {
+	return map[string]Statement{
+		"requeue":        {s.q.requeue, "boolean, bigint[], text[], int, text"},
+		"discard":        {s.q.discard, "bigint, bigint"},
+		"cancel":         {s.q.cancel, "bigint, text"},
+		"deleteFinished": {s.q.deleteFinished, "bigint, bigint"},
+		"get":            {s.q.get, "bigint"},
+		"getByEvent":     {s.q.getByEvent, "text"},
+		"rejected":       {s.q.rejected, "bigint[]"},
+		"existing":       {s.q.existing, "text[]"},
+		"keyHead":        {s.q.keyHead, "text"},
+		"heldKeys":       {s.q.heldKeys, "text, int"},
+		"nextExpiry":     {s.q.nextExpiry, "text"},
+	}
+}

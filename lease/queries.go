@@ -77,7 +77,9 @@ WITH paused AS (
     SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} WHERE queue = $5) AS yes
 ), exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
-    -- row in FAILED instead of granting another attempt.
+    -- row in FAILED instead of granting another attempt. The exhausted
+    -- index holds the leases on their last attempt only: the other expired
+    -- leases (all those of a paused queue) are not read here.
     UPDATE {{table}} AS o
     SET status = 'FAILED', lease_until = NULL,
         finished_at = statement_timestamp(), updated_at = statement_timestamp(),
@@ -299,6 +301,15 @@ RETURNING o.id`
 // requeueSQL is the repair path: FAILED rows back to READY. The generation
 // grows here too, so an owner from before the requeue stays stale. Idle
 // workers are woken on the table's channel ($5).
+//
+// The rows are named by an id array and read through the primary key
+// (invariant 11): the ids given ($2), or the FAILED rows of the kinds given
+// ($3), or all of them ($1), read from the FAILED index. The second branch
+// is skipped by its condition on the parameters alone when only ids are
+// given: an OR of the three in one WHERE read every FAILED row under a
+// generic plan to requeue one id. The status check's collation keeps the
+// planner from combining the primary key with the FAILED index, as in the
+// guard (see inProgress).
 const requeueSQL = `
 WITH requeued AS (
     UPDATE {{table}} AS o
@@ -307,8 +318,13 @@ WITH requeued AS (
         max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
         next_attempt_at = statement_timestamp(), finished_at = NULL,
         updated_at = statement_timestamp()
-    WHERE o.status = 'FAILED'
-      AND ($1 OR o.id = ANY($2::bigint[]) OR o.kind = ANY($3::text[]))
+    WHERE o.id = ANY (ARRAY(
+            SELECT unnest($2::bigint[])
+            UNION ALL
+            SELECT f.id FROM {{table}} AS f
+            WHERE ($1 OR cardinality($3::text[]) > 0)
+              AND f.status = 'FAILED' AND ($1 OR f.kind = ANY($3::text[]))))
+      AND o.status = 'FAILED' COLLATE "C"
     RETURNING o.id, o.kind
 )
 SELECT r.id FROM requeued AS r, pg_notify($5, r.kind) ORDER BY r.id`

@@ -143,12 +143,15 @@
 //
 // # Indexes
 //
-// Claim reads two partial indexes, one over READY rows by (queue,
+// Claim reads three partial indexes, one over READY rows by (queue,
 // priority, due time), read one priority level at a time so that rows not
-// yet due are never read, and one over INPROGRESS rows by (queue, lease
-// deadline). Finished rows are in neither, and a queue's claim reads no
+// yet due are never read, one over INPROGRESS rows by (queue, lease
+// deadline), and one over the INPROGRESS rows on their last attempt, by the
+// same, to end those whose lease expired FAILED without reading the other
+// expired leases. Finished rows are in none, and a queue's claim reads no
 // row of another queue, so the cost of a claim grows neither with the
-// number of DONE and FAILED rows nor with the backlog of other queues.
+// number of DONE and FAILED rows nor with the backlog of other queues, nor
+// with the expired leases of a paused queue.
 // Retention ([Store.DeleteFinished]) reads a third, over DONE rows only in
 // finish order: FAILED rows, kept until repaired, are in none of them. Two
 // more serve order per key: WAITING rows by (key, key_seq), for the

@@ -1,7 +1,8 @@
 -- leasework: workers running
 -- leasework: no transaction
 -- What a claim reads: the table refuses at insert what a claim cannot
--- decode.
+-- decode, and an index finds the leases that expired on their last
+-- attempt.
 --
 -- The metadata check of migration 7 ran its jsonpath in lax mode, which
 -- unwraps arrays: it admitted {"tenant": ["acme"]} and {"a": []}, which a
@@ -20,8 +21,13 @@
 -- written before them. The lax check is dropped: the trigger refuses all
 -- it refused.
 --
+-- Every claim looked for the expired leases on their last attempt, to end
+-- them FAILED, by reading every expired lease of its queue (all of those
+-- of a paused queue, which nobody takes back). The index holds the
+-- INPROGRESS rows on their last attempt only.
+--
 -- Safe while workers run? Each statement runs alone, outside a
--- transaction, and none reads a row.
+-- transaction, and none but the index build reads a row.
 --   * CREATE OR REPLACE FUNCTION locks nothing of the table.
 --   * DROP TRIGGER IF EXISTS and ALTER TABLE ... DROP CONSTRAINT each
 --     take ACCESS EXCLUSIVE on the table, which blocks its reads and
@@ -31,6 +37,11 @@
 --     two-core machine. To get its lock each waits for the transactions
 --     holding a lock on the table (a handler's own open transaction, say),
 --     and the table's statements queue behind it while it waits.
+--   * CREATE INDEX CONCURRENTLY takes SHARE UPDATE EXCLUSIVE, under which
+--     reads and writes go on: it reads the table twice (2 s on the same
+--     table and machine) and waits for the transactions older than it to
+--     end. A failed build leaves an invalid index, which the DROP before
+--     it removes when the step runs again.
 -- (The statements are split at lines ending with a semicolon: the
 -- function's body holds none.)
 
@@ -55,3 +66,6 @@ CREATE TRIGGER {{name "due_check"}} BEFORE INSERT ON {{table}}
 
 ALTER TABLE {{table}} DROP CONSTRAINT IF EXISTS {{name "metadata_check"}};
 
+DROP INDEX CONCURRENTLY IF EXISTS {{schema}}.{{name "exhausted_idx"}};
+CREATE INDEX CONCURRENTLY {{name "exhausted_idx"}} ON {{table}} (queue, lease_until)
+    WHERE status = 'INPROGRESS' AND attempt >= max_attempts;
