@@ -181,14 +181,17 @@ func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error
 	if req.ExtraAttempts < 0 {
 		return nil, fmt.Errorf("lease: requeue: ExtraAttempts is %d; it must not be negative", req.ExtraAttempts)
 	}
-	ids, kinds := req.IDs, req.Kinds
-	if ids == nil {
-		ids = []int64{}
+	var rows *sql.Rows
+	var err error
+	if len(req.IDs) > 0 {
+		rows, err = s.db.QueryContext(ctx, s.q.requeueByID, s.drv.Array(req.IDs), req.ExtraAttempts, s.channel)
+	} else {
+		kinds := req.Kinds
+		if kinds == nil {
+			kinds = []string{}
+		}
+		rows, err = s.db.QueryContext(ctx, s.q.requeue, s.drv.Array(kinds), req.ExtraAttempts, s.channel, req.All)
 	}
-	if kinds == nil {
-		kinds = []string{}
-	}
-	rows, err := s.db.QueryContext(ctx, s.q.requeue, req.All, s.drv.Array(ids), s.drv.Array(kinds), req.ExtraAttempts, s.channel)
 	if err != nil {
 		return nil, s.wrapErr("requeue", err)
 	}

@@ -85,7 +85,8 @@ var Statements = statements
 // retention, and the reads by id, event id or key.
 func RowStatements(s *Store) map[string]Statement {
 	return map[string]Statement{
-		"requeue":        {s.q.requeue, "boolean, bigint[], text[], int, text"},
+		"requeue":        {s.q.requeue, "text[], int, text, boolean"},
+		"requeueByID":    {s.q.requeueByID, "bigint[], int, text"},
 		"discard":        {s.q.discard, "bigint, bigint"},
 		"cancel":         {s.q.cancel, "bigint, text"},
 		"deleteFinished": {s.q.deleteFinished, "bigint, bigint"},

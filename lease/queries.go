@@ -298,36 +298,40 @@ FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
 WHERE ` + guard + `
 RETURNING o.id`
 
-// requeueSQL is the repair path: FAILED rows back to READY. The generation
-// grows here too, so an owner from before the requeue stays stale. Idle
-// workers are woken on the table's channel ($5).
-//
-// The rows are named by an id array and read through the primary key
-// (invariant 11): the ids given ($2), or the FAILED rows of the kinds given
-// ($3), or all of them ($1), read from the FAILED index. The second branch
-// is skipped by its condition on the parameters alone when only ids are
-// given: an OR of the three in one WHERE read every FAILED row under a
+// requeueSQL is the repair path: FAILED rows back to READY, those of the
+// kinds $1, or all of them when $4 is true, read from the FAILED index.
+// The generation grows here too, so an owner from before the requeue stays
+// stale. Idle workers are woken on the table's channel ($3). $2 is the
+// extra attempts (see RequeueRequest).
+const requeueSQL = `
+WITH requeued AS (
+    UPDATE {{table}} AS o` + requeueSet + `
+    WHERE o.status = 'FAILED' AND ($4 OR o.kind = ANY($1::text[]))
+    RETURNING o.id, o.kind
+)
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
+
+// requeueByIDSQL is requeueSQL for the rows named by the id array $1, read
+// through the primary key whatever the plan (invariant 11): one statement
+// for both, an OR of the ids and the kinds, read every FAILED row under a
 // generic plan to requeue one id. The status check's collation keeps the
 // planner from combining the primary key with the FAILED index, as in the
 // guard (see inProgress).
-const requeueSQL = `
+const requeueByIDSQL = `
 WITH requeued AS (
-    UPDATE {{table}} AS o
-    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
-        attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
-        max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
-        next_attempt_at = statement_timestamp(), finished_at = NULL,
-        updated_at = statement_timestamp()
-    WHERE o.id = ANY (ARRAY(
-            SELECT unnest($2::bigint[])
-            UNION ALL
-            SELECT f.id FROM {{table}} AS f
-            WHERE ($1 OR cardinality($3::text[]) > 0)
-              AND f.status = 'FAILED' AND ($1 OR f.kind = ANY($3::text[]))))
-      AND o.status = 'FAILED' COLLATE "C"
+    UPDATE {{table}} AS o` + requeueSet + `
+    WHERE o.id = ANY ($1::bigint[]) AND o.status = 'FAILED' COLLATE "C"
     RETURNING o.id, o.kind
 )
-SELECT r.id FROM requeued AS r, pg_notify($5, r.kind) ORDER BY r.id`
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
+
+// requeueSet is what a requeue writes, $2 being its extra attempts.
+const requeueSet = `
+    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
+        attempt = CASE WHEN $2 = 0 THEN 0 ELSE o.attempt END,
+        max_attempts = CASE WHEN $2 = 0 THEN o.max_attempts ELSE o.attempt + $2 END,
+        next_attempt_at = statement_timestamp(), finished_at = NULL,
+        updated_at = statement_timestamp()`
 
 const statsSQL = `
 SELECT
@@ -393,7 +397,7 @@ SELECT EXTRACT(EPOCH FROM (
 
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
+	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel string
 }
 
@@ -412,6 +416,7 @@ func (s *Store) renderQueries() queries {
 		release:        s.render(releaseSQL),
 		progress:       s.render(progressSQL),
 		requeue:        s.render(requeueSQL),
+		requeueByID:    s.render(requeueByIDSQL),
 		stats:          s.render(statsSQL),
 		rejected:       s.render(rejectedSQL),
 		get:            s.render(getSQL),
