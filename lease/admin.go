@@ -20,8 +20,9 @@ type Row struct {
 	Payload       []byte
 	Status        leasework.Status
 	Generation    int64
-	Attempt       int
-	MaxAttempts   int
+	Attempt       int        // claims so far, snoozed and crashed ones included (leasework.Claim.Attempt)
+	Snoozes       int        // claims that ended in a snooze (leasework.Claim.Snoozes)
+	MaxAttempts   int        // the budget of claims: as enqueued, plus one for each snooze
 	LeaseUntil    *time.Time // nil unless INPROGRESS
 	NextAttemptAt time.Time
 	LastError     string
@@ -58,7 +59,7 @@ func scanRow(sc scanner) (Row, error) {
 		col(&d, "next_attempt_at", &r.NextAttemptAt), col(&d, "last_error", &r.LastError),
 		col(&d, "progress", &r.Progress), col(&d, "worker", &r.Worker), col(&d, "created_at", &r.CreatedAt),
 		col(&d, "updated_at", &r.UpdatedAt), col(&d, "finished_at", &finished), col(&d, "queue", &r.Queue),
-		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta))
+		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta), col(&d, "snoozes", &r.Snoozes))
 	if err != nil {
 		return Row{}, err
 	}
@@ -159,8 +160,9 @@ type RequeueRequest struct {
 	All   bool     // every FAILED row
 
 	// ExtraAttempts, when positive, extends each row's budget to the attempts
-	// it has used plus ExtraAttempts. Zero resets the attempt count so each
-	// row has its whole MaxAttempts again. Negative is an error.
+	// it has used plus ExtraAttempts. Zero resets the attempt count, and the
+	// snooze count with it, so each row has its whole MaxAttempts again,
+	// less what its snoozes had added. Negative is an error.
 	ExtraAttempts int
 }
 

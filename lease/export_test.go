@@ -96,6 +96,6 @@ func RowStatements(s *Store) map[string]Statement {
 		"existing":       {s.q.existing, "text[]"},
 		"keyHead":        {s.q.keyHead, "text"},
 		"heldKeys":       {s.q.heldKeys, "text, int"},
-		"nextExpiry":     {s.q.nextExpiry, "text"},
+		"nextWake":       {s.q.nextWake, "text"},
 	}
 }

@@ -298,7 +298,7 @@ func TestRowStatementsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 		{"existing", st["existing"], "'{target ready}'", 2},
 		{"keyHead", st["keyHead"], "'key-1'", 2},
 		{"heldKeys", st["heldKeys"], "'', 100", 4},
-		{"nextExpiry", st["nextExpiry"], "'default'", 1},
+		{"nextWake", st["nextWake"], "'default'", 1 + 10},
 		{"claim", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default'", 2*100 + 10},
 		{"claim of a paused queue", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'held'", 2},
 	}

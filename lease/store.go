@@ -56,7 +56,10 @@
 // row whose lease expires on its last allowed attempt becomes FAILED with a
 // reason such as "lease expired on attempt 5 of 5" the next time any worker
 // claims, instead of being claimed again. A retry on the last attempt also
-// ends in FAILED. [Store.Requeue] is the explicit repair path.
+// ends in FAILED. A snooze ([RetryRequest].Snooze) adds one attempt to the
+// budget, so it never spends it, and is counted in the row's snoozes,
+// handed to the next claim as leasework.Claim.Snoozes; a crash adds
+// nothing. [Store.Requeue] is the explicit repair path.
 //
 // # Order per key
 //
