@@ -34,7 +34,7 @@ func Progress(s *Store) Statement {
 
 // DeleteFinished returns the retention statement.
 func DeleteFinished(s *Store) Statement {
-	return Statement{s.q.deleteFinished, "bigint, bigint"}
+	return Statement{s.q.deleteFinished, "bigint, bigint, boolean"}
 }
 
 // ByID is byID, the per-claim parameter of the batched guarded writes.

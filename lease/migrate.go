@@ -108,20 +108,25 @@ func parseMigration(version int, name, sql string) (Migration, error) {
 
 // statements splits the SQL of a step that runs outside a transaction
 // into its statements: each ends with a semicolon at the end of a line,
-// and lines that start with "--" are left out. (Such steps hold no
-// function bodies or other text where that rule would break.) Each
-// statement must be sent alone: PostgreSQL runs the statements of one
-// simple query in one implicit transaction.
+// and lines that start with "--" are left out, except inside a body quoted
+// with $$ (a function's), which is kept whole. (Such steps hold no other
+// text where that rule would break.) Each statement must be sent alone:
+// PostgreSQL runs the statements of one simple query in one implicit
+// transaction.
 func statements(sql string) []string {
 	var out []string
 	var cur strings.Builder
+	quoted := false // inside a $$ body
 	for line := range strings.Lines(sql) {
 		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
+		if !quoted && (t == "" || strings.HasPrefix(t, "--")) {
 			continue
 		}
 		cur.WriteString(line)
-		if strings.HasSuffix(t, ";") {
+		if strings.Count(line, "$$")%2 == 1 {
+			quoted = !quoted
+		}
+		if !quoted && strings.HasSuffix(t, ";") {
 			out = append(out, strings.TrimSpace(cur.String()))
 			cur.Reset()
 		}

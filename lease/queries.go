@@ -8,7 +8,7 @@ package lease
 // joined row set r carries the claim's id and generation. The single-row
 // progress write uses it as is; the batched writes use batchGuard.
 const guard = `o.id = r.id AND ` + inProgress + ` AND o.generation = r.generation
-  AND o.lease_until > clock_timestamp()`
+  AND o.lease_until > clock_timestamp() AND ` + notCancelled
 
 // inProgress is the guard's status check. Its explicit collation keeps the
 // planner from proving with it the predicate of the partial lease index
@@ -51,7 +51,7 @@ const batchGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + ownedPerRo
 // ownedPerRow is the rest of the guard for a row o of a batch.
 const ownedPerRow = inProgress + `
   AND o.generation = (` + rowValue + ` ->> 0)::bigint
-  AND o.lease_until > clock_timestamp()`
+  AND o.lease_until > clock_timestamp() AND ` + notCancelled
 
 // nextGeneration is the generation a claim or a repair gives row o: one
 // more than its own, and never less than the floor of the server's
@@ -85,15 +85,31 @@ WITH paused AS (
     WHERE o.id IN (
         SELECT id FROM {{table}}
         WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
-          AND attempt >= max_attempts
+          AND attempt >= max_attempts AND cancelled_at IS NULL
         ORDER BY lease_until
         LIMIT 100
         FOR UPDATE SKIP LOCKED)
     RETURNING o.id
+), stopped AS (
+    -- Invariant 16: a row cancelled while an attempt ran it, whose owner
+    -- never wrote again (dead, paused), ends DISCARDED once that lease has
+    -- ended, instead of being claimed again; the key's commit trigger
+    -- passes its key on at this commit. Any queue's: a cancel is not work
+    -- a worker chooses. It reads the index of such rows, few.
+    UPDATE {{table}} AS o
+    SET status = 'DISCARDED', generation = ` + nextGeneration + `, lease_until = NULL,
+        finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    WHERE o.id = ANY (ARRAY(
+        SELECT id FROM {{table}}
+        WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
+        ORDER BY lease_until
+        LIMIT 100
+        FOR UPDATE SKIP LOCKED))
+    RETURNING o.id
 ), expired AS (
     SELECT id FROM {{table}}
     WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
-      AND attempt < max_attempts
+      AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
       AND NOT (SELECT yes FROM paused)
     ORDER BY lease_until
@@ -109,6 +125,10 @@ WITH paused AS (
         WHERE queue = $5 AND priority = p.level
           AND status = 'READY' AND next_attempt_at <= statement_timestamp()
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+          -- A keyed row is claimable once ordering has put it in line
+          -- (key_seq, at its enqueue's commit): READY before that only to
+          -- its own transaction, it may be behind its key's head.
+          AND (key IS NULL OR key_seq IS NOT NULL)
         ORDER BY next_attempt_at, id
         LIMIT $1 - (SELECT count(*) FROM expired)
         FOR UPDATE SKIP LOCKED) AS r
@@ -209,11 +229,16 @@ WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, o.status`
 
 // completeDeleteSQL completes claims of a table that keeps no history: the
-// row is deleted instead of marked DONE, under the same guard.
+// row is deleted instead of marked DONE, under the same guard. Each row
+// passing the guard is named to the trigger that refuses to delete a keyed
+// row under a live lease (migration 11) just before it is deleted, as
+// "id:generation" in leasework.deleting: the owner's own deletion is its
+// stop, not an operator's.
 const completeDeleteSQL = `
 WITH ` + lockedCTE + `
 DELETE FROM {{table}} AS o
 WHERE ` + batchGuard + `
+  AND set_config('leasework.deleting', o.id::text || ':' || o.generation::text, true) <> ''
 RETURNING o.id, o.generation, 'DONE'::text`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
@@ -300,16 +325,33 @@ RETURNING o.id`
 const requeueSQL = `
 WITH requeued AS (
     UPDATE {{table}} AS o
-    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
-        attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
-        max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
-        next_attempt_at = statement_timestamp(), finished_at = NULL,
-        updated_at = statement_timestamp()
+    SET ` + requeueSet + `
     WHERE o.status = 'FAILED'
       AND ($1 OR o.id = ANY($2::bigint[]) OR o.kind = ANY($3::text[]))
     RETURNING o.id, o.kind
 )
 SELECT r.id FROM requeued AS r, pg_notify($5, r.kind) ORDER BY r.id`
+
+// requeueSet is what a requeue writes; $4 is its ExtraAttempts.
+const requeueSet = `status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
+        attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
+        max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
+        next_attempt_at = statement_timestamp(), finished_at = NULL,
+        updated_at = statement_timestamp()`
+
+// requeueRefsSQL requeues the rows named by $1 (ids) and $2 (as in
+// batchGuard: the generation each was seen FAILED at), each only if it is
+// FAILED at that generation still, read through the primary key; $4 is
+// its ExtraAttempts, $3 the channel.
+const requeueRefsSQL = `
+WITH requeued AS (
+    UPDATE {{table}} AS o
+    SET ` + requeueSet + `
+    WHERE o.id = ANY ($1::bigint[]) AND o.status = 'FAILED'
+      AND o.generation = (` + rowValue + ` ->> 0)::bigint
+    RETURNING o.id, o.kind
+)
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
 
 const statsSQL = `
 SELECT
@@ -330,12 +372,13 @@ FROM {{table}}`
 
 const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
-    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, '')`
+    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, ''),
+    cancelled_at`
 
 // rejectedSQL reads the rows whose guarded write was rejected, to tell a
 // write already recorded by the same claim, and a deleted row, from a stale
 // one.
-const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, '')
+const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, ''), cancelled_at IS NOT NULL
 FROM {{table}} WHERE id = ANY ($1::bigint[])`
 
 const getSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE id = $1`
@@ -348,18 +391,30 @@ WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND ($5 = '' OR queue 
 ORDER BY id
 LIMIT $4`
 
-// deleteFinishedSQL is retention: it picks the oldest DONE rows from the
-// DONE index and deletes them named by an id array, so the delete is a
+// deleteFinishedSQL is retention: it picks the oldest finished rows, DONE
+// ones (unless $3 is false) from the DONE index and DISCARDED ones from
+// theirs, and deletes them named by an id array, so the delete is a
 // primary-key scan whatever the planner estimates for the subquery
 // (invariant 11), as in the claim. A trigger forgets their event ids.
 const deleteFinishedSQL = `
 DELETE FROM {{table}}
 WHERE id = ANY (ARRAY(
-    SELECT id FROM {{table}}
-    WHERE status = 'DONE' AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
-    ORDER BY finished_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED))`
+    SELECT f.id FROM (
+        SELECT d.id, d.finished_at FROM (
+            SELECT id, finished_at FROM {{table}}
+            WHERE status = 'DONE' AND $3 AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
+            ORDER BY finished_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED) AS d
+        UNION ALL
+        SELECT x.id, x.finished_at FROM (
+            SELECT id, finished_at FROM {{table}}
+            WHERE status = 'DISCARDED' AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
+            ORDER BY finished_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED) AS x) AS f
+    ORDER BY f.finished_at
+    LIMIT $2))`
 
 // nextExpirySQL reads, in seconds from now by the database clock, when the
 // earliest lease still running in queue $1 expires; NULL when none runs. It reads one
@@ -376,7 +431,7 @@ SELECT EXTRACT(EPOCH FROM (
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
 	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
-	discard, heldKeys, keyHead, pause, resume, queues, cancel string
+	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
 }
 
 func (s *Store) renderQueries() queries {
@@ -408,5 +463,7 @@ func (s *Store) renderQueries() queries {
 		resume:         s.render(resumeSQL),
 		queues:         s.render(queuesSQL),
 		cancel:         s.render(cancelSQL),
+		stop:           s.render(stopSQL),
+		requeueRefs:    s.render(requeueRefsSQL),
 	}
 }

@@ -1,0 +1,97 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// A keyed head cancelled while its handler runs keeps its key until that
+// handler has returned: the renewal cancels the handler's context with
+// cause ErrCancelled, the follower stays WAITING (and unclaimed) while the
+// handler winds down, and only the outcome the worker writes once the
+// handler has returned ends the head DISCARDED and lets the follower's
+// handler start. The lease (a minute) never runs out in the test: the
+// order is decided by the handler's return alone.
+func TestCancelledHeadKeepsItsKeyUntilItsHandlerReturns(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		ctx := context.Background()
+		w := newWorker(t, s, framework.Config{Lease: time.Minute, RenewEvery: 50 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+		var mu sync.Mutex
+		var history []string
+		note := func(s string) {
+			mu.Lock()
+			defer mu.Unlock()
+			history = append(history, s)
+		}
+		started := make(chan struct{}, 1)
+		cause := make(chan error, 1)
+		release := make(chan struct{})
+		nextRan := make(chan struct{}, 1)
+		register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+			if c.EventID == "next" {
+				note("next started")
+				nextRan <- struct{}{}
+				return nil
+			}
+			note("head started")
+			started <- struct{}{}
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			<-release // winding down, past its context's end
+			note("head returned")
+			return nil
+		})
+		out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "acct", EventID: "head"},
+			lease.Event{Kind: "k", Key: "acct", EventID: "next"})
+		head, next := out[0].ID, out[1].ID
+		stop := start(t, w)
+		// Registered after start, so run before its stop: a failing test
+		// does not leave the head's handler blocked.
+		letGo := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(letGo)
+		recv(t, started, "the head's handler to start")
+		if _, err := s.Cancel(ctx, head, "withdrawn"); err != nil {
+			t.Fatal(err)
+		}
+		got := recv(t, cause, "the head's handler to be cancelled")
+		if !errors.Is(got, leasework.ErrCancelled) || errors.Is(got, leasework.ErrLeaseUnconfirmed) {
+			t.Fatalf("cause = %v; want ErrCancelled", got)
+		}
+		// The handler has been told and still runs: the key is held.
+		for _, id := range []int64{head, next} {
+			r, err := s.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[int64]leasework.Status{head: leasework.StatusInProgress, next: leasework.StatusWaiting}[id]
+			if r.Status != want {
+				t.Fatalf("row %s while the cancelled head's handler still runs: %s; want %s", r.EventID, r.Status, want)
+			}
+		}
+		letGo()
+		recv(t, nextRan, "the follower's handler to start")
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"head started", "head returned", "next started"}; !slices.Equal(history, want) {
+			t.Errorf("handler runs: %q; want %q", history, want)
+		}
+		r, err := s.Get(ctx, head)
+		if err != nil || r.Status != leasework.StatusDiscarded || r.LastError != "cancelled: withdrawn" {
+			t.Errorf("head: %+v, %v; want DISCARDED, cancelled: withdrawn", r, err)
+		}
+		if c := w.Counters(); c.Cancelled != 1 || c.Completed != 1 {
+			t.Errorf("counters %+v; want 1 cancelled, 1 completed (the follower)", c)
+		}
+	})
+}
