@@ -95,3 +95,52 @@ func TestCancelledHeadKeepsItsKeyUntilItsHandlerReturns(t *testing.T) {
 		}
 	})
 }
+
+// DISCARDED rows have a retention: kept as long as DONE rows
+// (Config.Retention), and with DeleteAtCompletion, which keeps no DONE
+// row, DedupeWindow. Age is a fixture (finished_at moved into the past).
+func TestRetentionDeletesOldDiscardedRows(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  framework.Config
+	}{
+		{"Retention", framework.Config{Retention: framework.DedupeWindow}},
+		{"DeleteAtCompletion", framework.Config{DeleteAtCompletion: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newStore(t, pgtest.Drivers[0].New())
+			ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "old"}, lease.Event{Kind: "k", EventID: "young"},
+				lease.Event{Kind: "k", EventID: "failed"})
+			for _, e := range ids[:2] {
+				if _, err := s.Cancel(ctx, e.ID, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute})
+			if err != nil || len(claims) != 1 {
+				t.Fatalf("claim = %v, %v", claims, err)
+			}
+			if err := s.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: "broken"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range []lease.Enqueued{ids[0], ids[2]} {
+				execSQL(t, s, `UPDATE `+s.QualifiedTable()+` SET finished_at = finished_at - $2 * interval '1 microsecond' WHERE id = $1`,
+					e.ID, (framework.DedupeWindow + time.Minute).Microseconds())
+			}
+			c.cfg.RetentionInterval = 20 * time.Millisecond
+			w := newWorker(t, s, c.cfg)
+			register(t, w, "other", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
+			start(t, w)
+			waitFor(t, "the old DISCARDED row deleted", func() bool { return w.Counters().RetentionDeleted == 1 })
+			if _, err := s.Get(ctx, ids[0].ID); !errors.Is(err, lease.ErrNotFound) {
+				t.Errorf("old DISCARDED row: %v; want deleted", err)
+			}
+			for _, e := range ids[1:] {
+				if _, err := s.Get(ctx, e.ID); err != nil {
+					t.Errorf("row %s: %v; want kept", e.EventID, err)
+				}
+			}
+		})
+	}
+}

@@ -58,8 +58,14 @@ func MigrateTo(ctx context.Context, s *Store, version int) error {
 		if m.Version > version {
 			break
 		}
-		if _, err := s.db.ExecContext(ctx, s.render(m.sql)); err != nil {
-			return err
+		steps := []string{s.render(m.sql)}
+		if m.NoTransaction {
+			steps = statements(steps[0])
+		}
+		for _, q := range steps {
+			if _, err := s.db.ExecContext(ctx, q); err != nil {
+				return err
+			}
 		}
 		if _, err := s.db.ExecContext(ctx, s.render(`INSERT INTO {{schema}}.{{name "migrations"}} (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
 			return err

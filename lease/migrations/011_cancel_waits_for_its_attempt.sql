@@ -28,18 +28,26 @@
 -- finished_at. (A FAILED row whose handler's error began so, then
 -- discarded, is taken for cancelled too: nothing else tells them apart.)
 --
--- Safe while workers run? Yes: reads never wait. It runs outside a
--- transaction, one statement at a time:
+-- Safe while workers run? Yes. It runs outside a transaction, one
+-- statement at a time, so no lock outlives its statement:
 --   * ADD COLUMN (nullable, no default: no rewrite) takes ACCESS EXCLUSIVE
---     for a moment, but waits for the transactions using the table, and
---     everything queues behind it meanwhile: run it when no long
---     transaction holds the table (or set lock_timeout and retry);
+--     for a moment, and reads and writes wait for that moment. It first
+--     waits for the transactions using the table, and everything queues
+--     behind it meanwhile: run it when no long transaction holds the
+--     table (or set lock_timeout and retry);
 --   * each index is built CONCURRENTLY: reads and writes go on while it
 --     reads the table (twice);
---   * the backfill updates the old cancelled rows found through the new
---     DISCARDED index, locking those rows only;
+--   * the backfill updates the old cancelled rows, found through the new
+--     DISCARDED index, and locks those rows only;
 --   * CREATE TRIGGER takes SHARE ROW EXCLUSIVE for a moment: writes wait,
 --     reads go on.
+-- Measured on 1,000,000 finished rows, 10,000 of them cancelled, on a busy
+-- 2-core machine, with a primary-key read and a write running every
+-- millisecond under lock_timeout = 20ms: ADD COLUMN took 40-95 ms, and a
+-- few reads and writes waited for it; the index builds took 4.7-5.5 s and
+-- 1.9-2.7 s and the backfill 1.2-2.1 s, and no read waited on a lock
+-- meanwhile (the only writes that did were of the rows being backfilled);
+-- the trigger took a few milliseconds.
 -- Workers and producers of an earlier version keep working, but a worker of
 -- an earlier version does not see a cancel waiting for its attempt: it
 -- renews, completes and may claim again such a row as if nothing were
