@@ -2,6 +2,7 @@ package framework_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"sync"
@@ -143,4 +144,53 @@ func TestRetentionDeletesOldDiscardedRows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Transactional head cancelled while its fn runs, before a renewal has
+// told the worker: its completion in the handler's transaction is rejected
+// (the business write rolled back), and once the handler has returned the
+// worker ends the head DISCARDED at once, as any cancelled attempt's
+// outcome does, so the follower need not wait for the head's lease (a
+// minute, never reached in the test; renewals every 30s, none in it).
+func TestCancelledTransactionalHeadEndsOnceItReturns(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		ctx := context.Background()
+		table := effectsTable(t, s)
+		w := newWorker(t, s, framework.Config{Lease: time.Minute, RenewEvery: 30 * time.Second, PollInterval: 20 * time.Millisecond})
+		started := make(chan struct{}, 1)
+		proceed := make(chan struct{})
+		nextRan := make(chan struct{}, 1)
+		registerTx(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+			if c.EventID == "next" {
+				nextRan <- struct{}{}
+				return nil
+			}
+			started <- struct{}{}
+			<-proceed
+			return insertEffect(ctx, tx, table, c)
+		})
+		out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "acct", EventID: "head"},
+			lease.Event{Kind: "k", Key: "acct", EventID: "next"})
+		start(t, w)
+		letGo := sync.OnceFunc(func() { close(proceed) })
+		t.Cleanup(letGo)
+		recv(t, started, "the head's handler to start")
+		if res, err := s.Cancel(ctx, out[0].ID, ""); err != nil || !res.Stopping {
+			t.Fatalf("cancel of the running head: %+v, %v; want Stopping", res, err)
+		}
+		letGo()
+		recv(t, nextRan, "the follower's handler to start, before the head's lease ends")
+		r, err := s.Get(ctx, out[0].ID)
+		if err != nil || r.Status != leasework.StatusDiscarded {
+			t.Fatalf("head: %+v, %v; want DISCARDED", r, err)
+		}
+		if n := effectCounts(t, s, table)["head"]; n != 0 {
+			t.Errorf("the cancelled head's business write committed %d times; want rolled back", n)
+		}
+		waitFor(t, "the follower completed", func() bool { return w.Counters().Completed == 1 })
+		if c := w.Counters(); c.Cancelled != 1 {
+			t.Errorf("counters %+v; want the head counted cancelled", c)
+		}
+	})
 }

@@ -157,6 +157,17 @@ func cancelledSince(ref leasework.Ref, st rowState) bool {
 	return false
 }
 
+// rowCancelledSince reports whether the row of ref, read again, shows the
+// event cancelled after ref's claim took it (false when that cannot be
+// read: the caller's error stays ErrLeaseLost).
+func (s *Store) rowCancelledSince(ctx context.Context, ref leasework.Ref) bool {
+	var id int64
+	var st rowState
+	err := s.db.QueryRowContext(ctx, s.q.rejected, s.drv.Array([]int64{ref.ID})).
+		Scan(&id, &st.status, &st.generation, &st.lastError, &st.cancelled)
+	return err == nil && cancelledSince(ref, st)
+}
+
 // stopCancelled ends DISCARDED the rows of the rejected results in out
 // whose attempt, the result's claim, was cancelled while it ran: the write
 // that was rejected is that attempt's acknowledged stop. A renewal is no

@@ -65,6 +65,18 @@ func TestCancelOfARunningHeadHoldsTheKeyUntilItsOwnerStops(t *testing.T) {
 		claimNothing(t, s, "after the owner's renewal was told of the cancel")
 		wantStatuses(t, s, []int64{head.ID, next}, "INPROGRESS", "WAITING")
 
+		// A completion in the caller's transaction is rejected as cancelled
+		// too, but ends nothing: the caller may still run the attempt.
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CompleteTx(ctx, tx, head.Ref()); !errors.Is(err, leasework.ErrCancelled) {
+			t.Fatalf("CompleteTx by the cancelled attempt: %v; want ErrCancelled", err)
+		}
+		claimNothing(t, s, "after the owner's CompleteTx was rejected")
+		wantStatuses(t, s, []int64{head.ID, next}, "INPROGRESS", "WAITING")
+
 		// The handler has stopped; whatever outcome its owner writes is
 		// rejected as cancelled, and ends the attempt.
 		if err := s.Complete(ctx, head.Ref()); !errors.Is(err, leasework.ErrCancelled) {
