@@ -3,12 +3,16 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // "Was it cancelled?" is data, not a reading of the last error: a FAILED
@@ -138,4 +142,34 @@ func TestRequeueByRefChecksTheGeneration(t *testing.T) {
 			t.Fatal("Requeue with both Refs and IDs: no error")
 		}
 	})
+}
+
+// A requeue by reference reads its rows through the primary key alone,
+// with custom and with generic plans, beside 20,000 FAILED rows.
+func TestRequeueByRefPlanReadsItsRowsOnly(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	if err := leasetest.InsertFailed(ctx, s, 20_000); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		plan := explainPrepared(t, conn, mode, lease.RequeueRefs(s), `'{7}', '{"7":[1]}', 'chan', 0`)
+		if strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Bitmap") ||
+			!strings.Contains(plan, "Index Scan using "+s.Table()+"_pkey on "+s.Table()) {
+			t.Errorf("%s: requeue by reference does not read its row through the primary key alone:\n%s", mode, plan)
+		}
+		if !regexp.MustCompile(`Update on events o .*rows=1 loops=1`).MatchString(plan) {
+			t.Errorf("%s: requeue by reference did not requeue its row:\n%s", mode, plan)
+		}
+		for _, m := range removedByFilter.FindAllStringSubmatch(plan, -1) {
+			if n, _ := strconv.Atoi(m[1]); n > 0 {
+				t.Errorf("%s: requeue by reference removes %d rows by filter:\n%s", mode, n, plan)
+			}
+		}
+	}
 }
