@@ -70,7 +70,7 @@ RETURNING o.generation, o.status = 'INPROGRESS'`
 // in batchGuard) were cancelled while they ran, and whose owners have
 // written an outcome since, end DISCARDED with a new generation. It is
 // guarded as every write of the owner, except that it asks for the mark
-// instead of refusing it.
+// instead of refusing it. It is sent one row at a time (stopCancelled).
 const stopSQL = `
 WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
@@ -173,17 +173,16 @@ func (s *Store) rowCancelledSince(ctx context.Context, ref leasework.Ref) bool {
 // that was rejected is that attempt's acknowledged stop. A renewal is no
 // stop (its handler still runs), and is not passed here.
 func (s *Store) stopCancelled(ctx context.Context, op string, out []Result, states map[int64]rowState) error {
-	var refs []leasework.Ref
+	// One statement per row: a transaction that ends rows of several keys
+	// gives way to an enqueue of one of them (migration 4) and would fail.
+	// A cancel of a running attempt is rare; so are these.
 	for _, r := range out {
-		if st, ok := states[r.Ref.ID]; ok && r.Cancelled && st.status == leasework.StatusInProgress {
-			refs = append(refs, r.Ref)
+		if st, ok := states[r.Ref.ID]; !ok || !r.Cancelled || st.status != leasework.StatusInProgress {
+			continue
 		}
-	}
-	if len(refs) == 0 {
-		return nil
-	}
-	if _, err := s.db.ExecContext(ctx, s.q.stop, s.batchArgs(refs, nil)...); err != nil {
-		return s.wrapErr(op+": end the cancelled attempts", err)
+		if _, err := s.db.ExecContext(ctx, s.q.stop, s.batchArgs([]leasework.Ref{r.Ref}, nil)...); err != nil {
+			return s.wrapErr(fmt.Sprintf("%s: end the cancelled attempt of row %d", op, r.Ref.ID), err)
+		}
 	}
 	return nil
 }

@@ -305,3 +305,47 @@ func TestClaimPlanEndsCancelledAttemptsThroughTheirIndex(t *testing.T) {
 		}
 	}
 }
+
+// A claim that ends cancelled heads of several keys whose leases ran out
+// ends one keyed row at most: a transaction finishing rows of several keys
+// gives way to an enqueue holding one of their keys (migration 4), which
+// would fail the claim. With key b's commit-time lock held, the claim
+// succeeds and ends a's head; once the lock is let go, the next claim ends
+// b's; every follower is claimed in turn.
+func TestClaimEndingCancelledHeadsOfSeveralKeysNeverGivesWay(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "a", EventID: "a1"}, lease.Event{Kind: "k", Key: "a", EventID: "a2"},
+		lease.Event{Kind: "k", Key: "b", EventID: "b1"}, lease.Event{Kind: "k", Key: "b", EventID: "b2"})
+	a1, a2, b1, b2 := out[0].ID, out[1].ID, out[2].ID, out[3].ID
+	if got := claimIDs(t, s, 10); len(got) != 2 {
+		t.Fatalf("claimed %+v; want the two heads", got)
+	}
+	for i, id := range []int64{a1, b1} {
+		if res, err := s.Cancel(ctx, id, ""); err != nil || !res.Stopping {
+			t.Fatalf("cancel of running head %d: %+v, %v", id, res, err)
+		}
+		// a's lease ran out first: the claim takes it first.
+		if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+
+			` SET lease_until = statement_timestamp() - $2 * interval '1 minute' WHERE id = $1`, id, 2-i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder := holdKeyLock(t, s, "b")
+	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if got, err := s.Claim(bounded, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(got) != 0 {
+		t.Fatalf("claim while b's lock is held: %+v, %v; want nothing, no error", got, err)
+	}
+	wantStatuses(t, s, []int64{a1, a2, b1, b2}, "DISCARDED", "READY", "INPROGRESS", "WAITING")
+	if err := holder.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimIDs(t, s, 10); len(got) != 1 || got[0].ID != a2 {
+		t.Fatalf("claim after b's lock was let go: %+v; want a2", got)
+	}
+	wantStatuses(t, s, []int64{b1, b2}, "DISCARDED", "READY")
+	if got := claimIDs(t, s, 10); len(got) != 1 || got[0].ID != b2 {
+		t.Fatalf("next claim: %+v; want b2", got)
+	}
+}

@@ -95,16 +95,29 @@ WITH paused AS (
     -- never wrote again (dead, paused), ends DISCARDED once that lease has
     -- ended, instead of being claimed again; the key's commit trigger
     -- passes its key on at this commit. Any queue's: a cancel is not work
-    -- a worker chooses. It reads the index of such rows, few.
+    -- a worker chooses. It reads the index of such rows, few. One keyed
+    -- row at most: a transaction that finishes rows of several keys gives
+    -- way to an enqueue of one of them (migration 4), which would fail the
+    -- whole claim; the next claim, woken by the promotion, takes the next.
     UPDATE {{table}} AS o
     SET status = 'DISCARDED', generation = ` + nextGeneration + `, lease_until = NULL,
         finished_at = statement_timestamp(), updated_at = statement_timestamp()
     WHERE o.id = ANY (ARRAY(
-        SELECT id FROM {{table}}
-        WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
-        ORDER BY lease_until
-        LIMIT 100
-        FOR UPDATE SKIP LOCKED))
+        SELECT u.id FROM (
+            SELECT id FROM {{table}}
+            WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
+              AND key IS NULL
+            ORDER BY lease_until
+            LIMIT 100
+            FOR UPDATE SKIP LOCKED) AS u
+        UNION ALL
+        SELECT k.id FROM (
+            SELECT id FROM {{table}}
+            WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
+              AND key IS NOT NULL
+            ORDER BY lease_until
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) AS k))
     RETURNING o.id
 ), expired AS (
     SELECT id FROM {{table}}
