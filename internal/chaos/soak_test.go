@@ -36,7 +36,7 @@ var (
 	// shortSoak is CI's: a few faults of each kind, a couple of thousand
 	// events, well under two minutes with -race.
 	shortSoak = soakConfig{name: "short", perKind: 4, meanGap: 600 * time.Millisecond,
-		minEvents: 2000, rate: 60, bound: 5 * time.Minute}
+		minEvents: 2000, rate: 60, bound: 15 * time.Minute}
 	// longSoak is LEASEWORK_SOAK=long's: at least 250 faults of each kind.
 	longSoak = soakConfig{name: "long", perKind: 260, meanGap: 500 * time.Millisecond,
 		minEvents: 20000, rate: 40, bound: 55 * time.Minute}
