@@ -32,9 +32,15 @@ func Progress(s *Store) Statement {
 	return Statement{s.q.progress, "bigint, bigint, bytea"}
 }
 
+// RequeueRefs returns the requeue of rows seen FAILED at a generation: $1
+// ids, $2 generations by id, $3 channel, $4 extra attempts.
+func RequeueRefs(s *Store) Statement {
+	return Statement{s.q.requeueRefs, "bigint[], jsonb, text, int"}
+}
+
 // DeleteFinished returns the retention statement.
 func DeleteFinished(s *Store) Statement {
-	return Statement{s.q.deleteFinished, "bigint, bigint"}
+	return Statement{s.q.deleteFinished, "bigint, bigint, boolean"}
 }
 
 // ByID is byID, the per-claim parameter of the batched guarded writes.
@@ -88,3 +94,23 @@ var Statements = statements
 
 // RenderedSQL is m's SQL for s's table, as Migrate runs it.
 func RenderedSQL(s *Store, m Migration) string { return s.render(m.sql) }
+
+// RowStatements returns, by name, the store's statements that name rows
+// other than the claim and the guarded writes: the operator's repairs,
+// retention, and the reads by id, event id or key.
+func RowStatements(s *Store) map[string]Statement {
+	return map[string]Statement{
+		"requeue":        {s.q.requeue, "text[], int, text, boolean"},
+		"requeueByID":    {s.q.requeueByID, "bigint[], int, text"},
+		"discard":        {s.q.discard, "bigint, bigint"},
+		"cancel":         {s.q.cancel, "bigint, text"},
+		"deleteFinished": {s.q.deleteFinished, "bigint, bigint"},
+		"get":            {s.q.get, "bigint"},
+		"getByEvent":     {s.q.getByEvent, "text"},
+		"rejected":       {s.q.rejected, "bigint[]"},
+		"existing":       {s.q.existing, "text[]"},
+		"keyHead":        {s.q.keyHead, "text"},
+		"heldKeys":       {s.q.heldKeys, "text, int"},
+		"nextWake":       {s.q.nextWake, "text"},
+	}
+}

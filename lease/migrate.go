@@ -217,6 +217,10 @@ var migrationsTable = []string{
 // applied, and the next Migrate applies that step again (from its first
 // statement, for one run outside a transaction).
 //
+// Before applying a step it checks that no object of the schema that has a
+// name the step derives from the table's ("<table>_<suffix>") belongs to
+// something else, and returns a [*NameCollisionError] if one does.
+//
 // It returns the versions it applied.
 func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
 	return s.migrate(ctx, Migrations())
@@ -310,6 +314,9 @@ func (s *Store) migrate(ctx context.Context, ms []Migration) (applied []int, err
 		return ok, err
 	}, unlock)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkNames(ctx, conn, ms); err != nil {
 		return nil, err
 	}
 	for _, q := range migrationsTable {

@@ -8,7 +8,7 @@ package lease
 // joined row set r carries the claim's id and generation. The single-row
 // progress write uses it as is; the batched writes use batchGuard.
 const guard = `o.id = r.id AND ` + inProgress + ` AND o.generation = r.generation
-  AND o.lease_until > clock_timestamp()`
+  AND o.lease_until > clock_timestamp() AND ` + notCancelled
 
 // inProgress is the guard's status check. Its explicit collation keeps the
 // planner from proving with it the predicate of the partial lease index
@@ -51,7 +51,7 @@ const batchGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + ownedPerRo
 // ownedPerRow is the rest of the guard for a row o of a batch.
 const ownedPerRow = inProgress + `
   AND o.generation = (` + rowValue + ` ->> 0)::bigint
-  AND o.lease_until > clock_timestamp()`
+  AND o.lease_until > clock_timestamp() AND ` + notCancelled
 
 // nextGeneration is the generation a claim or a repair gives row o: one
 // more than its own, and never less than the floor of the server's
@@ -77,7 +77,9 @@ WITH paused AS (
     SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} WHERE queue = $5) AS yes
 ), exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
-    -- row in FAILED instead of granting another attempt.
+    -- row in FAILED instead of granting another attempt. The exhausted
+    -- index holds the leases on their last attempt only: the other expired
+    -- leases (all those of a paused queue) are not read here.
     UPDATE {{table}} AS o
     SET status = 'FAILED', lease_until = NULL,
         finished_at = statement_timestamp(), updated_at = statement_timestamp(),
@@ -85,15 +87,44 @@ WITH paused AS (
     WHERE o.id IN (
         SELECT id FROM {{table}}
         WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
-          AND attempt >= max_attempts
+          AND attempt >= max_attempts AND cancelled_at IS NULL
         ORDER BY lease_until
         LIMIT 100
         FOR UPDATE SKIP LOCKED)
     RETURNING o.id
+), stopped AS (
+    -- Invariant 16: a row cancelled while an attempt ran it, whose owner
+    -- never wrote again (dead, paused), ends DISCARDED once that lease has
+    -- ended, instead of being claimed again; the key's commit trigger
+    -- passes its key on at this commit. Any queue's: a cancel is not work
+    -- a worker chooses. It reads the index of such rows, few. One keyed
+    -- row at most: a transaction that finishes rows of several keys gives
+    -- way to an enqueue of one of them (migration 4), which would fail the
+    -- whole claim; the next claim, woken by the promotion, takes the next.
+    UPDATE {{table}} AS o
+    SET status = 'DISCARDED', generation = ` + nextGeneration + `, lease_until = NULL,
+        finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    WHERE o.id = ANY (ARRAY(
+        SELECT u.id FROM (
+            SELECT id FROM {{table}}
+            WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
+              AND key IS NULL
+            ORDER BY lease_until
+            LIMIT 100
+            FOR UPDATE SKIP LOCKED) AS u
+        UNION ALL
+        SELECT k.id FROM (
+            SELECT id FROM {{table}}
+            WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
+              AND key IS NOT NULL
+            ORDER BY lease_until
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) AS k))
+    RETURNING o.id
 ), expired AS (
     SELECT id FROM {{table}}
     WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
-      AND attempt < max_attempts
+      AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
       AND NOT (SELECT yes FROM paused)
     ORDER BY lease_until
@@ -109,6 +140,10 @@ WITH paused AS (
         WHERE queue = $5 AND priority = p.level
           AND status = 'READY' AND next_attempt_at <= statement_timestamp()
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+          -- A keyed row is claimable once ordering has put it in line
+          -- (key_seq, at its enqueue's commit): READY before that only to
+          -- its own transaction, it may be behind its key's head.
+          AND (key IS NULL OR key_seq IS NOT NULL)
         ORDER BY next_attempt_at, id
         LIMIT $1 - (SELECT count(*) FROM expired)
         FOR UPDATE SKIP LOCKED) AS r
@@ -129,7 +164,8 @@ SET status = 'INPROGRESS',
 WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
-    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, '')`
+    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
+    o.snoozes`
 
 // maxPriorityText is MaxPriority in the claim's text.
 const maxPriorityText = "9"
@@ -192,13 +228,15 @@ const insertClaimedSQL = insertEvents + `(
         $8::text[], $9::smallint[], $10::text[])
         WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, n))` + insertEventsEnd
 
-// existingSQL reads which of the event ids $1 exist, for an enqueue that
-// skipped them as duplicates: in the event id table, with their row (a
-// trigger of the caller's that drops inserts leaves an id without one).
-// The row is read by a scalar subquery through the primary key, which the
-// planner never turns into a join (invariant 11).
-const existingSQL = `SELECT x.event_id FROM {{schema}}.{{name "event_ids"}} AS x
-WHERE x.event_id = ANY ($1::text[]) AND (SELECT true FROM {{table}} AS o WHERE o.id = x.id)`
+// existingSQL reads which of the event ids $1 are in the event id table,
+// for an enqueue that skipped them as taken, with their row ids and whether
+// the row exists (a trigger of the caller's that drops inserts leaves an id
+// without one). An id not there was freed since it was skipped. The row is
+// read by a scalar subquery through the primary key, which the planner
+// never turns into a join (invariant 11).
+const existingSQL = `SELECT x.event_id, x.id, (SELECT true FROM {{table}} AS o WHERE o.id = x.id) IS NOT NULL
+FROM {{schema}}.{{name "event_ids"}} AS x
+WHERE x.event_id = ANY ($1::text[])`
 
 const completeSQL = `
 WITH ` + lockedCTE + `
@@ -209,23 +247,29 @@ WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, o.status`
 
 // completeDeleteSQL completes claims of a table that keeps no history: the
-// row is deleted instead of marked DONE, under the same guard.
+// row is deleted instead of marked DONE, under the same guard. Each row
+// passing the guard is named to the trigger that refuses to delete a keyed
+// row under a live lease (migration 11) just before it is deleted, as
+// "id:generation" in leasework.deleting: the owner's own deletion is its
+// stop, not an operator's.
 const completeDeleteSQL = `
 WITH ` + lockedCTE + `
 DELETE FROM {{table}} AS o
 WHERE ` + batchGuard + `
+  AND set_config('leasework.deleting', o.id::text || ':' || o.generation::text, true) <> ''
 RETURNING o.id, o.generation, 'DONE'::text`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error. Each
 // claim's entry of $2 is [generation, delay in microseconds, error,
 // snooze]: a snooze (1) adds one to the budget first, so it never spends
-// it.
+// it, and is counted in snoozes, so it is never taken for a failure.
 const retrySQL = `
 WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET status = CASE WHEN o.attempt >= o.max_attempts + ` + snoozed + ` THEN 'FAILED' ELSE 'READY' END,
     max_attempts = o.max_attempts + ` + snoozed + `,
+    snoozes = o.snoozes + ` + snoozed + `,
     lease_until = NULL, last_error = ` + rowValue + ` ->> 2,
     worker = CASE WHEN o.attempt >= o.max_attempts + ` + snoozed + ` THEN o.worker END,
     next_attempt_at = statement_timestamp() + (` + rowValue + ` ->> 1)::bigint * interval '1 microsecond',
@@ -294,22 +338,64 @@ FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
 WHERE ` + guard + `
 RETURNING o.id`
 
-// requeueSQL is the repair path: FAILED rows back to READY. The generation
-// grows here too, so an owner from before the requeue stays stale. Idle
-// workers are woken on the table's channel ($5).
-const requeueSQL = `
+// requeueSQL is the repair path: FAILED rows back to READY, those of the
+// kinds $1, or all of them when $4 is true, read from the FAILED index.
+// The generation grows here too, so an owner from before the requeue stays
+// stale. Idle workers are woken on the table's channel ($3). $2 is the
+// extra attempts (see RequeueRequest): a requeue that resets the attempts
+// ($2 = 0) gives back the budget as it was before its snoozes grew it, and
+// the snooze count starts again with the attempt count.
+var requeueSQL = `
 WITH requeued AS (
-    UPDATE {{table}} AS o
-    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
-        attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
-        max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
-        next_attempt_at = statement_timestamp(), finished_at = NULL,
-        updated_at = statement_timestamp()
-    WHERE o.status = 'FAILED'
-      AND ($1 OR o.id = ANY($2::bigint[]) OR o.kind = ANY($3::text[]))
+    UPDATE {{table}} AS o` + requeueSet + `
+    WHERE o.status = 'FAILED' AND ($4 OR o.kind = ANY($1::text[]))
     RETURNING o.id, o.kind
 )
-SELECT r.id FROM requeued AS r, pg_notify($5, r.kind) ORDER BY r.id`
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
+
+// requeueByIDSQL is requeueSQL for the rows named by the id array $1, read
+// through the primary key whatever the plan (invariant 11): one statement
+// for both, an OR of the ids and the kinds, read every FAILED row under a
+// generic plan to requeue one id. The status check's collation keeps the
+// planner from combining the primary key with the FAILED index, as in the
+// guard (see inProgress).
+var requeueByIDSQL = `
+WITH requeued AS (
+    UPDATE {{table}} AS o` + requeueSet + `
+    WHERE o.id = ANY ($1::bigint[]) AND o.status = 'FAILED' COLLATE "C"
+    RETURNING o.id, o.kind
+)
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
+
+// requeueSet is what a requeue writes, $2 being its extra attempts.
+var requeueSet = requeueSetOf("$2")
+
+// requeueSetOf is what a requeue writes, extra being the parameter of its
+// extra attempts: a requeue that resets the attempts (extra = 0) gives
+// back the budget as it was before its snoozes grew it, and the snooze
+// count starts again with the attempt count.
+func requeueSetOf(extra string) string {
+	return `
+    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
+        attempt = CASE WHEN ` + extra + ` = 0 THEN 0 ELSE o.attempt END,
+        max_attempts = CASE WHEN ` + extra + ` = 0 THEN greatest(o.max_attempts - o.snoozes, 1) ELSE o.attempt + ` + extra + ` END,
+        snoozes = CASE WHEN ` + extra + ` = 0 THEN 0 ELSE o.snoozes END,
+        next_attempt_at = statement_timestamp(), finished_at = NULL,
+        updated_at = statement_timestamp()`
+}
+
+// requeueRefsSQL requeues the rows named by $1 (ids) and $2 (as in
+// batchGuard: the generation each was seen FAILED at), each only if it is
+// FAILED at that generation still, read through the primary key; $4 is
+// its ExtraAttempts, $3 the channel.
+var requeueRefsSQL = `
+WITH requeued AS (
+    UPDATE {{table}} AS o` + requeueSetOf("$4") + `
+    WHERE o.id = ANY ($1::bigint[]) AND o.status = 'FAILED' COLLATE "C"
+      AND o.generation = (` + rowValue + ` ->> 0)::bigint
+    RETURNING o.id, o.kind
+)
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
 
 const statsSQL = `
 SELECT
@@ -330,12 +416,13 @@ FROM {{table}}`
 
 const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
-    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, '')`
+    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, ''), snoozes,
+    cancelled_at`
 
 // rejectedSQL reads the rows whose guarded write was rejected, to tell a
 // write already recorded by the same claim, and a deleted row, from a stale
 // one.
-const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, '')
+const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, ''), cancelled_at IS NOT NULL
 FROM {{table}} WHERE id = ANY ($1::bigint[])`
 
 const getSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE id = $1`
@@ -348,35 +435,60 @@ WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND ($5 = '' OR queue 
 ORDER BY id
 LIMIT $4`
 
-// deleteFinishedSQL is retention: it picks the oldest DONE rows from the
-// DONE index and deletes them named by an id array, so the delete is a
+// deleteFinishedSQL is retention: it picks the oldest finished rows, DONE
+// ones (unless $3 is false) from the DONE index and DISCARDED ones from
+// theirs, and deletes them named by an id array, so the delete is a
 // primary-key scan whatever the planner estimates for the subquery
 // (invariant 11), as in the claim. A trigger forgets their event ids.
 const deleteFinishedSQL = `
 DELETE FROM {{table}}
 WHERE id = ANY (ARRAY(
-    SELECT id FROM {{table}}
-    WHERE status = 'DONE' AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
-    ORDER BY finished_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED))`
+    SELECT f.id FROM (
+        SELECT d.id, d.finished_at FROM (
+            SELECT id, finished_at FROM {{table}}
+            WHERE status = 'DONE' AND $3 AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
+            ORDER BY finished_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED) AS d
+        UNION ALL
+        SELECT x.id, x.finished_at FROM (
+            SELECT id, finished_at FROM {{table}}
+            WHERE status = 'DISCARDED' AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
+            ORDER BY finished_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED) AS x) AS f
+    ORDER BY f.finished_at
+    LIMIT $2))`
 
-// nextExpirySQL reads, in seconds from now by the database clock, when the
-// earliest lease still running in queue $1 expires; NULL when none runs. It reads one
-// entry of the lease index, whatever the number of claims in flight and
-// whoever holds them: a lease already expired is left to the claim, and a
-// row this worker does not serve costs it one empty claim at most.
-const nextExpirySQL = `
-SELECT EXTRACT(EPOCH FROM (
-    SELECT lease_until FROM {{table}}
-    WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
-    ORDER BY lease_until
-    LIMIT 1) - statement_timestamp())::float8`
+// nextWakeSQL reads, in seconds from now by the database clock, when a row
+// of queue $1 next becomes claimable without a notification: the earliest
+// lease still running expires, or the earliest READY row not yet due (a
+// retry, a snooze, an event enqueued to run later) comes due; NULL when
+// neither is ahead. It reads one entry of the lease index and one entry of
+// the ready index per priority level, whatever the number of claims in
+// flight, the backlog, or who holds them: a lease already expired and a
+// row already due are left to the claim, and a row this worker does not
+// serve costs it one empty claim at most.
+const nextWakeSQL = `
+SELECT EXTRACT(EPOCH FROM LEAST(
+    (SELECT lease_until FROM {{table}}
+     WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
+     ORDER BY lease_until
+     LIMIT 1),
+    (SELECT min(r.next_attempt_at)
+     FROM generate_series(0, 9) AS p(priority)
+     CROSS JOIN LATERAL (
+         SELECT next_attempt_at FROM {{table}}
+         WHERE queue = $1 AND status = 'READY' AND priority = p.priority
+           AND next_attempt_at > statement_timestamp()
+         ORDER BY next_attempt_at
+         LIMIT 1) AS r)
+    ) - statement_timestamp())::float8`
 
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
-	discard, heldKeys, keyHead, pause, resume, queues, cancel string
+	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
+	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
 }
 
 func (s *Store) renderQueries() queries {
@@ -394,13 +506,14 @@ func (s *Store) renderQueries() queries {
 		release:        s.render(releaseSQL),
 		progress:       s.render(progressSQL),
 		requeue:        s.render(requeueSQL),
+		requeueByID:    s.render(requeueByIDSQL),
 		stats:          s.render(statsSQL),
 		rejected:       s.render(rejectedSQL),
 		get:            s.render(getSQL),
 		getByEvent:     s.render(getByEventSQL),
 		list:           s.render(listSQL),
 		deleteFinished: s.render(deleteFinishedSQL),
-		nextExpiry:     s.render(nextExpirySQL),
+		nextWake:       s.render(nextWakeSQL),
 		discard:        s.render(discardSQL),
 		heldKeys:       s.render(heldKeysSQL),
 		keyHead:        s.render(keyHeadSQL),
@@ -408,5 +521,7 @@ func (s *Store) renderQueries() queries {
 		resume:         s.render(resumeSQL),
 		queues:         s.render(queuesSQL),
 		cancel:         s.render(cancelSQL),
+		stop:           s.render(stopSQL),
+		requeueRefs:    s.render(requeueRefsSQL),
 	}
 }

@@ -56,7 +56,10 @@
 // row whose lease expires on its last allowed attempt becomes FAILED with a
 // reason such as "lease expired on attempt 5 of 5" the next time any worker
 // claims, instead of being claimed again. A retry on the last attempt also
-// ends in FAILED. [Store.Requeue] is the explicit repair path.
+// ends in FAILED. A snooze ([RetryRequest].Snooze) adds one attempt to the
+// budget, so it never spends it, and is counted in the row's snoozes,
+// handed to the next claim as leasework.Claim.Snoozes; a crash adds
+// nothing. [Store.Requeue] is the explicit repair path.
 //
 // # Order per key
 //
@@ -101,6 +104,13 @@
 // claimed before its followers) or [Store.Discard] gives up on it.
 // [Store.HeldKeys] and [Stats.HeldKeys] show the held keys and why.
 //
+// A head never ends while an attempt that may still run holds it: a
+// [Store.Cancel] of a running head leaves it INPROGRESS until its owner's
+// next outcome write (rejected as cancelled) or the end of its lease, and
+// a DELETE of a keyed row under a live lease is refused. A keyed event is
+// claimable only once its enqueue has committed and ordering has put it in
+// line, so not by a [Store.ClaimTx] in the transaction that enqueued it.
+//
 // Limits, each an error rather than a silent loss of order:
 //
 //   - Keyed rows must be enqueued and finished in READ COMMITTED
@@ -143,16 +153,21 @@
 //
 // # Indexes
 //
-// Claim reads two partial indexes, one over READY rows by (queue,
+// Claim reads three partial indexes, one over READY rows by (queue,
 // priority, due time), read one priority level at a time so that rows not
-// yet due are never read, and one over INPROGRESS rows by (queue, lease
-// deadline). Finished rows are in neither, and a queue's claim reads no
+// yet due are never read, one over INPROGRESS rows by (queue, lease
+// deadline), and one over the INPROGRESS rows on their last attempt, by the
+// same, to end those whose lease expired FAILED without reading the other
+// expired leases. Finished rows are in none, and a queue's claim reads no
 // row of another queue, so the cost of a claim grows neither with the
-// number of DONE and FAILED rows nor with the backlog of other queues.
-// Retention ([Store.DeleteFinished]) reads a third, over DONE rows only in
-// finish order: FAILED rows, kept until repaired, are in none of them. Two
-// more serve order per key: WAITING rows by (key, key_seq), for the
-// promotion, and live keyed rows by key, for "does this key have a head?".
+// number of DONE and FAILED rows nor with the backlog of other queues, nor
+// with the expired leases of a paused queue.
+// Retention ([Store.DeleteFinished]) reads two more, over DONE rows and
+// over DISCARDED rows, in finish order: FAILED rows, kept until repaired,
+// are in none of them. Two serve order per key: WAITING rows by (key,
+// key_seq), for the promotion, and live keyed rows by key, for "does this
+// key have a head?". The claim also reads the running rows a cancel waits
+// for, by lease deadline, to end those whose lease has run out.
 //
 // # Migrations
 //
@@ -173,6 +188,16 @@
 // stored as jsonb: the enqueuer's trace context (the contrib/otel module
 // puts it there through an [EnqueueMiddleware]), a tenant, a correlation
 // id.
+//
+// # Rows a claim cannot decode
+//
+// The table refuses at insert what a claim could not decode, from
+// producers that write it with their own SQL (SQLSTATE 23514, naming the
+// column): metadata that is not NULL or an object of strings, a due time
+// of infinity. A row written before that refusal (migration 10) may hold
+// one. A claim never fails for it: it ends that row FAILED, with a last
+// error naming the column, and returns the rest of its batch; reading the
+// row gives it with [Row.DecodeError] set.
 package lease
 
 import (

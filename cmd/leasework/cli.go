@@ -125,13 +125,16 @@ A row that is not FAILED at that generation, or does not exist, is an error
 	{
 		name:     "cancel",
 		synopsis: "-id N [-reason R]",
-		summary:  "end an unfinished event now (DISCARDED); a running attempt loses it",
-		doc: `Cancel ends an unfinished event (READY, WAITING, INPROGRESS or FAILED) at once:
-it becomes DISCARDED with last error "cancelled: <reason>" and a new
-generation. A worker running it no longer owns it: its next renewal and its
-outcome are rejected, and its handler's context is cancelled with
-leasework.ErrCancelled. A keyed event passes its key on. A finished event
-(DONE, DISCARDED) cannot be cancelled: that is an error.`,
+		summary:  "end an unfinished event (DISCARDED); a running attempt is stopped first",
+		doc: `Cancel ends an unfinished event (READY, WAITING, INPROGRESS or FAILED), with
+last error "cancelled: <reason>"; it is never claimed again. One that no
+attempt runs becomes DISCARDED at once, at a new generation. One that a
+worker runs stays INPROGRESS until that attempt stops: its next renewal is
+rejected, its handler's context is cancelled with leasework.ErrCancelled,
+and its outcome, rejected too, ends the event DISCARDED; a dead or paused
+worker's attempt ends when its lease does ("stopping" in -json). A keyed
+event passes its key on only then. A finished event (DONE, DISCARDED)
+cannot be cancelled: that is an error.`,
 		new: func() action { return &cancelCmd{} },
 	},
 	{
@@ -163,7 +166,7 @@ says so and changes nothing.`,
 	},
 	{
 		name:     "ui",
-		synopsis: "[-addr host:port] [-actions]",
+		synopsis: "[-addr host:port] [-actions] [-allow-host name[:port]]",
 		summary:  "serve the operator console, a web UI, until interrupted; read-only unless -actions",
 		doc: `Ui serves the operator console of the table on -addr and prints its address:
 an overview (events per status, queue and kind; eligible rows and the oldest
@@ -173,6 +176,14 @@ the queues and the held keys. It is read-only unless -actions is given:
 then its pages requeue, discard and cancel events and pause and resume
 queues, for whoever reaches the address (it asks nobody who they are: keep
 it on localhost, or behind a proxy that authenticates). Actions are logged.
+
+It answers only to requests whose Host header names its listen address: the
+name -addr gives, the address it listens on, and localhost when that is a
+loopback address (for an unspecified address such as :8080, localhost and
+the machine's interface addresses), at its port. Other names get 403 before
+anything is shown: a page of another site that reaches the console under its
+own name (DNS rebinding) can neither read it nor act. -allow-host adds names,
+such as those of a proxy that passes the browser's Host on.
 
 It runs until interrupted (SIGINT, SIGTERM); -timeout bounds the database
 statements of each request, not the run.`,

@@ -28,10 +28,11 @@ type Proxy struct {
 	target  string
 	dsn     string
 
-	mu     sync.Mutex
-	pipes  map[*pipe]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	pipes    map[*pipe]struct{}
+	closed   bool
+	refusing bool // set by Refuse: new connections are reset at once
+	wg       sync.WaitGroup
 }
 
 // pipe is one proxied connection.
@@ -103,6 +104,32 @@ func (p *Proxy) Blackhole() int {
 	return n
 }
 
+// Refuse makes the server look down, as during a restart: every connection
+// open now is closed at both ends, and every connection opened afterwards
+// is reset as soon as it is accepted (the client reads a reset, as from a
+// port nobody listens on), until [Proxy.Resume]. It returns how many
+// connections it closed.
+func (p *Proxy) Refuse() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = true
+	n := 0
+	for c := range p.pipes {
+		delete(p.pipes, c)
+		c.close()
+		n++
+	}
+	return n
+}
+
+// Resume ends [Proxy.Refuse]: connections opened from now on are forwarded
+// again.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = false
+}
+
 // Close stops accepting connections, closes every connection, silent or
 // not, and waits for the proxy's goroutines to end. Calling it again does
 // nothing.
@@ -129,6 +156,13 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return // closed
 		}
+		p.mu.Lock()
+		refusing := p.refusing
+		p.mu.Unlock()
+		if refusing {
+			reset(client)
+			continue
+		}
 		server, err := net.Dial(p.network, p.target)
 		if err != nil {
 			client.Close()
@@ -140,6 +174,12 @@ func (p *Proxy) accept() {
 			p.mu.Unlock()
 			c.close()
 			return
+		}
+		if p.refusing { // Refuse came while dialing
+			p.mu.Unlock()
+			server.Close()
+			reset(client)
+			continue
 		}
 		p.pipes[c] = struct{}{}
 		p.wg.Add(2)
@@ -172,6 +212,15 @@ func (p *Proxy) forward(c *pipe, dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// reset closes a client's connection with a reset rather than an orderly
+// end, as a port nobody listens on answers.
+func reset(client net.Conn) {
+	if tc, ok := client.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	client.Close()
 }
 
 func (c *pipe) close() {
