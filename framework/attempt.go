@@ -343,7 +343,10 @@ func (a *attempt) abandon() {
 func (a *attempt) lose(why string, cause error) {
 	a.mu.Lock()
 	a.stale = true
-	if a.lost || a.ended {
+	if a.lost || a.ended || a.hung {
+		// A hung handler's claim was given up already: a write refused
+		// since (a renewal sent before it was given up, answered after
+		// another worker took the row) loses nothing more.
 		a.mu.Unlock()
 		return
 	}

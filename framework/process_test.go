@@ -159,7 +159,9 @@ func childWorker(mode string) int {
 		Schema: os.Getenv(childSchemaEnv), Retention: -1, Concurrency: 2,
 		PollInterval: 20 * time.Millisecond, RenewEvery: 50 * time.Millisecond,
 		GracePeriod: hangGrace, StopTimeout: hangStopTimeout,
-		Logger: slog.New(slog.DiscardHandler),
+		// Warnings only, on the test's stderr: a child that cannot claim
+		// says why.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	w, err := framework.New(db, drv, cfg)
 	if err != nil {

@@ -34,10 +34,13 @@
 //     30s even on a connection no context bounds. A pool opened otherwise
 //     keeps its own dial settings.
 //   - Setting up a connection (dial, TLS, startup, authentication) of a
-//     pool opened by [Driver.Open] ends when the caller's context does, and
-//     takes at most the DSN's connect_timeout, 30s when it gives none: a
-//     server that accepts the connection and then says nothing holds no
-//     one forever.
+//     pool opened by [Driver.Open] takes at most the DSN's connect_timeout,
+//     30s when it gives none: a server that accepts the connection and
+//     then says nothing holds no one forever. The caller waits for it only
+//     as long as its context lets it; the set-up goes on after that, and
+//     the connection it opens goes to the next caller, so a set-up slower
+//     than the statements that need one (a loaded machine, a server
+//     starting again) still brings the pool its connections.
 //   - A listener pings its connection after 5s without a notification; a
 //     ping not answered within 5s ends [leasework.Listener.Wait] with an
 //     error, so a dead listener is noticed within about 10s and the caller
@@ -97,7 +100,7 @@ func (Driver) Open(dsn string) (*sql.DB, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = netdial.ConnectTimeout
 	}
-	return stdlib.OpenDB(*cfg), nil
+	return sql.OpenDB(netdial.KeepLate(stdlib.GetConnector(*cfg))), nil
 }
 
 // Array returns slice as is: pgx encodes slices as arrays itself.

@@ -19,11 +19,14 @@
 //     returns even when the server never answers, with an error that
 //     [leasework.Classify] calls a lost connection, and the connection is
 //     discarded. A cancel request itself is given up after 10s.
-//   - Setting up a connection (dial, TLS, startup, authentication) ends
-//     when the caller's context does, and takes at most the DSN's
-//     connect_timeout, 30s when it gives none: a server that accepts the
-//     connection and then says nothing holds no one forever. (lib/pq
-//     itself bounds only the dial.)
+//   - Setting up a connection (dial, TLS, startup, authentication) takes
+//     at most the DSN's connect_timeout, 30s when it gives none: a server
+//     that accepts the connection and then says nothing holds no one
+//     forever. (lib/pq itself bounds only the dial.) The caller waits for
+//     it only as long as its context lets it; the set-up goes on after
+//     that, and the connection it opens goes to the next caller, so a
+//     set-up slower than the statements that need one (a loaded machine,
+//     a server starting again) still brings the pool its connections.
 //   - Connections are dialled with TCP keepalives (a first probe after 15s
 //     of silence, then one every 5s, the connection dropped after 3
 //     unanswered) and, on Linux, a TCP_USER_TIMEOUT of 30s (data left
@@ -90,7 +93,7 @@ func (Driver) Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pq: open: %w", unprefixed(err))
 	}
-	return sql.OpenDB(&connector{cfg: cfg, dsn: dsn}), nil
+	return sql.OpenDB(netdial.KeepLate(&connector{cfg: cfg, dsn: dsn})), nil
 }
 
 // connector opens lib/pq connections that put a deadline on their socket
