@@ -380,7 +380,7 @@ type queries struct {
 }
 
 func (s *Store) renderQueries() queries {
-	return queries{
+	q := queries{
 		claim:          s.render(claimSQL),
 		enqueue:        s.render(enqueueSQL),
 		claimEventIDs:  s.render(claimEventIDsSQL),
@@ -409,4 +409,6 @@ func (s *Store) renderQueries() queries {
 		queues:         s.render(queuesSQL),
 		cancel:         s.render(cancelSQL),
 	}
+	breakQueries(&q) // a no-op but in the chaos soak's deliberately broken builds (breaks_off.go)
+	return q
 }

@@ -22,11 +22,22 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// serverOptions are the settings of the soak's servers. The long run's
+// commits wait for its synchronous standby, so that a failover loses no
+// acknowledged commit; fsync stays off, as processes die in the soak, never
+// the machine.
+func serverOptions() pgserver.Options {
+	if os.Getenv(soakEnv) == "long" {
+		return pgserver.Options{Settings: []string{"synchronous_commit=on"}}
+	}
+	return pgserver.Options{}
+}
+
 func run(m *testing.M) int {
 	// Not $LEASEWORK_DSN's server: the soak restarts its server, which
 	// would break every other test binary sharing it.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	srv, err := pgserver.StartWith(ctx, pgserver.Options{})
+	srv, err := pgserver.StartWith(ctx, serverOptions())
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the soak needs a PostgreSQL server of its own: %v\n", err)

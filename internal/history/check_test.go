@@ -54,6 +54,19 @@ func good() *builder {
 	b.handle(st[0], "w2", 230)
 	b.handle(st[1], "w3", 240)
 
+	// A worker stopped between its claim and its handler's start: the
+	// handler starts after the next owner's, when its lease has ended
+	// (the fixture), and is never live.
+	zs := b.enqueue(245, ev{id: "zs1", key: "zs"}, ev{id: "zs2", key: "zs"})
+	b.claim(zs[0], "w1", 246)
+	b.write(zs[0], op, 247, func(s *State) { s.LeaseUntil = b.at(246) })
+	b.claim(zs[0], "w2", 248)
+	b.run(zs[0], "w2", 249, 250, ResultOK, 0)
+	b.h.Runs = append(b.h.Runs, Run{Worker: "w1", Row: zs[0], EventID: "zs1", Kind: plain, Generation: 1,
+		Start: b.at(249), End: b.at(262), Result: ResultOK})
+	b.finish(zs[0], 251, Done)
+	b.handle(zs[1], "w3", 252)
+
 	// A running Transactional head cancelled: its effect never commits,
 	// and its follower starts once the cancelled handler has stopped.
 	c := b.enqueue(250, ev{id: "c1", key: "c", kind: txKind}, ev{id: "c2", key: "c"})

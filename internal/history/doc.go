@@ -27,7 +27,9 @@
 // A run of a handler is live from its start until the earliest of its end
 // (or its process's death) and the end of its claim's lease: the last
 // lease_until its generation was given by the claim, a renewal or the
-// expiry fixture. A cancel, a discard or any other write that ends the
+// expiry fixture. A run that starts after its lease ended (a worker stopped
+// between its claim and the handler's start, and resumed after another
+// claim) is never live: it is a stale owner, whose writes are refused. A cancel, a discard or any other write that ends the
 // claim in the database does not end the run's life: the handler runs on
 // until it is told, and the promises must hold meanwhile.
 //

@@ -48,13 +48,16 @@ func (c *checker) checkKeys() {
 				}
 			}
 			for _, run := range r.runs {
+				if !after(c.liveEnd(r, run), run.Start) {
+					continue // never live
+				}
 				if liveRun != nil && after(live, run.Start) {
 					c.fail(KeyOrder, r, "the handler of generation %d in %s started at %s while the handler of earlier row %d (%s, generation %d, in %s, from %s) of key %q was live until %s",
 						run.Generation, run.Worker, ts(run.Start), liveRow.id, liveRow.eventID, liveRun.Generation, liveRun.Worker, ts(liveRun.Start), k, ts(live))
 				}
 			}
 			for _, run := range r.runs {
-				if end := c.liveEnd(r, run); liveRun == nil || after(end, live) {
+				if end := c.liveEnd(r, run); after(end, run.Start) && (liveRun == nil || after(end, live)) {
 					live, liveRun, liveRow = end, run, r
 				}
 			}

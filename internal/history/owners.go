@@ -210,11 +210,15 @@ func (c *checker) checkRuns(r *row) {
 		case run.Start.Before(claim.Stmt):
 			c.fail(Owners, r, "the handler of generation %d started at %s, before its claim at %s", run.Generation, ts(run.Start), ts(claim.Stmt))
 		}
+		end := c.liveEnd(r, run)
+		if !after(end, run.Start) {
+			continue // its lease had ended before it started: never live (a stopped worker's, resumed)
+		}
 		if prev != nil && after(prevEnd, run.Start) {
 			c.fail(Owners, r, "two live owners at %s: the handler of generation %d in %s started while that of generation %d in %s (from %s) was live until %s",
 				ts(run.Start), run.Generation, run.Worker, prev.Generation, prev.Worker, ts(prev.Start), ts(prevEnd))
 		}
-		if end := c.liveEnd(r, run); prev == nil || after(end, prevEnd) {
+		if prev == nil || after(end, prevEnd) {
 			prev, prevEnd = run, end
 		}
 	}

@@ -396,8 +396,16 @@ func (c *checker) checkDelay(r *row, w *Write, run *Run, pol *Policy, delay time
 }
 
 // countReruns counts the runs that returned nil whose completion was
-// never written, after which the event ran again.
+// never written, after which the event ran again, and the runs that
+// returned nil beyond an event's first (deliveries beyond the first).
 func (c *checker) countReruns(r *row) {
+	ok := 0
+	for _, run := range r.runs {
+		if run.Result == ResultOK {
+			ok++
+		}
+	}
+	c.v.Figures["duplicates"] += max(ok-1, 0)
 	for _, run := range r.runs {
 		if run.Result != ResultOK || r.outcome[run.Generation] != nil {
 			continue

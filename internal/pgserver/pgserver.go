@@ -186,15 +186,24 @@ func (s *Server) launch(ctx context.Context) error {
 	return nil
 }
 
+// readyBound bounds the wait for a starting server to accept a query, and
+// pingBound one try: generous, since on a loaded machine a backend's
+// start-up alone can take seconds, and a try cut short would never
+// succeed.
+const (
+	readyBound = 2 * time.Minute
+	pingBound  = 15 * time.Second
+)
+
 func (s *Server) waitReady(ctx context.Context) error {
 	db, err := sql.Open("pgx", s.dsn)
 	if err != nil {
 		return fmt.Errorf("pgserver: %w", err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(60 * time.Second)
+	start := time.Now()
 	for {
-		pingCtx, cancel := context.WithTimeout(ctx, time.Second)
+		pingCtx, cancel := context.WithTimeout(ctx, pingBound)
 		err := db.PingContext(pingCtx)
 		cancel()
 		if err == nil {
@@ -205,11 +214,11 @@ func (s *Server) waitReady(ctx context.Context) error {
 			s.done <- exitErr
 			return fmt.Errorf("pgserver: postgres exited during start-up: %v", exitErr)
 		case <-ctx.Done():
-			return fmt.Errorf("pgserver: waiting for postgres: %w", ctx.Err())
+			return fmt.Errorf("pgserver: waiting for postgres to accept connections: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pgserver: postgres did not accept connections within a minute: %v", err)
+		if time.Since(start) > readyBound {
+			return fmt.Errorf("pgserver: postgres did not accept connections within %v of its start: %v", readyBound, err)
 		}
 	}
 }
