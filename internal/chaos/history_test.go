@@ -131,6 +131,7 @@ type rowImage struct {
 	Worker      *string `json:"worker"`
 	KeySeq      *int64  `json:"key_seq"`
 	LastError   *string `json:"last_error"`
+	CancelledAt *string `json:"cancelled_at"` // from migration 11 on
 }
 
 func (r rowImage) state() (history.State, error) {
@@ -140,8 +141,14 @@ func (r rowImage) state() (history.State, error) {
 		st.KeySeq = *r.KeySeq
 	}
 	var err error
-	if r.LeaseUntil != nil {
-		if st.LeaseUntil, err = time.Parse(time.RFC3339Nano, *r.LeaseUntil); err != nil {
+	for _, t := range []struct {
+		text *string
+		into *time.Time
+	}{{r.LeaseUntil, &st.LeaseUntil}, {r.CancelledAt, &st.CancelledAt}} {
+		if t.text == nil {
+			continue
+		}
+		if *t.into, err = time.Parse(time.RFC3339Nano, *t.text); err != nil {
 			return st, err
 		}
 	}

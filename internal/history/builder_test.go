@@ -198,6 +198,25 @@ func (b *builder) cancel(row int64, ms int) *Write {
 	return w
 }
 
+// mark is the test's cancel of row, run by an attempt, at ms: the row is
+// only marked, and stays INPROGRESS under its owner's lease.
+func (b *builder) mark(row int64, ms int) *Write {
+	w := b.write(row, op, ms, func(s *State) { s.CancelledAt, s.LastError = b.at(ms), "cancelled" })
+	b.h.Cancels = append(b.h.Cancels, Cancel{EventID: b.meta[row].EventID, Row: row, Invoked: b.at(ms - 1), Returned: b.at(ms + 1),
+		Result: CancelOK, Generation: w.New.Generation, Stopping: true})
+	return w
+}
+
+// stop ends a marked row DISCARDED at ms, written by writer (its owner,
+// or a claim once the lease ended), and promotes its key's next row.
+func (b *builder) stop(row int64, writer string, ms int) *Write {
+	w := b.write(row, writer, ms, func(s *State) {
+		s.Status, s.Generation, s.LeaseUntil = Discarded, s.Generation+1, time.Time{}
+	})
+	b.promote(row, ms)
+	return w
+}
+
 // effect records the business effect of row's current claim, in the
 // transaction of w.
 func (b *builder) effect(row int64, w *Write) {

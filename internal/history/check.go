@@ -137,7 +137,9 @@ type row struct {
 	leaseEnd map[int64]time.Time
 	outcome  map[int64]*Write // the claimant's write that ended its claim, by generation
 	terms    []*Write         // writes into a terminal state
-	cancels  []*Write         // operators' cancel writes
+	cancels  []*Write         // operators' cancel writes that end the row
+	marks    []*Write         // operators' cancels that mark a running attempt's row
+	stops    []*Write         // the ends of rows marked cancelled
 	deleted  bool
 }
 

@@ -75,6 +75,23 @@ func good() *builder {
 	b.cancel(c[0], 270)
 	b.handle(c[1], "w2", 300)
 
+	// A cancel that only marks a running head: its owner stops when its
+	// handler has returned, and only then does the key pass on.
+	mk := b.enqueue(340, ev{id: "mk1", key: "mk", kind: txKind}, ev{id: "mk2", key: "mk"})
+	b.claim(mk[0], "w1", 341)
+	b.run(mk[0], "w1", 342, 380, ResultError, 0)
+	b.mark(mk[0], 350)
+	b.stop(mk[0], "w1", 381)
+	b.handle(mk[1], "w2", 385)
+	// A marked head whose owner died: a claim ends it once its lease ended.
+	md := b.enqueue(390, ev{id: "md1", key: "md"}, ev{id: "md2", key: "md"})
+	b.claim(md[0], "w5", 391)
+	b.run(md[0], "w5", 392, -1, "", 0)
+	b.h.Processes["w5"] = Process{Exited: b.at(393)}
+	b.mark(md[0], 395)
+	b.stop(md[0], "w2", 391+lease+1)
+	b.handle(md[1], "w2", 391+lease+5)
+
 	// A waiting follower cancelled; its head goes on.
 	wk := b.enqueue(310, ev{id: "wk1", key: "wk"}, ev{id: "wk2", key: "wk"})
 	b.claim(wk[0], "w1", 320)
@@ -127,8 +144,8 @@ func TestGoodHistory(t *testing.T) {
 	if got := v.Figures["ticks_missed"]; got != 1 {
 		t.Errorf("ticks_missed = %d, want 1 (the tick at 3s)", got)
 	}
-	if got := v.Figures["cancelled_ran_on_ms"]; got != 20 {
-		t.Errorf("cancelled_ran_on_ms = %d, want 20", got)
+	if got := v.Figures["cancelled_ran_on_ms"]; got != 30 {
+		t.Errorf("cancelled_ran_on_ms = %d, want 30", got)
 	}
 	if !strings.HasPrefix(v.String(), "history: ok owners=") {
 		t.Errorf("verdict line %q", v)
@@ -450,6 +467,43 @@ var bad = []struct {
 		r := b.enqueue(0, ev{id: "e"})[0]
 		b.h.Cancels = append(b.h.Cancels, Cancel{EventID: "e", Row: r, Invoked: b.at(5), Returned: b.at(6), Result: CancelFinished})
 		b.handle(r, "w1", 10)
+		return b
+	}},
+
+	{"a cancelled attempt's completion accepted after the mark", Cancels, "accepted after its event was cancelled", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 15, ResultOK, 0)
+		b.mark(r, 12)
+		b.effect(r, b.finish(r, 16, Done))
+		return b
+	}},
+	{"a marked row claimed again", Cancels, "claimed again", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.mark(r, 12)
+		b.h.Processes["w1"] = Process{Exited: b.at(13)}
+		b.handle(r, "w2", 200) // the lease ended at 110
+		return b
+	}},
+	{"a marked row ended while its attempt may run", Cancels, "the attempt may still run", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+		b.claim(k[0], "w1", 10)
+		b.run(k[0], "w1", 11, 60, ResultError, 0)
+		b.mark(k[0], 20)
+		b.stop(k[0], "w2", 21) // a claim statement, before the lease ended
+		b.handle(k[1], "w2", 30)
+		return b
+	}},
+	{"a marked row never stopped", Cancels, "never stopped", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.mark(r, 12)
+		b.h.Settled = b.at(1000)
 		return b
 	}},
 

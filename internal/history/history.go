@@ -153,6 +153,12 @@ type State struct {
 	Worker      string
 	KeySeq      int64 // zero: not yet in line (or keyless)
 	LastError   string
+	// CancelledAt is when a cancel marked the row, zero if none did: a
+	// cancel of a running attempt may only mark its row, which stays
+	// INPROGRESS until that attempt's owner writes again (the
+	// acknowledged stop) or its lease ends (a claim then ends it); both
+	// end it DISCARDED at a new generation.
+	CancelledAt time.Time
 }
 
 // The results of a [Run]: what the handler returned.
@@ -203,6 +209,9 @@ type Cancel struct {
 	Invoked, Returned time.Time
 	Result            string
 	Generation        int64 // returned, with CancelOK
+	// Stopping, with CancelOK: the cancel only marked the row of a
+	// running attempt, whose generation it returned.
+	Stopping bool
 }
 
 // Pause is one pause of a queue: PauseQueue returned at Paused, and

@@ -67,6 +67,9 @@ func (c *checker) classify(r *row, w *Write) {
 		}
 		r.cancels = append(r.cancels, w)
 
+	case n.Generation != o.Generation && o.Status == InProgress && !o.CancelledAt.IsZero() && n.Status != InProgress:
+		c.stop(r, w)
+
 	case n.Generation != o.Generation:
 		c.claim(r, w)
 
@@ -118,6 +121,9 @@ func (c *checker) claim(r *row, w *Write) {
 			c.fail(Owners, r, "claimed by %s at %s, before it was due at %s", w.Writer, ts(w.Stmt), ts(o.NextAttempt))
 		}
 	case InProgress:
+		if !o.CancelledAt.IsZero() {
+			c.fail(Cancels, r, "claimed again by %s at %s (generation %d) after it was cancelled at %s", w.Writer, ts(w.Stmt), n.Generation, ts(o.CancelledAt))
+		}
 		if o.LeaseUntil.After(w.Stmt) {
 			c.fail(Owners, r, "claimed by %s at %s (generation %d) while %s's lease of generation %d ran until %s: two live owners",
 				w.Writer, ts(w.Stmt), n.Generation, o.Worker, o.Generation, ts(o.LeaseUntil))
@@ -138,27 +144,58 @@ func (c *checker) claim(r *row, w *Write) {
 	r.leaseEnd[n.Generation] = n.LeaseUntil
 }
 
+// stop checks the end of a row marked cancelled while an attempt ran it:
+// DISCARDED at a new generation, by the attempt's owner while its lease
+// runs (its acknowledged stop), or by a claim once the lease has ended.
+func (c *checker) stop(r *row, w *Write) {
+	o, n := w.Old, w.New
+	owner := w.Writer == o.Worker && o.LeaseUntil.After(w.Stmt)
+	switch {
+	case n.Status != Discarded || n.Generation < o.Generation || !n.LeaseUntil.IsZero():
+		c.fail(Owners, r, "audit %d by %s: a row marked cancelled became %s; want DISCARDED at a new generation", w.Seq, w.Writer, describe(n))
+	case c.operators[w.Writer]:
+		c.fail(Cancels, r, "audit %d: the operator %s ended a row marked cancelled while generation %d's lease ran until %s", w.Seq, w.Writer, o.Generation, ts(o.LeaseUntil))
+	case !owner && o.LeaseUntil.After(w.Stmt):
+		c.fail(Cancels, r, "audit %d: %s ended generation %d, marked cancelled, at %s while %s's lease ran until %s: the attempt may still run",
+			w.Seq, w.Writer, o.Generation, ts(w.Stmt), o.Worker, ts(o.LeaseUntil))
+	}
+	r.stops = append(r.stops, w)
+}
+
 // ownerWrite checks a write to an INPROGRESS row that keeps its
 // generation: a renewal or an outcome by its claimant, a claim that found
-// the row's budget spent, or the operator's lease fixture.
+// the row's budget spent, the operator's lease fixture, or a cancel's mark.
 func (c *checker) ownerWrite(r *row, w *Write, op bool) {
 	o, n := w.Old, w.New
 	exhausted := n.Status == Failed && !o.LeaseUntil.After(w.Stmt) && o.Attempt >= o.MaxAttempts
 	switch {
 	case exhausted:
+		if !o.CancelledAt.IsZero() {
+			c.fail(Cancels, r, "audit %d: a row marked cancelled ended FAILED on a spent budget, not DISCARDED", w.Seq)
+		}
 		r.outcome[o.Generation] = w
 		return
 	case op:
-		// The expiry fixture moves lease_until, and nothing else.
+		// The expiry fixture moves lease_until, and nothing else; a
+		// cancel's mark sets cancelled_at and the last error.
 		moved := o
 		moved.LeaseUntil = n.LeaseUntil
-		if !sameState(n, moved) {
+		marked := o
+		marked.CancelledAt, marked.LastError = n.CancelledAt, n.LastError
+		switch {
+		case sameState(n, moved):
+			r.leaseEnd[o.Generation] = n.LeaseUntil
+		case o.CancelledAt.IsZero() && !n.CancelledAt.IsZero() && sameState(n, marked):
+			r.marks = append(r.marks, w)
+		default:
 			c.fail(Owners, r, "audit %d: the operator %s wrote %s over %s's claim of generation %d: %s",
 				w.Seq, w.Writer, describe(n), o.Worker, o.Generation, describe(o))
-			return
 		}
-		r.leaseEnd[o.Generation] = n.LeaseUntil
 		return
+	}
+	if !o.CancelledAt.IsZero() {
+		c.fail(Cancels, r, "audit %d: %s's write %s of generation %d was accepted after its event was cancelled at %s",
+			w.Seq, w.Writer, describe(n), o.Generation, ts(o.CancelledAt))
 	}
 	if w.Writer != o.Worker {
 		c.fail(Owners, r, "audit %d: %s wrote %s over the claim of generation %d held by %s: a write from a session not the claimant",
@@ -246,5 +283,5 @@ func describe(s State) string {
 func sameState(a, b State) bool {
 	return a.Status == b.Status && a.Generation == b.Generation && a.Attempt == b.Attempt &&
 		a.MaxAttempts == b.MaxAttempts && a.LeaseUntil.Equal(b.LeaseUntil) && a.NextAttempt.Equal(b.NextAttempt) &&
-		a.Worker == b.Worker && a.KeySeq == b.KeySeq && a.LastError == b.LastError
+		a.Worker == b.Worker && a.KeySeq == b.KeySeq && a.LastError == b.LastError && a.CancelledAt.Equal(b.CancelledAt)
 }

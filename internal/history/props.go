@@ -59,10 +59,17 @@ func (c *checker) checkTerminal() {
 				c.fail(Terminal, r, "FAILED by %s; its last claim was %s's", t.Writer, last.New.Worker)
 			}
 		case Discarded:
-			if !containsWrite(r.cancels, t) {
+			switch {
+			case containsWrite(r.cancels, t):
+				if !c.cancelReturned(r, t.New.Generation, false) {
+					c.fail(Terminal, r, "DISCARDED at generation %d by a cancel that no cancel call of the test returned", t.New.Generation)
+				}
+			case containsWrite(r.stops, t):
+				if !c.cancelReturned(r, t.Old.Generation, true) {
+					c.fail(Terminal, r, "DISCARDED at generation %d, stopping generation %d, which no cancel call of the test returned", t.New.Generation, t.Old.Generation)
+				}
+			default:
 				c.fail(Terminal, r, "DISCARDED by %s (audit %d), not by a cancel", t.Writer, t.Seq)
-			} else if !c.cancelReturned(r, t.New.Generation) {
-				c.fail(Terminal, r, "DISCARDED at generation %d by a cancel that no cancel call of the test returned", t.New.Generation)
 			}
 			if last != nil && t.New.Generation <= last.New.Generation {
 				c.fail(Terminal, r, "DISCARDED at generation %d, not above its last claim's %d", t.New.Generation, last.New.Generation)
@@ -133,10 +140,11 @@ func containsWrite(ws []*Write, w *Write) bool {
 }
 
 // cancelReturned reports whether a cancel call of the test returned gen
-// for r's event, or failed leaving it unknown.
-func (c *checker) cancelReturned(r *row, gen int64) bool {
+// for r's event (stopping: as the generation of the attempt it marked),
+// or failed leaving it unknown.
+func (c *checker) cancelReturned(r *row, gen int64, stopping bool) bool {
 	for _, cn := range c.h.Cancels {
-		if cn.EventID == r.eventID && (cn.Result == CancelUnknown || (cn.Result == CancelOK && cn.Generation == gen)) {
+		if cn.EventID == r.eventID && (cn.Result == CancelUnknown || (cn.Result == CancelOK && cn.Generation == gen && cn.Stopping == stopping)) {
 			return true
 		}
 	}
@@ -207,13 +215,17 @@ func (c *checker) checkCancels() {
 		switch cn.Result {
 		case CancelOK:
 			var w *Write
-			for _, x := range r.cancels {
+			writes := r.cancels
+			if cn.Stopping {
+				writes = r.marks
+			}
+			for _, x := range writes {
 				if x.New.Generation == cn.Generation {
 					w = x
 				}
 			}
 			if w == nil {
-				c.fail(Cancels, r, "the cancel called at %s returned generation %d; the history has no cancel write of it", ts(cn.Invoked), cn.Generation)
+				c.fail(Cancels, r, "the cancel called at %s returned generation %d (stopping %v); the history has no cancel write of it", ts(cn.Invoked), cn.Generation, cn.Stopping)
 				continue
 			}
 			c.v.Checked[Cancels]++
@@ -222,9 +234,14 @@ func (c *checker) checkCancels() {
 				c.fail(Cancels, r, "cancel write at %s, outside its call (%s to %s)", ts(w.At), ts(cn.Invoked), ts(cn.Returned))
 			}
 			for _, later := range r.writes {
-				if later.Seq > w.Seq {
+				// After a mark, only the expiry fixture and the row's
+				// stop; after a cancel that ended the row, nothing.
+				if later.Seq > w.Seq && !(cn.Stopping && (containsWrite(r.stops, later) || c.isFixture(later))) {
 					c.fail(Cancels, r, "audit %d by %s wrote %s after the cancel (audit %d)", later.Seq, later.Writer, describe(later.New), w.Seq)
 				}
+			}
+			if cn.Stopping && len(r.stops) == 0 && (c.h.Settled.IsZero() || r.insert == nil || r.insert.At.Before(c.h.Settled)) {
+				c.fail(Cancels, r, "cancelled at %s while generation %d ran, and never stopped: it ends %s", ts(w.At), w.Old.Generation, r.final())
 			}
 			if w.Old.Status != InProgress {
 				continue
@@ -244,7 +261,7 @@ func (c *checker) checkCancels() {
 			if len(r.terms) == 0 || !r.terms[0].At.Before(cn.Returned) {
 				c.fail(Cancels, r, "the cancel called at %s found it finished; it was not finished by then (it ends %s)", ts(cn.Invoked), r.final())
 			}
-			for _, w := range r.cancels {
+			for _, w := range append(append([]*Write(nil), r.cancels...), r.marks...) {
 				if !w.At.Before(cn.Invoked) && !w.At.After(cn.Returned) {
 					c.fail(Cancels, r, "the cancel called at %s found it finished, yet wrote generation %d", ts(cn.Invoked), w.New.Generation)
 				}
@@ -255,6 +272,14 @@ func (c *checker) checkCancels() {
 		}
 	}
 	c.v.Figures["cancelled_ran_on_ms"] = int(ranOn / time.Millisecond)
+}
+
+// isFixture reports whether w is the operator's expiry fixture: it moves
+// the lease of an INPROGRESS row and nothing else.
+func (c *checker) isFixture(w *Write) bool {
+	moved := w.Old
+	moved.LeaseUntil = w.New.LeaseUntil
+	return c.operators[w.Writer] && w.Old.Status == InProgress && sameState(w.New, moved)
 }
 
 // checkTicks checks each schedule's firings: the event id of its fire
