@@ -18,10 +18,12 @@ import (
 func breakQueries(q *queries) {
 	switch os.Getenv("LEASEWORK_BREAK") {
 	case "steal-leases":
-		// The claim takes leases with less than 95% of their time left:
-		// a second owner while the first one's lease runs.
+		// The claim takes leases with less than 60% of their time left:
+		// a second owner while the first one's lease runs (a renewal
+		// every third of a lease keeps the leases of short handlers out
+		// of its reach; long ones are taken).
 		q.claim = mustReplace(q.claim, "AND lease_until <= statement_timestamp()\n      AND attempt < max_attempts",
-			"AND lease_until <= statement_timestamp() + 0.95 * $3 * interval '1 microsecond'\n      AND attempt < max_attempts")
+			"AND lease_until <= statement_timestamp() + 0.6 * $3 * interval '1 microsecond'\n      AND attempt < max_attempts")
 	case "claim-waiting":
 		// The claim takes WAITING rows as if each were its key's head.
 		q.claim = mustReplace(q.claim, "AND status = 'READY' AND next_attempt_at <= statement_timestamp()",

@@ -29,7 +29,7 @@ type libraryBreak struct {
 }
 
 var breaks = map[string]libraryBreak{
-	"steal-leases":    {"the claim takes leases with less than 95% of their time left", []string{history.Owners}},
+	"steal-leases":    {"the claim takes leases with less than 60% of their time left", []string{history.Owners}},
 	"claim-waiting":   {"the claim takes WAITING rows, as if each were its key's head", []string{history.KeyOrder}},
 	"cancel-finished": {"Cancel ends DONE rows too", []string{history.Terminal}},
 	"tx-split":        {"Transactional commits the business writes apart from, and before, the guarded completion", []string{history.Effects, history.Cancels}},

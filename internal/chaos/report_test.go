@@ -19,6 +19,7 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 	fail := func(format string, args ...any) {
 		t.Errorf("soak seed=%d: "+format, append([]any{s.seed}, args...)...)
 	}
+	s.checked = true
 	v, ok := s.checkHistory(ctx)
 	if !ok {
 		return

@@ -48,7 +48,7 @@ const (
 	soakEnv    = "LEASEWORK_SOAK"        // "long" for the long run
 	seedEnv    = "LEASEWORK_SOAK_SEED"   // replays a run's schedule
 	traceEnv   = "LEASEWORK_SOAK_TRACE"  // set: log every fault as it is done
-	faultsEnv  = "LEASEWORK_SOAK_FAULTS" // overrides the faults of each kind (failovers too), to try a configuration quickly
+	faultsEnv  = "LEASEWORK_SOAK_FAULTS" // overrides the faults of each kind (failovers too), with the short run's events, to try a configuration quickly
 	numWorkers = 4
 
 	// maxAttempts is the events' budget: far above the claims a fault
@@ -102,8 +102,10 @@ type soak struct {
 	pauses          []history.Pause
 	settled         time.Time // when the drain began
 	phases          phases
-	finished        bool // the test is over: nothing more is reported
-	aborted         bool // a failure ended the run
+	checked         bool      // the history was checked
+	began           time.Time // the run's start
+	finished        bool      // the test is over: nothing more is reported
+	aborted         bool      // a failure ended the run
 }
 
 func TestSoak(t *testing.T) {
@@ -116,7 +118,7 @@ func TestSoak(t *testing.T) {
 		if err != nil || n < 1 {
 			t.Fatalf("%s=%q: want a positive number", faultsEnv, v)
 		}
-		cfg.perKind = n
+		cfg.perKind, cfg.minEvents = n, min(cfg.minEvents, shortSoak.minEvents)
 		if cfg.failovers > 0 {
 			cfg.failovers = n
 		}
@@ -149,6 +151,8 @@ func TestSoak(t *testing.T) {
 	s := &soak{t: t, seed: seed, cfg: cfg, trace: os.Getenv(traceEnv) != "", brk: brk, cancel: cancel,
 		primary: server, runsDir: t.TempDir()}
 	t.Cleanup(s.cleanup)
+	defer s.salvage()
+	s.began = time.Now()
 	phases := &s.phases
 	phases.start()
 	if err := s.setup(ctx); err != nil {
@@ -311,10 +315,31 @@ func (s *soak) setup(ctx context.Context) error {
 	return nil
 }
 
-// cleanup ends every worker process still running, whatever state the
-// test left it in, drops the schema, and stops the servers TestMain does
-// not.
-func (s *soak) cleanup() {
+// salvage checks the history of a run against a deliberate break that
+// failed before its check (a break can keep the workers from recovering
+// within the soak's bounds), so that the run still shows whether the
+// break was caught.
+func (s *soak) salvage() {
+	if s.brk == "" || s.checked || !s.t.Failed() || s.admin == nil {
+		return
+	}
+	s.killAll()
+	s.mu.Lock()
+	if s.settled.IsZero() {
+		s.settled = s.began // the drain never began: no event had to finish
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s.t.Logf("the run against the break %s failed before its end; its history so far:", s.brk)
+	if v, ok := s.checkHistory(ctx); ok {
+		s.t.Log(v.String())
+	}
+}
+
+// killAll ends every worker process still running, whatever state it is
+// in.
+func (s *soak) killAll() {
 	s.mu.Lock()
 	all := s.all
 	s.mu.Unlock()
@@ -327,10 +352,18 @@ func (s *soak) cleanup() {
 		w.ending.Store(true)
 		_ = w.signal(syscall.SIGCONT)
 		_ = w.signal(syscall.SIGKILL)
+		w.markGone()
 		if err := w.wait(processBound); err != nil {
 			s.t.Error(err)
 		}
 	}
+}
+
+// cleanup ends every worker process still running, whatever state the
+// test left it in, drops the schema, and stops the servers TestMain does
+// not.
+func (s *soak) cleanup() {
+	s.killAll()
 	s.mu.Lock()
 	s.finished = true
 	s.mu.Unlock()
