@@ -40,6 +40,15 @@ func (s Status) Valid() bool {
 // expired. Generation is a fencing token: pass it downstream so other systems
 // can reject a stale owner too. EventID is stable across retries and
 // reclaims; consumers deduplicate on it.
+//
+// Attempt counts every claim of the event, snoozed and crashed ones
+// included; a claim released at a worker's shutdown is given back. It is
+// zero only in a Claim no worker handed out. Snoozes counts the earlier
+// claims that ended in [Snooze], and [Claim.Failures] the others: attempts
+// that failed or whose lease ran out. A snooze is not a failure: it adds
+// one to MaxAttempts, so the row's budget of claims is never spent by
+// snoozes, while a crash spends it like a failure. Once Attempt reaches
+// MaxAttempts, a failure or a lease that runs out ends the event FAILED.
 type Claim struct {
 	ID          int64             // row id
 	EventID     string            // stable identity of the event, unique in the table
@@ -47,8 +56,9 @@ type Claim struct {
 	Key         string            // optional ordering key given at enqueue ("" if none); a key's events are claimed one at a time, in enqueue order
 	Payload     []byte            // the event's body, as enqueued
 	Generation  int64             // grows with every claim of the row, and past every earlier claim's after a failover; the fencing token
-	Attempt     int               // 1 for the first claim; counts every claim, crashed ones included
-	MaxAttempts int               // the attempt budget of the row
+	Attempt     int               // claims of the event so far, this one included: 1 for the first; snoozed and crashed claims count
+	Snoozes     int               // how many of the earlier claims ended in a snooze; 0 when none did
+	MaxAttempts int               // the row's budget of claims: the budget given at enqueue, plus one for each snooze
 	LeaseUntil  time.Time         // lease deadline set by the claim (database clock); renewals extend the lease in the database, not this copy
 	Reclaimed   bool              // true when the previous owner's lease expired unfinished
 	Progress    []byte            // the last progress recorded by an earlier attempt, or nil
@@ -65,6 +75,14 @@ type Ref struct {
 	ID         int64
 	Generation int64
 }
+
+// Failures returns how many earlier claims of the event did not end in a
+// snooze: attempts that failed, and attempts whose lease ran out (a crash,
+// a stall): Attempt - 1 - Snoozes, never negative. It is 0 on a first
+// attempt and after snoozes alone. A retry policy counts these, never
+// snoozes: its delay follows the number of failures, and its cap limits
+// them.
+func (c *Claim) Failures() int { return max(c.Attempt-1-c.Snoozes, 0) }
 
 // Ref returns the claim's (ID, Generation) pair.
 func (c *Claim) Ref() Ref { return Ref{ID: c.ID, Generation: c.Generation} }

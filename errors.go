@@ -101,8 +101,11 @@ func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %v", e.De
 // d, as River's JobSnooze: not a failure. The event goes back to READY,
 // due in d (a negative d is zero), under the ownership guard like any
 // outcome; its last error is kept, and its attempt budget grows by one, so
-// that a snooze never spends it (Claim.Attempt still counts every claim).
-// Wrapped in [Permanent] it is a failure like any other.
+// that a snooze never spends it. The next claim counts it in
+// [Claim.Snoozes], and the retry policy, which counts [Claim.Failures],
+// never sees it: neither its cap nor its backoff grows with snoozes
+// (Claim.Attempt still counts every claim). Wrapped in [Permanent] it is a
+// failure like any other.
 func Snooze(d time.Duration) error { return &SnoozeError{Delay: d} }
 
 // RetryAfterError is a handler's error with the delay before its retry

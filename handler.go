@@ -35,7 +35,10 @@ import "context"
 // Returning nil completes the event. Returning an error schedules a retry
 // under the kind's retry policy, unless the error is wrapped with [Permanent]
 // or the attempt budget is spent, in which case the event is marked FAILED
-// with the error's text.
+// with the error's text. Returning [Snooze] runs the event again later, and
+// is not a failure: the claim counts attempts, snoozes and failures apart
+// ([Claim.Attempt], [Claim.Snoozes], [Claim.Failures]), and a retry policy
+// counts only failures.
 //
 // The context ends when the lease is lost (context.Cause matches
 // [ErrLeaseLost]; it is [ErrCancelled] when the event was cancelled, and

@@ -376,6 +376,7 @@ func (e *env) wantUnchanged(what string, before lease.Row) {
 	field("generation", before.Generation == after.Generation, before.Generation, after.Generation)
 	field("attempt", before.Attempt == after.Attempt, before.Attempt, after.Attempt)
 	field("max_attempts", before.MaxAttempts == after.MaxAttempts, before.MaxAttempts, after.MaxAttempts)
+	field("snoozes", before.Snoozes == after.Snoozes, before.Snoozes, after.Snoozes)
 	field("lease_until", sameTime(before.LeaseUntil, after.LeaseUntil), before.LeaseUntil, after.LeaseUntil)
 	field("next_attempt_at", before.NextAttemptAt.Equal(after.NextAttemptAt), before.NextAttemptAt, after.NextAttemptAt)
 	field("last_error", before.LastError == after.LastError, before.LastError, after.LastError)

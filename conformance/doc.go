@@ -85,9 +85,10 @@
 //     (lease.RetryRequest.Snooze) by a stale or expired owner is
 //     ErrLeaseLost and changes nothing; the owner's, on its last attempt,
 //     sends the row READY due after the delay (by the database's clock)
-//     with its budget one larger, is AlreadyRecorded when written again,
-//     and the row is claimed again once due (by fixture) with exactly one
-//     more attempt.
+//     with its budget one larger and the snooze counted apart from
+//     failures (lease.Row.Snoozes, leasework.Claim.Snoozes), is
+//     AlreadyRecorded when written again, and the row is claimed again
+//     once due (by fixture) with exactly one more attempt.
 //
 // # The pool
 //

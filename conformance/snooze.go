@@ -21,11 +21,11 @@ func snoozeProperties() []property {
 // out) is rejected with ErrLeaseLost and changes nothing. The owner's
 // snooze, on the row's last allowed attempt, sends it READY, due after the
 // delay (by the database's clock), at the same generation and attempt,
-// with its last error as given and its budget one larger; written again it
-// is AlreadyRecorded and changes nothing. The row is not claimed before it
-// is due; once due (by fixture) it is claimed with the larger budget, and
-// a plain retry on that last attempt ends it FAILED: the snooze added
-// exactly one attempt.
+// with its last error as given, its budget one larger and one snooze
+// counted; written again it is AlreadyRecorded and changes nothing. The
+// row is not claimed before it is due; once due (by fixture) it is claimed
+// with the larger budget, one snooze and one failure, and a plain retry on
+// that last attempt ends it FAILED: the snooze added exactly one attempt.
 func snoozeIsGuarded(e *env) {
 	const delay = 90 * time.Minute
 	ev := e.enqueue(lease.Event{Kind: "k", EventID: "event-001", MaxAttempts: 2})[0]
@@ -69,9 +69,9 @@ func snoozeIsGuarded(e *env) {
 		e.t.Fatalf("the owner's snooze on its last attempt: %+v; want accepted, READY", r)
 	}
 	snoozed := e.wantState(ev.ID, leasework.StatusReady, owner.Generation)
-	if snoozed.Attempt != 2 || snoozed.MaxAttempts != 3 || snoozed.LastError != "boom" || snoozed.FinishedAt != nil {
-		e.t.Fatalf("snoozed row: attempt %d of %d, last_error %q, finished_at %v; want attempt 2 of 3, boom, not finished",
-			snoozed.Attempt, snoozed.MaxAttempts, snoozed.LastError, snoozed.FinishedAt)
+	if snoozed.Attempt != 2 || snoozed.MaxAttempts != 3 || snoozed.Snoozes != 1 || snoozed.LastError != "boom" || snoozed.FinishedAt != nil {
+		e.t.Fatalf("snoozed row: attempt %d of %d, %d snoozes, last_error %q, finished_at %v; want attempt 2 of 3, 1 snooze, boom, not finished",
+			snoozed.Attempt, snoozed.MaxAttempts, snoozed.Snoozes, snoozed.LastError, snoozed.FinishedAt)
 	}
 	if due := snoozed.NextAttemptAt; due.Before(from.Add(delay)) || due.After(to.Add(delay)) {
 		e.t.Fatalf("snoozed row is due at %v; want %v after the snooze, between %v and %v", due, delay, from.Add(delay), to.Add(delay))
@@ -92,6 +92,9 @@ func snoozeIsGuarded(e *env) {
 	if again.ID != ev.ID || again.Generation != owner.Generation+1 || again.Attempt != 3 || again.MaxAttempts != 3 || again.LastError != "boom" {
 		e.t.Fatalf("claim after the snooze fell due = %+v; want row %d at generation %d, attempt 3 of 3, last error boom",
 			again, ev.ID, owner.Generation+1)
+	}
+	if again.Snoozes != 1 || again.Failures() != 1 {
+		e.t.Fatalf("claim after one failure and one snooze: %d snoozes, %d failures; want 1 and 1", again.Snoozes, again.Failures())
 	}
 	status, err = e.store.Retry(e.ctx, lease.RetryRequest{Ref: again.Ref(), Error: "boom 3"})
 	wantOK(e.t, "retry on the last attempt", err)

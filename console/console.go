@@ -91,6 +91,24 @@ type Options struct {
 	// Nil trusts none: a POST from another origin is refused.
 	TrustedOrigins []string
 
+	// AllowedHosts are the names the console answers to, written as a
+	// browser sends them in the Host header: "ops.example.com" (at any
+	// port), "ops.example.com:8443" (at that port only; a Host without a
+	// port names port 80, or 443 over TLS), "10.0.0.7", "[::1]:8080".
+	// Names are compared without case and without a trailing dot. A
+	// request with any other Host is refused with 403 Forbidden before
+	// anything is read or rendered. This stops DNS rebinding: a page of
+	// another site that reaches the console under the site's own name, as
+	// its own origin, so that neither the cross-origin check nor the form
+	// token would stop it.
+	//
+	// Nil (or empty) answers only to names no DNS answer decides:
+	// "localhost" and IP address literals, at any port. A console reached
+	// by a DNS name (a service's own, behind its router or a proxy) must
+	// list it. A proxy in front must pass the browser's Host on (or check
+	// it itself): the console sees only the Host the proxy sends.
+	AllowedHosts []string
+
 	// PageSize is how many events or keys a list page shows. Zero means
 	// 50; at most 1000.
 	PageSize int
@@ -119,6 +137,7 @@ type Console struct {
 	key   []byte
 	token string // the forms' anti-forgery token
 	cop   *http.CrossOriginProtection
+	hosts []hostName // Options.AllowedHosts; nil for the default
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 }
@@ -157,6 +176,11 @@ func New(store *lease.Store, opts Options) (*Console, error) {
 			return nil, fmt.Errorf("console: Options.TrustedOrigins: %w", err)
 		}
 	}
+	hosts, err := parseAllowedHosts(opts.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	c.hosts = hosts
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -186,7 +210,8 @@ func (c *Console) routes() {
 }
 
 // ServeHTTP serves the console's pages at "/", "/events", "/events/{id}",
-// "/queues" and "/keys" of the request's path. Mount it under a prefix
+// "/queues" and "/keys" of the request's path, to requests whose Host is
+// one of [Options.AllowedHosts]. Mount it under a prefix
 // with [http.StripPrefix]; its links are relative, so they work under any
 // prefix.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -200,6 +225,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "same-origin")
+	if !c.hostAllowed(r) {
+		c.refuseHost(w, r)
+		return
+	}
 	c.mux.ServeHTTP(w, r)
 }
 

@@ -44,6 +44,13 @@
 //
 // # Safety
 //
+// The console answers only to the host names it is given
+// ([Options.AllowedHosts]; by default localhost and IP addresses): a
+// request with another Host header gets 403, in plain text, before
+// anything is read or rendered. A page of another site that reaches the
+// console under its own name after DNS rebinding is the console's own
+// origin to the browser, so only this check stops it.
+//
 // The console is read-only unless [Options.Actions] is set: no form is
 // shown, and every POST is refused with 403. A GET never changes anything.
 // An action is taken only from a POST that passes Go's

@@ -201,6 +201,9 @@ func (w *Worker) outcomeOf(a *attempt, err, cause error) (o outcome) {
 		text := fmt.Sprintf("framework: the handler's error (a %T) panicked when read: %v\n%s", err, r.Value, r.Stack)
 		o = w.decide(a, errors.New(text), cause)
 	}
+	if o.op == opRetry {
+		w.wakeAfter(a.q, o.delay)
+	}
 	return o
 }
 
@@ -240,17 +243,19 @@ func (w *Worker) decide(a *attempt, err, cause error) outcome {
 	if a.kind != nil {
 		policy = a.kind.policy
 	}
+	// The policy counts failures, this one included, never snoozes.
+	failure := a.claim.Failures() + 1
 	switch {
 	case leasework.IsPermanent(err):
 		o.op = opFail
-	case policy.MaxAttempts > 0 && a.claim.Attempt >= policy.MaxAttempts:
+	case policy.MaxAttempts > 0 && failure >= policy.MaxAttempts:
 		o.op = opFail
-		o.text = fmt.Sprintf("attempt %d of the retry policy's %d: %s", a.claim.Attempt, policy.MaxAttempts, o.text)
+		o.text = fmt.Sprintf("failed attempt %d of the retry policy's %d: %s", failure, policy.MaxAttempts, o.text)
 	case a.kind == nil:
 		o.op = opFail
 	default:
 		o.op = opRetry
-		o.delay = policy.delay(a.claim.Attempt)
+		o.delay = policy.delay(failure)
 		var after *leasework.RetryAfterError
 		if errors.As(err, &after) {
 			o.delay = handlerDelay(after.Delay)
@@ -371,18 +376,19 @@ func (a *attempt) state() (deadline, confirmed time.Time, stale bool) {
 
 // renewable reports whether the claim is still worth renewing: the
 // database has not refused it, and either its handler runs with a live
-// context, or the handler returned less than a lease ago and its outcome
-// is still to be written. A handler whose context ended (lease lost,
-// attempt timeout, shutdown) but that has not returned is not renewed: its
-// claim expires and another worker may take the event over.
-func (a *attempt) renewable(now time.Time) bool {
+// context, or the handler returned and its outcome is still to be written
+// (for as long as the outcome writer keeps it: see keepForRetry). A
+// handler whose context ended (lease lost, attempt timeout, shutdown) but
+// that has not returned is not renewed: its claim expires and another
+// worker may take the event over.
+func (a *attempt) renewable() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
 	case a.stale || a.hung:
 		return false
 	case a.ended:
-		return now.Sub(a.endedAt) < a.w.cfg.Lease
+		return true
 	default:
 		return a.ctx.Err() == nil
 	}

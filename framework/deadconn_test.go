@@ -122,8 +122,10 @@ func TestDeadConnWorkerRecovers(t *testing.T) {
 			}
 			t.Logf("%s: Run returned %v after its context ended, on silent connections (bound %v)",
 				drv.Name(), time.Since(stopped).Round(10*time.Millisecond), bound)
-		case <-time.After(bound + 5*time.Second):
-			t.Errorf("Run still running %v after its context ended, on silent connections; the bound is %v", bound+5*time.Second, bound)
+		case <-time.After(bound + 30*time.Second):
+			// 30s of slack: the bound is the library's; the slack is for a
+			// loaded machine's scheduling, not a measure of it.
+			t.Errorf("Run still running %v after its context ended, on silent connections; the bound is %v", bound+30*time.Second, bound)
 		}
 	})
 }

@@ -15,9 +15,10 @@ import (
 // handler slots, in one statement. After a full batch it claims again as
 // soon as a slot frees; after a short one it waits for a notification, the
 // poll interval, or, after a claim that found nothing and when that comes
-// first, the expiry of the earliest running lease (see untilNextExpiry).
-// So it never polls faster than Config.PollInterval unless woken or a
-// lease it can see runs out.
+// first, the moment a row becomes claimable by itself: the earliest
+// running lease expires or the earliest waiting retry comes due (see
+// untilNextWake). So it never polls faster than Config.PollInterval unless
+// woken, a lease it can see runs out, or a row it can see comes due.
 //
 // After a failed claim it tries again after a backoff (claimRetryFirst,
 // doubling up to the poll interval) or when woken. A claim fails most
@@ -59,7 +60,7 @@ func (w *Worker) dispatch(ctx context.Context, q *queue) {
 			wait = min(wait, retry.NextBackOff())
 		case n == 0:
 			retry.Reset()
-			wait = w.untilNextExpiry(q, wait)
+			wait = w.untilNextWake(q, wait)
 		default:
 			retry.Reset()
 		}
@@ -70,28 +71,30 @@ func (w *Worker) dispatch(ctx context.Context, q *queue) {
 // claimRetryFirst is the first wait after a failed claim; see dispatch.
 const claimRetryFirst = 50 * time.Millisecond
 
-// Bounds of a wait shortened to the next lease expiry.
+// Bounds of a wait shortened to the next wake.
 const (
-	expirySlack   = 10 * time.Millisecond // after the expiry: the claim compares with the database clock
-	minExpiryWait = 50 * time.Millisecond // even when a lease looks expired already
+	wakeSlack   = 10 * time.Millisecond // after the moment: the claim compares with the database clock
+	minWakeWait = 50 * time.Millisecond // even when a lease looks expired or a row due already
 )
 
-// untilNextExpiry shortens wait, the time to the next poll of an idle
-// worker, to the moment the earliest running lease runs out, when that
-// comes first. A crashed worker's claims are then taken over as their
-// leases expire instead of at the next poll: an expired lease sends no
+// untilNextWake shortens wait, the time to the next poll of an idle
+// worker, to the moment a row of q becomes claimable by itself, when that
+// comes first: the earliest running lease runs out, or the earliest READY
+// row not yet due comes due (lease.Store.NextWake). A crashed worker's
+// claims are then taken over as their leases expire, and a retry runs when
+// its delay ends, instead of at the next poll: neither sends a
 // notification. Only an idle worker asks (a claim that found nothing), so
 // a busy one adds no round trip. On an error it keeps wait.
-func (w *Worker) untilNextExpiry(q *queue, wait time.Duration) time.Duration {
+func (w *Worker) untilNextWake(q *queue, wait time.Duration) time.Duration {
 	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
 	defer cancel()
-	d, ok, err := w.store.NextExpiry(ctx, q.name)
+	d, ok, err := w.store.NextWake(ctx, q.name)
 	if err != nil {
-		w.log.Debug("reading the next lease expiry failed; polling meanwhile", "err", err)
+		w.log.Debug("reading the next wake failed; polling meanwhile", "err", err)
 		return wait
 	}
 	if ok {
-		return min(wait, max(d+expirySlack, minExpiryWait))
+		return min(wait, max(d+wakeSlack, minWakeWait))
 	}
 	return wait
 }

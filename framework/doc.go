@@ -21,12 +21,13 @@
 // their outcome, never pass twice Concurrency. After a short batch it waits: for a LISTEN/NOTIFY
 // notification that an event of one of its kinds was inserted, when the
 // driver implements leasework.Notifier, or else for Config.PollInterval plus
-// jitter. Polling also finds what notifications cannot announce: retries
-// coming due and leases that expired. For the latter the worker does not
-// wait for the poll: after a claim that found nothing it reads when the
-// earliest running lease runs out (lease.Store.NextExpiry, one index
-// entry), and claims again then, so a crashed worker's claims are taken
-// over within tens of milliseconds of their expiry. A claim that fails (the
+// jitter. Notifications cannot announce retries and snoozes coming due or
+// leases that expired, and for those the worker does not wait for the
+// poll: after a claim that found nothing it reads when the earliest running
+// lease runs out or the earliest waiting row comes due
+// (lease.Store.NextWake, a few index entries), and claims again then, so a
+// crashed worker's claims are taken over within tens of milliseconds of
+// their expiry, and a retry runs when its delay ends. A claim that fails (the
 // database restarting or failing over) is tried again after 50ms, then
 // after waits doubling up to PollInterval, and at once when the listener
 // connects again: notifications sent while the worker could not listen are
@@ -92,6 +93,9 @@
 //     deleted with Config.DeleteAtCompletion), unless a [Transactional]
 //     handler already completed it in its own transaction;
 //   - an error made with leasework.Permanent: FAILED with the error's text;
+//   - leasework.Snooze(d): READY again after d, and not a failure: the
+//     row's budget grows by one, and the kind's [RetryPolicy], which counts
+//     failures (leasework.Claim.Failures), never counts a snooze;
 //   - any other error, a panic (recorded as a *leasework.PanicError with its
 //     stack) or a timeout: retried after the delay of the kind's
 //     [RetryPolicy], unless a budget is spent, in which case FAILED;
@@ -106,16 +110,23 @@
 // and no claim waits behind a slow or stuck write. Outcomes are written in
 // batches: while one statement is in flight, the next batch gathers, one
 // statement per kind of outcome. A batch that fails because of the
-// connection (or its statement timeout) is tried again whole, with backoff,
-// while the claims' local deadlines allow; past them, the leases expire and
-// other workers claim the events again (delivery is at least once). A batch
-// that fails for any other reason is written again claim by claim, so one
-// value the database refuses never holds back the others; a claim whose own
-// write keeps failing is abandoned after a few tries (counted in
-// [Counters].OutcomesAbandoned and logged with its ids), and its lease
-// expires. (A batch of completions over several keys that gives way to an
-// enqueue of one of them, SQLSTATE 55P03, is written again claim by claim
-// this way too.)
+// connection (or its statement timeout) is tried again whole, with a
+// backoff of at most a second, for as long as each claim's lease can still
+// be confirmed: until its local deadline (its last confirmed lease deadline
+// less Lease/10), which the renewals sent meanwhile move on. So a database
+// away for less than that (a restart) delays the outcomes and runs nothing
+// twice. Past a claim's local deadline its outcome is given up, counted in
+// [Counters].OutcomesAbandoned and, for a completion or a failure, in
+// [Counters].RerunsFromAbandonedOutcomes: its lease expires and another
+// claim runs the event again (delivery is at least once). Outcomes waiting
+// are claims held, so there are at most twice Concurrency of them: past
+// that the worker claims nothing until some are settled. A batch that
+// fails for any other reason is written again claim by claim, so one value
+// the database refuses never holds back the others; a claim whose own
+// write keeps failing is abandoned after a few tries (counted as above and
+// logged with its ids), and its lease expires. (A batch of completions
+// over several keys that gives way to an enqueue of one of them, SQLSTATE
+// 55P03, is written again claim by claim this way too.)
 //
 // Events with a key are handled one at a time per key, in enqueue order,
 // whatever Concurrency is: the store hands out only each key's head (see
@@ -187,6 +198,19 @@
 // DeleteAtCompletion, no early deletion of DONE rows by an operator).
 // Workers sharing a table and a schedule's name must have the same
 // schedule.
+//
+// A cron spec with a zone runs on the zone's clock, and a daylight-saving
+// change skips or repeats some of its local times. A local time the clocks
+// skip fires once, at the end of the gap: with "TZ=Europe/Paris 30 2 * * *",
+// on 2026-03-29 (02:00 CET becomes 03:00 CEST) at 03:00 CEST, 01:00 UTC. A
+// local time they repeat fires once, at its first occurrence: on 2026-10-25
+// (03:00 CEST becomes 02:00 CET) at 02:30 CEST, 00:30 UTC, and not at 02:30
+// CET. Local times that name the same instant are one firing, so an hourly
+// or every-minute schedule fires once for the skipped hour, with the first
+// tick after it, and is silent through the second pass of a repeated hour.
+// The rule is the zone's and the spec's alone, so every worker computes the
+// same fire times and event ids; for a steady rate through the changes, use
+// a spec in UTC or @every.
 //
 // A firing that falls due while the database cannot be reached is enqueued
 // once it can be (the scheduler logs the error and tries again after 1s,

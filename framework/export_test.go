@@ -28,3 +28,35 @@ func OnFiring(w *Worker, f func(eventID string, duplicate bool, err error)) { w.
 // OnClaimReturned makes w call f after each claim statement returns, with
 // its queue, the number of rows claimed and its error. Call it before Run.
 func OnClaimReturned(w *Worker, f func(queue string, n int, err error)) { w.claimReturned = f }
+
+// Firings returns the fire times of spec in (from, to], as every worker's
+// scheduler computes them: each the next one after the one before.
+func Firings(spec string, from, to time.Time) ([]time.Time, error) {
+	times, err := parseSchedule(spec)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	for t := times.next(from); !t.IsZero() && !t.After(to); t = times.next(t) {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// NextFiring returns the first fire time of spec after t, and LatestFiring
+// the last in (after, now], as the scheduler computes them.
+func NextFiring(spec string, t time.Time) (time.Time, error) {
+	times, err := parseSchedule(spec)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return times.next(t), nil
+}
+
+func LatestFiring(spec string, after, now time.Time) (time.Time, error) {
+	times, err := parseSchedule(spec)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return times.latest(after, now), nil
+}

@@ -109,7 +109,7 @@ func start(t testing.TB, w *framework.Worker) (stop func()) {
 }
 
 // waitTimeout bounds every wait for a condition; reaching it fails the test.
-const waitTimeout = 30 * time.Second
+const waitTimeout = 2 * time.Minute
 
 // waitFor polls cond until it holds.
 func waitFor(t testing.TB, what string, cond func() bool) {

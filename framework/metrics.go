@@ -30,39 +30,51 @@ type Counters struct {
 	LocalLeaseTimeouts int64 // of LeasesLost, those given up because no renewal was confirmed in time (cause leasework.ErrLeaseUnconfirmed)
 	Cancelled          int64 // of LeasesLost, those whose event was cancelled from outside (cause leasework.ErrCancelled)
 	Panics             int64 // handler panics, recorded as the attempt's error
+	OutcomeWriteErrors int64 // outcome statements that failed; their outcomes were tried again, or abandoned
 	OutcomesAbandoned  int64 // outcomes never written because of database errors or the stop's timeout
-	HungHandlers       int64 // handlers that had not returned when their claim was given up after their context ended (attempt timeout, shutdown): left to expire
-	RetentionDeleted   int64 // finished rows deleted by the retention loop
+	// RerunsFromAbandonedOutcomes counts, of OutcomesAbandoned, the
+	// completions and failures: each is a handler that ran to its end and
+	// whose event runs again once the claim's lease expires (unless a
+	// Transactional handler's COMMIT, reported failed, did commit). A worker
+	// gives such an outcome up only when its lease can no longer be
+	// confirmed (the database away past the claim's local deadline), when
+	// the database refuses it, or when its stop's StopTimeout runs out; so
+	// outside those, it stays zero.
+	RerunsFromAbandonedOutcomes int64
+	HungHandlers                int64 // handlers that had not returned when their claim was given up after their context ended (attempt timeout, shutdown): left to expire
+	RetentionDeleted            int64 // finished rows deleted by the retention loop
 }
 
 type counters struct {
 	claimQueries, claimErrors, claimed, reclaimed, completed, retried, snoozed, failed, released,
 	staleRejections, outcomesReplayed, leasesLost, localLeaseTimeouts, cancelled, panics,
-	outcomesAbandoned, hungHandlers, retentionDeleted atomic.Int64
+	outcomeWriteErrors, outcomesAbandoned, rerunsFromAbandonedOutcomes, hungHandlers, retentionDeleted atomic.Int64
 }
 
 // Counters returns a snapshot of the worker's counters.
 func (w *Worker) Counters() Counters {
 	c := &w.count
 	return Counters{
-		ClaimQueries:       c.claimQueries.Load(),
-		ClaimErrors:        c.claimErrors.Load(),
-		Claimed:            c.claimed.Load(),
-		Reclaimed:          c.reclaimed.Load(),
-		Completed:          c.completed.Load(),
-		Retried:            c.retried.Load(),
-		Snoozed:            c.snoozed.Load(),
-		Failed:             c.failed.Load(),
-		Released:           c.released.Load(),
-		StaleRejections:    c.staleRejections.Load(),
-		OutcomesReplayed:   c.outcomesReplayed.Load(),
-		LeasesLost:         c.leasesLost.Load(),
-		LocalLeaseTimeouts: c.localLeaseTimeouts.Load(),
-		Cancelled:          c.cancelled.Load(),
-		Panics:             c.panics.Load(),
-		OutcomesAbandoned:  c.outcomesAbandoned.Load(),
-		HungHandlers:       c.hungHandlers.Load(),
-		RetentionDeleted:   c.retentionDeleted.Load(),
+		ClaimQueries:                c.claimQueries.Load(),
+		ClaimErrors:                 c.claimErrors.Load(),
+		Claimed:                     c.claimed.Load(),
+		Reclaimed:                   c.reclaimed.Load(),
+		Completed:                   c.completed.Load(),
+		Retried:                     c.retried.Load(),
+		Snoozed:                     c.snoozed.Load(),
+		Failed:                      c.failed.Load(),
+		Released:                    c.released.Load(),
+		StaleRejections:             c.staleRejections.Load(),
+		OutcomesReplayed:            c.outcomesReplayed.Load(),
+		LeasesLost:                  c.leasesLost.Load(),
+		LocalLeaseTimeouts:          c.localLeaseTimeouts.Load(),
+		Cancelled:                   c.cancelled.Load(),
+		Panics:                      c.panics.Load(),
+		OutcomeWriteErrors:          c.outcomeWriteErrors.Load(),
+		OutcomesAbandoned:           c.outcomesAbandoned.Load(),
+		RerunsFromAbandonedOutcomes: c.rerunsFromAbandonedOutcomes.Load(),
+		HungHandlers:                c.hungHandlers.Load(),
+		RetentionDeleted:            c.retentionDeleted.Load(),
 	}
 }
 
@@ -131,7 +143,9 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		{"local_lease_timeouts", "Leases given up because no renewal was confirmed in time.", c.LocalLeaseTimeouts},
 		{"cancelled", "Handlers cancelled because their event was cancelled from outside.", c.Cancelled},
 		{"panics", "Handler panics.", c.Panics},
+		{"outcome_write_errors", "Outcome statements that failed; their outcomes were tried again, or abandoned.", c.OutcomeWriteErrors},
 		{"outcomes_abandoned", "Outcomes never written because of database errors or the stop's timeout.", c.OutcomesAbandoned},
+		{"reruns_from_abandoned_outcomes", "Completions and failures abandoned: handlers that ran to their end whose events run again.", c.RerunsFromAbandonedOutcomes},
 		{"hung_handlers", "Handlers that ignored their ended context; their claims were left to expire.", c.HungHandlers},
 		{"retention_deleted", "Finished rows deleted by retention.", c.RetentionDeleted},
 	} {

@@ -92,8 +92,9 @@ const (
 	// see Settlement.Cancelled). The row belongs to someone else.
 	OutcomeRejected
 	// OutcomeAbandoned: the worker gave up writing the outcome (the
-	// database stayed unreachable, or the worker stopped first); the
-	// lease will expire and another claim will run the event again.
+	// database stayed unreachable past the claim's local deadline, refused
+	// the write, or the worker stopped first); the lease will expire and
+	// another claim will run the event again (see Settlement.Rerun).
 	OutcomeAbandoned
 )
 
@@ -128,6 +129,10 @@ type Settlement struct {
 	// Cancelled is true when a rejection came from the event having been
 	// cancelled ([lease.Store.Cancel]).
 	Cancelled bool
+	// Rerun is true when an abandoned outcome was a completion or a
+	// failure: the handler ran to its end, and the event runs again once
+	// the lease expires (see [Counters].RerunsFromAbandonedOutcomes).
+	Rerun bool
 }
 
 // Observe adds an observer to the worker. It must be called before Run;

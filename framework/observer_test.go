@@ -135,16 +135,24 @@ func TestObserverSeesLostLeases(t *testing.T) {
 	s := newStore(t, pgtest.Drivers[0].New())
 	ctx := context.Background()
 	// One slot, held by the blocked handler: this worker cannot reclaim the
-	// expired row itself before the second worker does.
+	// expired row itself before the second worker does. The handler of the
+	// reclaimed event holds its slot, after its context ends, until the
+	// second worker has completed the event: without that, this worker's
+	// slot frees as soon as its renewal is rejected, and it may reclaim the
+	// row before the second worker has started.
 	w := newWorker(t, s, framework.Config{RenewEvery: 50 * time.Millisecond, Concurrency: 1})
 	var j journal
 	if err := w.Observe(j.observer()); err != nil {
 		t.Fatal(err)
 	}
 	running := make(chan int64, 1)
+	reclaimed := make(chan struct{})
 	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
 		running <- c.ID
 		<-ctx.Done()
+		if c.EventID == "reclaimed" {
+			<-reclaimed
+		}
 		return context.Cause(ctx)
 	})
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "cancelled"})[0].ID
@@ -173,6 +181,7 @@ func TestObserverSeesLostLeases(t *testing.T) {
 	register(t, w2, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error { return nil })
 	start(t, w2)
 	waitFor(t, "the reclaim to complete", func() bool { return j2.of("reclaimed") == "claimed 2 | returned err=<nil> | completed" })
+	close(reclaimed)
 	waitFor(t, "the first claim to settle", func() bool { return strings.Count(j.of("reclaimed"), "|") == 2 })
 	got := strings.Split(j.of("reclaimed"), " | ")
 	if !slices.Equal([]string{got[0], got[2]}, []string{"claimed 1", "rejected"}) || !strings.Contains(got[1], "cause=") {

@@ -37,12 +37,6 @@ type outcome struct {
 	commitUnknown bool
 }
 
-// maxOutcomeTries bounds the writes of one outcome that fail with a
-// connection error or a timeout. Past it, or past the claim's local
-// deadline, the outcome is abandoned: the lease expires and another worker
-// claims the row again.
-const maxOutcomeTries = 8
-
 // maxAloneTries bounds the writes of one outcome written on its own that
 // fail for another reason than the connection (a value the database
 // refuses): such a failure will most likely happen again.
@@ -187,6 +181,9 @@ func (w *Worker) flush(pending []outcome, deadline time.Time) []outcome {
 			continue
 		}
 		res, err := w.writeGroup(op(i), group, deadline)
+		if err != nil {
+			w.count.outcomeWriteErrors.Add(1)
+		}
 		switch {
 		case err == nil:
 			for i, r := range res {
@@ -204,6 +201,9 @@ func (w *Worker) flush(pending []outcome, deadline time.Time) []outcome {
 	}
 	for _, o := range alone {
 		res, err := w.writeGroup(o.op, []outcome{o}, deadline)
+		if err != nil {
+			w.count.outcomeWriteErrors.Add(1)
+		}
 		switch {
 		case err == nil:
 			w.recorded(o, res[0])
@@ -265,17 +265,28 @@ func (w *Worker) writeGroup(o op, group []outcome, deadline time.Time) ([]lease.
 
 // keepForRetry returns the outcomes of a write that failed transiently that
 // are still worth writing, and abandons the others.
+//
+// An outcome is kept for as long as its claim can still be confirmed: until
+// the claim's local deadline (its last confirmed lease deadline less the
+// margin), which every confirmed renewal moves on, and which the renewal
+// loop keeps renewing while the outcome waits (see attempt.renewable). So a
+// database that is away for less than that, a restart say, costs a wait and
+// no second run; only past it could another worker have claimed the row,
+// and the outcome is given up. However many writes fail meanwhile, the
+// outcomes waiting stay bounded: they are claims held, at most twice
+// Concurrency (see freeSlots), and the writer tries again after a backoff
+// of at most a second.
 func (w *Worker) keepForRetry(group []outcome, err error) []outcome {
 	var keep []outcome
 	now := time.Now()
 	for _, o := range group {
 		o.tries++
 		deadline, _, _ := o.a.state()
-		if o.tries < maxOutcomeTries && now.Before(deadline) {
+		if now.Before(deadline) {
 			keep = append(keep, o)
 			continue
 		}
-		w.abandon(o, "the database could not be reached in time", err)
+		w.abandon(o, "the database could not be reached before the claim's lease could have expired", err)
 	}
 	return keep
 }
@@ -300,6 +311,10 @@ func (w *Worker) failedAlone(o outcome, err error) []outcome {
 // another worker claims the event again.
 func (w *Worker) abandon(o outcome, why string, err error) {
 	w.count.outcomesAbandoned.Add(1)
+	rerun := o.op == opComplete || o.op == opFail
+	if rerun {
+		w.count.rerunsFromAbandonedOutcomes.Add(1)
+	}
 	w.log.Error("outcome not recorded; the lease will expire and the event will be claimed again",
 		"why", why, "op", opNames[o.op], "id", o.a.ref.ID, "generation", o.a.ref.Generation,
 		"event_id", o.a.claim.EventID, "tries", o.tries, "err", err)
@@ -308,7 +323,7 @@ func (w *Worker) abandon(o outcome, why string, err error) {
 	if err != nil {
 		text += ": " + err.Error()
 	}
-	o.a.settle(Settlement{Outcome: OutcomeAbandoned, Error: text})
+	o.a.settle(Settlement{Outcome: OutcomeAbandoned, Error: text, Rerun: rerun})
 }
 
 // recorded counts and logs the database's answer to one outcome write.

@@ -77,7 +77,9 @@ type Periodic struct {
 	// @yearly or @annually), or a fixed interval, "@every 30s". A cron spec
 	// or descriptor is read in UTC unless it starts with a time zone,
 	// "TZ=Europe/Paris 0 3 * * *" (or CRON_TZ=), so that workers in
-	// different zones agree. An interval is a whole number of seconds, at
+	// different zones agree; a local time that a daylight-saving change
+	// skips or repeats fires once (see "Periodic events" in the package
+	// doc). An interval is a whole number of seconds, at
 	// least 1s, and fires at its multiples since the Unix epoch: "@every
 	// 5m" at :00, :05, :10... of every hour, "@every 24h" at midnight UTC,
 	// whatever the time zone and whenever the worker started. Required.
@@ -183,7 +185,9 @@ type fireTimes interface {
 
 // parseSchedule parses a cron spec, a descriptor or "@every <interval>"
 // with robfig/cron's standard parser. Only the parser is used: fire times
-// are computed here, so that every worker computes the same ones.
+// are computed here, so that every worker computes the same ones, and so
+// that a local time skipped or repeated by a daylight-saving change fires
+// once (cron's own Next skips the first and fires the second twice).
 func parseSchedule(spec string) (_ fireTimes, err error) {
 	defer func() {
 		if recover() != nil { // cron v3.0.1 panics on "TZ=x" without a space
@@ -202,7 +206,7 @@ func parseSchedule(spec string) (_ fireTimes, err error) {
 		if s.Location == time.Local { // no zone given: UTC, not each machine's own
 			s.Location = time.UTC
 		}
-		return cronTimes{s}, nil
+		return newCronTimes(s)
 	case cron.ConstantDelaySchedule:
 		// The parser rounds the interval silently (down to whole seconds,
 		// up to 1s), and counts it from whenever it is asked: read it again
@@ -220,11 +224,89 @@ func parseSchedule(spec string) (_ fireTimes, err error) {
 	return nil, fmt.Errorf("unexpected schedule type %T", parsed)
 }
 
-// cronTimes are the fire times of a cron spec or descriptor, at most one a
-// minute.
-type cronTimes struct{ s *cron.SpecSchedule }
+// cronTimes are the fire times of a cron spec or descriptor: its local
+// times (at most one a minute) in its zone, each resolved to an instant by
+// [resolveWall]. A local time the clocks skip names the first instant after
+// the gap, and one they repeat its first occurrence; local times that name
+// the same instant are one firing. The map from local times to instants
+// keeps their order (it never goes back), which is what lets next skip a
+// whole day or hour by its last local time.
+type cronTimes struct {
+	minute, hour, dom, month, dow uint64 // robfig/cron's bit sets
+	loc                           *time.Location
+}
 
-func (c cronTimes) next(t time.Time) time.Time { return c.s.Next(t.UTC()).UTC() }
+// newCronTimes takes the fields of a parsed spec. The standard parser has
+// no seconds field: every spec fires at second 0.
+func newCronTimes(s *cron.SpecSchedule) (cronTimes, error) {
+	if s.Second != 1 {
+		return cronTimes{}, errors.New("a schedule with seconds is not supported")
+	}
+	return cronTimes{minute: s.Minute, hour: s.Hour, dom: s.Dom, month: s.Month, dow: s.Dow, loc: s.Location}, nil
+}
+
+// starBit is robfig/cron's mark of a field given as "*" (or "?").
+const starBit = 1 << 63
+
+// dayMatches reports whether the civil date day (a date in UTC standing for
+// the zone's date) matches the spec's month, day of month and day of week,
+// as cron reads them: a restricted day of month and day of week match
+// either; either one given as "*" leaves the other alone to decide.
+func (c cronTimes) dayMatches(day time.Time) bool {
+	if c.month&(1<<uint(day.Month())) == 0 {
+		return false
+	}
+	domMatch := c.dom&(1<<uint(day.Day())) != 0
+	dowMatch := c.dow&(1<<uint(day.Weekday())) != 0
+	if c.dom&starBit != 0 || c.dow&starBit != 0 {
+		return domMatch && dowMatch
+	}
+	return domMatch || dowMatch
+}
+
+// at returns the instant the local time h:m of the civil date day names.
+func (c cronTimes) at(day time.Time, h, m int) time.Time {
+	return resolveWall(c.loc, day.Add(time.Duration(h)*time.Hour+time.Duration(m)*time.Minute))
+}
+
+// last returns the highest value of the bit set among 0 to n-1.
+func last(bits uint64, n int) int {
+	for i := n - 1; i > 0; i-- {
+		if bits&(1<<uint(i)) != 0 {
+			return i
+		}
+	}
+	return 0
+}
+
+// next walks the civil dates from two days before t's (no local time of an
+// earlier date can name an instant after t), skipping each date, then each
+// hour, whose last matching local time names an instant at or before t.
+func (c cronTimes) next(t time.Time) time.Time {
+	l := t.In(c.loc)
+	day := time.Date(l.Year(), l.Month(), l.Day()-2, 0, 0, 0, 0, time.UTC)
+	end := day.AddDate(5, 0, 2)
+	lastHour, lastMinute := last(c.hour, 24), last(c.minute, 60)
+	for ; day.Before(end); day = day.AddDate(0, 0, 1) {
+		if !c.dayMatches(day) || !c.at(day, lastHour, lastMinute).After(t) {
+			continue
+		}
+		for h := range 24 {
+			if c.hour&(1<<uint(h)) == 0 || !c.at(day, h, lastMinute).After(t) {
+				continue
+			}
+			for m := range 60 {
+				if c.minute&(1<<uint(m)) == 0 {
+					continue
+				}
+				if at := c.at(day, h, m); at.After(t) {
+					return at
+				}
+			}
+		}
+	}
+	return time.Time{}
+}
 
 // latest steps through the fire times from after: at most one a minute,
 // and after is never more than MissedLookback before now.
@@ -234,6 +316,40 @@ func (c cronTimes) latest(after, now time.Time) time.Time {
 		last = t
 	}
 	return last
+}
+
+// resolveWall returns the instant (in UTC) a wall-clock time of loc names:
+// wall's fields, read in UTC, are the local date and time. A wall time
+// that occurs once names that instant; one the clocks repeat (they were set
+// back) names its first occurrence; one they skip (set forward) names the
+// first instant after the gap, the change itself. time.Date leaves the
+// last two to chance; this decides them from the zone's periods, each an
+// offset in force over a span of instants.
+func resolveWall(loc *time.Location, wall time.Time) time.Time {
+	w := wall.Unix()
+	// Offsets lie within -12h and +14h: every instant whose wall time is w
+	// lies within [w-14h, w+12h]. Walk the zone's periods over it, in order.
+	const span = 15 * 60 * 60
+	u := time.Unix(w-span, 0)
+	havePrev, prevOffset := false, 0
+	for {
+		z := u.In(loc)
+		_, offset := z.Zone()
+		start, end := z.ZoneBounds() // zero: unbounded
+		if havePrev && start.Unix()+int64(prevOffset) <= w && w < start.Unix()+int64(offset) {
+			return start.UTC() // w is in the gap this period's start opens
+		}
+		at := w - int64(offset)
+		if (start.IsZero() || at >= start.Unix()) && (end.IsZero() || at < end.Unix()) {
+			return time.Unix(at, 0).UTC() // the first period that has w is its first occurrence
+		}
+		if end.IsZero() || end.Unix() > w+span {
+			break
+		}
+		u, havePrev, prevOffset = end, true, offset
+	}
+	// Not reached with tzdata's zones; time.Date's choice, if ever.
+	return time.Date(wall.Year(), wall.Month(), wall.Day(), wall.Hour(), wall.Minute(), wall.Second(), 0, loc).UTC()
 }
 
 // interval fires at the multiples of itself since the Unix epoch.
@@ -367,7 +483,7 @@ func (w *Worker) fire(ctx context.Context, s *schedule, now time.Time) {
 		s.retryAt, s.failures = time.Time{}, 0 // a failed firing older than the lookback is given up
 		return
 	}
-	eventID := breakFiringID(s.Name+":"+at.UTC().Format(time.RFC3339), w.cfg.WorkerID) // the id itself but in the chaos soak's deliberately broken builds (breaks_off.go)
+	eventID := breakFiringID(firingEventID(s.Name, at), w.cfg.WorkerID) // the id itself but in the chaos soak's deliberately broken builds (breaks_off.go)
 	dup, err := w.enqueueFiring(ctx, s, eventID, at)
 	if err != nil && ctx.Err() != nil {
 		return // stopping: not a firing's failure
@@ -384,6 +500,12 @@ func (w *Worker) fire(ctx context.Context, s *schedule, now time.Time) {
 	}
 	s.done, s.retryAt, s.failures = at, time.Time{}, 0
 	w.log.Debug("periodic event enqueued", "schedule", s.Name, "event_id", eventID, "duplicate", dup)
+}
+
+// firingEventID is the event id of schedule name's firing at the instant
+// at: a function of the two alone, so that every worker computes the same.
+func firingEventID(name string, at time.Time) string {
+	return name + ":" + at.UTC().Format(time.RFC3339)
 }
 
 // enqueueFiring enqueues one firing, skipping it if its event id exists,

@@ -1,5 +1,7 @@
 package framework
 
+import "time"
+
 // queue is one queue the worker serves (Config.Queues): its handler slots,
 // the claims it holds, and the wakeups of its claim loop. Each queue has
 // its own claim loop, so a queue whose slots are full never holds another
@@ -20,6 +22,17 @@ func newQueue(q Queue) *queue {
 		wake:        make(chan struct{}, 1),
 		slotFreed:   make(chan struct{}, 1),
 	}
+}
+
+// wakeAfter wakes q's claim loop once d has passed, when that comes before
+// its next poll: a retry or snooze this worker writes comes due then, and
+// nothing notifies it. (Another worker's are found when this one is idle:
+// see untilNextWake.) A wake with nothing to claim costs one empty claim.
+func (w *Worker) wakeAfter(q *queue, d time.Duration) {
+	if d >= w.cfg.PollInterval {
+		return
+	}
+	time.AfterFunc(d+wakeSlack, func() { signal(q.wake) })
 }
 
 // wakeAll wakes the claim loop of every queue: a notification names a

@@ -13,7 +13,9 @@ import (
 // handler cancelled with leasework.ErrLeaseLost at once; a claim whose
 // renewal cannot be confirmed at all (the database is unreachable) is given
 // up by its watchdog at its local deadline, before the lease can have
-// expired.
+// expired. A claim whose handler returned is renewed until its outcome is
+// written or given up, so that an outcome waiting out an outage keeps its
+// lease for as long as the database confirms it.
 func (w *Worker) renewLoop(ctx context.Context) {
 	every(ctx, w.renewTick(), w.renew)
 }
@@ -89,7 +91,7 @@ func (w *Worker) dueForRenewal(now time.Time) []*attempt {
 	var due []*attempt
 	for _, a := range w.live {
 		_, confirmed, _ := a.state()
-		if now.Sub(confirmed)+tick > w.cfg.RenewEvery && a.renewable(now) {
+		if now.Sub(confirmed)+tick > w.cfg.RenewEvery && a.renewable() {
 			due = append(due, a)
 		}
 	}

@@ -42,7 +42,7 @@ func TestRenewalIsSentWithinRenewEvery(t *testing.T) {
 
 // A claim whose handler's context ended without the handler returning is
 // not renewed; one whose handler returned is renewed until its outcome is
-// written, for at most a lease.
+// written (or given up), however long after its return.
 func TestRenewalSkipsHandlersWhoseContextEnded(t *testing.T) {
 	cfg, err := Config{Lease: time.Second}.normalize()
 	if err != nil {
@@ -60,11 +60,12 @@ func TestRenewalSkipsHandlersWhoseContextEnded(t *testing.T) {
 		{"running", &attempt{ctx: context.Background()}, true},
 		{"cancelled, still running", &attempt{ctx: ended}, false},
 		{"returned, outcome pending", &attempt{ctx: ended, ended: true, endedAt: now.Add(-cfg.Lease / 2)}, true},
-		{"returned a lease ago, outcome pending", &attempt{ctx: ended, ended: true, endedAt: now.Add(-cfg.Lease)}, false},
+		{"returned leases ago, outcome pending", &attempt{ctx: ended, ended: true, endedAt: now.Add(-3 * cfg.Lease)}, true},
 		{"refused by the database", &attempt{ctx: context.Background(), stale: true}, false},
+		{"returned after it was counted hung", &attempt{ctx: ended, ended: true, endedAt: now, hung: true}, false},
 	} {
 		c.a.w = w
-		if got := c.a.renewable(now); got != c.want {
+		if got := c.a.renewable(); got != c.want {
 			t.Errorf("%s: renewable = %v; want %v", c.name, got, c.want)
 		}
 	}

@@ -26,15 +26,21 @@ const (
 // RetryPolicy decides how long a failed attempt waits before the next one.
 // Its zero value is valid: every zero field takes the default documented on
 // it. The schedule is computed by github.com/cenkalti/backoff/v4: the delay
-// after attempt n is InitialInterval × Multiplier^(n-1), capped at
+// after the n-th failure is InitialInterval × Multiplier^(n-1), capped at
 // MaxInterval, then spread by ± RandomizationFactor. A delay is therefore
 // never negative and never longer than 2 × [MaxRetryInterval].
 //
+// The policy counts failures as [leasework.Claim.Failures] does: attempts
+// that failed, and attempts whose lease ran out (a crash), never snoozes
+// ([leasework.Snooze]). A handler that snoozed n times and then fails
+// waits InitialInterval, as after a first failure.
+//
 // Two budgets bound the attempts, and the lower one wins. The row's own
 // max_attempts, set at enqueue, is enforced by the database: every claim
-// counts, crashed ones included, and a retry on the last allowed attempt
-// ends the row FAILED. The policy's MaxAttempts is a further cap applied by
-// the worker when a handler returns an error.
+// counts, crashed ones included, a snooze adds one to it, and a retry on
+// the last allowed attempt ends the row FAILED. The policy's MaxAttempts
+// is a further cap on failures applied by the worker when a handler
+// returns an error.
 type RetryPolicy struct {
 	// InitialInterval is the delay after the first failed attempt. Zero
 	// means 1s; at most 30 days ([MaxRetryInterval]); negative is an error.
@@ -57,9 +63,9 @@ type RetryPolicy struct {
 	RandomizationFactor float64
 
 	// MaxAttempts, when positive, fails an event whose handler returns an
-	// error on attempt MaxAttempts or later, even if the row's budget
-	// allows more. Zero leaves the row's budget alone; negative is an
-	// error.
+	// error when the event has failed MaxAttempts - 1 times before
+	// (Claim.Failures), even if the row's budget allows more: snoozes do
+	// not count. Zero leaves the row's budget alone; negative is an error.
 	MaxAttempts int
 }
 
@@ -109,12 +115,12 @@ func (p RetryPolicy) normalize() (RetryPolicy, error) {
 // sensible schedule has reached MaxInterval.
 const maxScheduleSteps = 1000
 
-// delay returns the delay after failed attempt n (1 for the first) under a
+// delay returns the delay after failure n (1 for the first) under a
 // normalized policy: between zero and (1 + RandomizationFactor) ×
 // MaxInterval, whatever n. Within the policy's limits the backoff's
 // arithmetic cannot overflow: every interval is at most MaxRetryInterval,
 // and the spread at most doubles it.
-func (p RetryPolicy) delay(attempt int) time.Duration {
+func (p RetryPolicy) delay(failure int) time.Duration {
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     p.InitialInterval,
 		RandomizationFactor: p.RandomizationFactor,
@@ -126,7 +132,7 @@ func (p RetryPolicy) delay(attempt int) time.Duration {
 	}
 	b.Reset()
 	d := b.NextBackOff()
-	for i := 1; i < attempt && i < maxScheduleSteps; i++ {
+	for i := 1; i < failure && i < maxScheduleSteps; i++ {
 		d = b.NextBackOff()
 	}
 	return d

@@ -181,7 +181,12 @@ func isNilHandler(h leasework.Handler) bool {
 //     handler ignores its context, and its claim is neither renewed nor
 //     released. The claim expires and another worker takes the event over,
 //     with the attempt counted against the row's budget. Such handlers are
-//     counted in Counters.HungHandlers and logged with their ids.
+//     counted in Counters.HungHandlers and logged with their ids. Outcomes
+//     not written by the last tenth of StopTimeout (at most its last
+//     500ms), because the database is away, say, are given up before Run
+//     returns: counted in Counters.OutcomesAbandoned (and
+//     RerunsFromAbandonedOutcomes), their claims left to expire, and their
+//     events run again.
 //
 // So Run returns at most GracePeriod + StopTimeout after ctx ends, and at
 // most StopTimeout after StopNow, whatever the handlers and the database do.
@@ -243,8 +248,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	// The last outcomes need time to be written: a statement's timeout, at
 	// most half of the stop's.
 	w.awaitHandlers(dispatched, hardEnd.Add(-min(w.cfg.statementTimeout(), w.cfg.StopTimeout/2)), false)
-	w.stopAttempts(hardEnd)
-	waitUntil(written, hardEnd)
+	// The outcome writer stops writing a little before the end, so that it
+	// has given up what is left (counted, its observers told) when Run
+	// returns.
+	w.stopAttempts(hardEnd.Add(-min(w.cfg.StopTimeout/10, 500*time.Millisecond)))
+	if !waitUntil(written, hardEnd) {
+		w.log.Warn("worker stopping with an outcome write still in flight", "stop_timeout", w.cfg.StopTimeout)
+	}
 	stopRenewing()
 	ok := waitUntil(renewed, hardEnd) && waitUntil(dispatched, hardEnd) && waitUntil(othersDone, hardEnd)
 	if !ok {

@@ -20,8 +20,9 @@ type Row struct {
 	Payload       []byte
 	Status        leasework.Status
 	Generation    int64
-	Attempt       int
-	MaxAttempts   int
+	Attempt       int        // claims so far, snoozed and crashed ones included (leasework.Claim.Attempt)
+	Snoozes       int        // claims that ended in a snooze (leasework.Claim.Snoozes)
+	MaxAttempts   int        // the budget of claims: as enqueued, plus one for each snooze
 	LeaseUntil    *time.Time // nil unless INPROGRESS
 	NextAttemptAt time.Time
 	LastError     string
@@ -47,7 +48,7 @@ func scanRow(sc scanner) (Row, error) {
 	var status, meta string
 	err := sc.Scan(&r.ID, &r.EventID, &r.Kind, &r.Key, &r.Payload, &status, &r.Generation,
 		&r.Attempt, &r.MaxAttempts, &lease, &r.NextAttemptAt, &r.LastError, &r.Progress,
-		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished, &r.Queue, &r.Priority, &meta)
+		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished, &r.Queue, &r.Priority, &meta, &r.Snoozes)
 	if err != nil {
 		return Row{}, err
 	}
@@ -149,8 +150,9 @@ type RequeueRequest struct {
 	All   bool     // every FAILED row
 
 	// ExtraAttempts, when positive, extends each row's budget to the attempts
-	// it has used plus ExtraAttempts. Zero resets the attempt count so each
-	// row has its whole MaxAttempts again. Negative is an error.
+	// it has used plus ExtraAttempts. Zero resets the attempt count, and the
+	// snooze count with it, so each row has its whole MaxAttempts again,
+	// less what its snoozes had added. Negative is an error.
 	ExtraAttempts int
 }
 

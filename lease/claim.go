@@ -86,7 +86,7 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 		var meta string
 		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
 			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError,
-			&c.Queue, &c.Priority, &c.DueAt, &meta); err != nil {
+			&c.Queue, &c.Priority, &c.DueAt, &meta, &c.Snoozes); err != nil {
 			return nil, s.wrapErr("claim", err)
 		}
 		if c.Metadata, err = parseMetadata(meta); err != nil {
@@ -165,20 +165,24 @@ func checkQueue(op, queue string) (string, error) {
 	return queue, nil
 }
 
-// NextExpiry reports how long from now, by the database clock, the earliest
-// lease still running in queue (empty: [DefaultQueue]) runs out: when that
-// row becomes claimable again if its owner does not renew it. ok is false
-// when no lease is running there. It reads one entry of the lease index.
-// Workers use it to wake for a crashed owner's claims without waiting for
-// their next poll: an expired lease sends no notification.
-func (s *Store) NextExpiry(ctx context.Context, queue string) (d time.Duration, ok bool, err error) {
-	queue, err = checkQueue("next expiry", queue)
+// NextWake reports how long from now, by the database clock, a row of
+// queue (empty: [DefaultQueue]) next becomes claimable by itself: the
+// earliest lease still running runs out (the row is claimable again if its
+// owner does not renew it), or the earliest READY row not yet due comes
+// due (a retry's or a snooze's delay ends, an event enqueued to run later
+// is due), whichever is first. ok is false when neither lies ahead. It
+// reads one entry of the lease index and one of the ready index per
+// priority level. Workers use it to wake for those rows without waiting
+// for their next poll: neither an expired lease nor a row coming due sends
+// a notification.
+func (s *Store) NextWake(ctx context.Context, queue string) (d time.Duration, ok bool, err error) {
+	queue, err = checkQueue("next wake", queue)
 	if err != nil {
 		return 0, false, err
 	}
 	var secs sql.NullFloat64
-	if err := s.db.QueryRowContext(ctx, s.q.nextExpiry, queue).Scan(&secs); err != nil {
-		return 0, false, s.wrapErr("next expiry", err)
+	if err := s.db.QueryRowContext(ctx, s.q.nextWake, queue).Scan(&secs); err != nil {
+		return 0, false, s.wrapErr("next wake", err)
 	}
 	if !secs.Valid {
 		return 0, false, nil

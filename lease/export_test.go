@@ -58,8 +58,14 @@ func MigrateTo(ctx context.Context, s *Store, version int) error {
 		if m.Version > version {
 			break
 		}
-		if _, err := s.db.ExecContext(ctx, s.render(m.sql)); err != nil {
-			return err
+		qs := []string{s.render(m.sql)}
+		if m.NoTransaction {
+			qs = statements(qs[0])
+		}
+		for _, q := range qs {
+			if _, err := s.db.ExecContext(ctx, q); err != nil {
+				return err
+			}
 		}
 		if _, err := s.db.ExecContext(ctx, s.render(`INSERT INTO {{schema}}.{{name "migrations"}} (version, name) VALUES ($1, $2)`), m.Version, m.Name); err != nil {
 			return err
@@ -79,3 +85,6 @@ func MigrateWith(ctx context.Context, s *Store, ms []Migration) ([]int, error) {
 
 // Statements splits the SQL of a step run outside a transaction.
 var Statements = statements
+
+// RenderedSQL is m's SQL for s's table, as Migrate runs it.
+func RenderedSQL(s *Store, m Migration) string { return s.render(m.sql) }

@@ -3,10 +3,12 @@ package lease
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,18 +25,22 @@ type Migration struct {
 	Version int
 	Name    string
 	// WhileWorkersRun reports whether the step may be applied while
-	// workers and producers of the previous version run: their writes may
-	// wait for its locks, nothing worse. When false, stop them first; the
-	// step's SQL says why in its header.
+	// workers and producers of the previous version run: they may wait
+	// for its locks as long as its header says (the header names each lock
+	// that blocks reads or writes, and for how long it is held), nothing
+	// worse. When false, stop them first; the step's SQL says why in its
+	// header.
 	WhileWorkersRun bool
 	// NoTransaction reports whether the step cannot run inside a
 	// transaction (CREATE INDEX CONCURRENTLY can't). [Store.Migrate]
 	// applies such a step one statement at a time, outside any
 	// transaction, under session-level locks; a tool must be told so too
 	// (goose: "-- +goose NO TRANSACTION"; golang-migrate: a file of its
-	// own per statement). Its statements are written to be run again
-	// after a failure part-way (DROP INDEX CONCURRENTLY IF EXISTS before
-	// each CREATE INDEX CONCURRENTLY: a failed concurrent build leaves an
+	// own per statement). Each statement ends with a semicolon at the end
+	// of a line outside a dollar quote: a function's body or a DO block
+	// is one statement. Its statements are written to be run again after
+	// a failure part-way (DROP INDEX CONCURRENTLY IF EXISTS before each
+	// CREATE INDEX CONCURRENTLY: a failed concurrent build leaves an
 	// invalid index behind).
 	NoTransaction bool
 	sql           string
@@ -107,21 +113,30 @@ func parseMigration(version int, name, sql string) (Migration, error) {
 }
 
 // statements splits the SQL of a step that runs outside a transaction
-// into its statements: each ends with a semicolon at the end of a line,
-// and lines that start with "--" are left out. (Such steps hold no
-// function bodies or other text where that rule would break.) Each
-// statement must be sent alone: PostgreSQL runs the statements of one
-// simple query in one implicit transaction.
+// into its statements: each ends with a semicolon at the end of a line
+// outside a dollar quote ($$ or $tag$, which hold a function's body or a
+// DO block), and lines that start with "--" outside a dollar quote are left
+// out. Each statement must be sent alone: PostgreSQL runs the statements
+// of one simple query in one implicit transaction.
 func statements(sql string) []string {
 	var out []string
 	var cur strings.Builder
+	quote := "" // the dollar quote open, if any
 	for line := range strings.Lines(sql) {
 		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
+		if quote == "" && (t == "" || strings.HasPrefix(t, "--")) {
 			continue
 		}
 		cur.WriteString(line)
-		if strings.HasSuffix(t, ";") {
+		for _, tag := range dollarQuote.FindAllString(line, -1) {
+			switch quote {
+			case "":
+				quote = tag
+			case tag:
+				quote = ""
+			}
+		}
+		if quote == "" && strings.HasSuffix(t, ";") {
 			out = append(out, strings.TrimSpace(cur.String()))
 			cur.Reset()
 		}
@@ -131,6 +146,9 @@ func statements(sql string) []string {
 	}
 	return out
 }
+
+// dollarQuote matches the delimiters of a dollar-quoted string.
+var dollarQuote = regexp.MustCompile(`\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$`)
 
 // SQL returns the step's SQL for the table named by opts (Schema and Table;
 // zero means the defaults), for teams that run migrations with their own
@@ -185,17 +203,23 @@ var migrationsTable = []string{
 }
 
 // Migrate creates the schema, the table and everything it needs, applying
-// the migrations not yet recorded in the table's migrations table, all in one
-// transaction. Running it again is a no-op, and processes migrating tables
-// of one schema at once are serialized by a transaction-scoped advisory lock
-// keyed by the schema, so every process may call it at start-up.
+// the migrations not yet recorded in the table's migrations table, in
+// version order, each in a transaction of its own that also records it (a
+// step that cannot run in a transaction, [Migration.NoTransaction], one
+// statement at a time): the locks a step takes on the table are held for
+// that step alone, as its header says. Running it again is a no-op.
+// Processes migrating tables of one schema at once are serialized by
+// advisory locks keyed by the schema and the table, polled for (never
+// waited for inside a statement) and held by one connection from the
+// first step to the last, so every process may call it at start-up.
 //
-// A step that cannot run in a transaction ([Migration.NoTransaction]) ends
-// that transaction: the steps before it are committed, it is applied one
-// statement at a time under the same locks held by the session, and the
-// steps after it get a transaction of their own. If it fails part-way,
-// Migrate returns the error with the earlier steps applied, and the next
-// Migrate runs the step again from its first statement.
+// If a step fails, Migrate returns the error with the steps before it
+// applied, and the next Migrate applies that step again (from its first
+// statement, for one run outside a transaction).
+//
+// Before applying a step it checks that no object of the schema that has a
+// name the step derives from the table's ("<table>_<suffix>") belongs to
+// something else, and returns a [*NameCollisionError] if one does.
 //
 // It returns the versions it applied.
 func (s *Store) Migrate(ctx context.Context) (applied []int, err error) {
@@ -216,14 +240,10 @@ func (s *Store) migrateLocks() []string {
 }
 
 // tryLocksSQL takes the two migration locks ($1, then $2) without
-// waiting, and reports whether it took both; tryXactLocksSQL is the same
-// for transaction-level locks.
-const (
-	tryLocksSQL = `SELECT CASE WHEN pg_try_advisory_lock(hashtextextended($1, 0))
+// waiting, and reports whether it took both. They are session-level locks:
+// they conflict with the transaction-level ones older versions took.
+const tryLocksSQL = `SELECT CASE WHEN pg_try_advisory_lock(hashtextextended($1, 0))
     THEN pg_try_advisory_lock(hashtextextended($2, 0)) ELSE false END`
-	tryXactLocksSQL = `SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended($1, 0))
-    THEN pg_try_advisory_xact_lock(hashtextextended($2, 0)) ELSE false END`
-)
 
 // waitForLocks runs try until it reports the migration's locks taken,
 // waiting between tries (10 ms, growing to half a second), calling giveUp
@@ -257,91 +277,20 @@ func waitForLocks(ctx context.Context, try func() (bool, error), giveUp func() e
 	}
 }
 
-// migrate applies the steps of ms not yet recorded, in version order.
-func (s *Store) migrate(ctx context.Context, ms []Migration) (applied []int, err error) {
-	for {
-		done, next, err := s.migrateInTx(ctx, ms)
-		applied = append(applied, done...)
-		if err != nil || next == nil {
-			return applied, err
-		}
-		ran, err := s.migrateNoTx(ctx, *next)
-		if ran {
-			applied = append(applied, next.Version)
-		}
-		if err != nil {
-			return applied, err
-		}
-	}
-}
-
-// migrateInTx applies, in one transaction, the steps not yet recorded up
-// to the first that cannot run in a transaction, which it returns.
-func (s *Store) migrateInTx(ctx context.Context, ms []Migration) (applied []int, next *Migration, err error) {
-	var tx *sql.Tx
-	defer func() {
-		if err != nil && tx != nil {
-			tx.Rollback()
-		}
-	}()
-	keys := s.migrateLocks()
-	err = waitForLocks(ctx, func() (ok bool, err error) {
-		if tx, err = s.db.BeginTx(ctx, nil); err != nil {
-			return false, err
-		}
-		err = tx.QueryRowContext(ctx, tryXactLocksSQL, keys[0], keys[1]).Scan(&ok)
-		return ok, err
-	}, func() error { // the transaction's end lets go of its locks
-		err := tx.Rollback()
-		tx = nil
-		return err
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, q := range migrationsTable {
-		if _, err := tx.ExecContext(ctx, s.render(q)); err != nil {
-			return nil, nil, fmt.Errorf("lease: migrate: %w", err)
-		}
-	}
-	done, err := s.appliedVersions(ctx, tx)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, m := range ms {
-		if done[m.Version] {
-			continue
-		}
-		if m.NoTransaction {
-			next = &m
-			break
-		}
-		if _, err := tx.ExecContext(ctx, s.render(m.sql)); err != nil {
-			return nil, nil, fmt.Errorf("lease: migration %d (%s): %w", m.Version, m.Name, err)
-		}
-		if err := s.recordMigration(ctx, tx, m); err != nil {
-			return nil, nil, err
-		}
-		applied = append(applied, m.Version)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, nil, fmt.Errorf("lease: migrate: commit: %w", err)
-	}
-	return applied, next, nil
-}
-
 // unlockTimeout bounds the release of a migration's session locks.
 const unlockTimeout = 10 * time.Second
 
-// migrateNoTx applies m, a step that cannot run in a transaction, one
-// statement at a time on one connection holding the migration's locks
-// (session-level advisory locks conflict with the transaction-level ones
-// of migrateInTx). It reports whether it applied m: not when another
-// process did meanwhile.
-func (s *Store) migrateNoTx(ctx context.Context, m Migration) (ran bool, err error) {
+// migrate applies the steps of ms not yet recorded, in version order, on
+// one connection that holds the migration's locks from the first step to
+// the last (advisory locks, which lock no table). Each step is applied,
+// and recorded, in a transaction of its own, or, when it cannot run in
+// one, a statement at a time: a lock that one step takes on the table (a
+// moment's ACCESS EXCLUSIVE to add a column, say) is never held while
+// the next one runs (an index build, say).
+func (s *Store) migrate(ctx context.Context, ms []Migration) (applied []int, err error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return false, fmt.Errorf("lease: migrate: %w", err)
+		return nil, fmt.Errorf("lease: migrate: %w", err)
 	}
 	defer conn.Close()
 	unlock := func() error {
@@ -352,31 +301,82 @@ func (s *Store) migrateNoTx(ctx context.Context, m Migration) (ran bool, err err
 		_, err := conn.ExecContext(uctx, `SELECT pg_advisory_unlock_all()`)
 		return err
 	}
-	// A connection that cannot unlock is broken, and its session's locks
-	// end with it.
-	defer unlock()
+	defer func() {
+		if unlock() != nil {
+			// The session's locks end with its connection, which must
+			// not go back to the pool holding them.
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 	keys := s.migrateLocks()
 	err = waitForLocks(ctx, func() (ok bool, err error) {
 		err = conn.QueryRowContext(ctx, tryLocksSQL, keys[0], keys[1]).Scan(&ok)
 		return ok, err
 	}, unlock)
 	if err != nil {
-		return false, err
+		return nil, err
+	}
+	if err := s.checkNames(ctx, conn, ms); err != nil {
+		return nil, err
+	}
+	for _, q := range migrationsTable {
+		if _, err := conn.ExecContext(ctx, s.render(q)); err != nil {
+			return nil, fmt.Errorf("lease: migrate: %w", err)
+		}
 	}
 	done, err := s.appliedVersions(ctx, conn)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	if done[m.Version] {
-		return false, nil
+	for _, m := range ms {
+		if done[m.Version] {
+			continue
+		}
+		apply := s.applyInTx
+		if m.NoTransaction {
+			apply = s.applyNoTx
+		}
+		if err := apply(ctx, conn, m); err != nil {
+			return applied, err
+		}
+		applied = append(applied, m.Version)
 	}
+	return applied, nil
+}
+
+// applyInTx applies m and records it in one transaction on conn.
+func (s *Store) applyInTx(ctx context.Context, conn *sql.Conn, m Migration) (err error) {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("lease: migration %d (%s): %w", m.Version, m.Name, err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if _, err := tx.ExecContext(ctx, s.render(m.sql)); err != nil {
+		return fmt.Errorf("lease: migration %d (%s): %w", m.Version, m.Name, err)
+	}
+	if err := s.recordMigration(ctx, tx, m); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("lease: migration %d (%s): commit: %w", m.Version, m.Name, err)
+	}
+	return nil
+}
+
+// applyNoTx applies m, a step that cannot run in a transaction, one
+// statement at a time on conn, and then records it.
+func (s *Store) applyNoTx(ctx context.Context, conn *sql.Conn, m Migration) error {
 	for i, q := range statements(s.render(m.sql)) {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return false, fmt.Errorf("lease: migration %d (%s), statement %d (run outside a transaction; the next Migrate runs the step again): %w",
+			return fmt.Errorf("lease: migration %d (%s), statement %d (run outside a transaction; the next Migrate runs the step again): %w",
 				m.Version, m.Name, i+1, err)
 		}
 	}
-	return true, s.recordMigration(ctx, conn, m)
+	return s.recordMigration(ctx, conn, m)
 }
 
 // appliedVersions reads the versions recorded in the migrations table.

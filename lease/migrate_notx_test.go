@@ -133,6 +133,15 @@ func TestMigrationDirectives(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("Statements = %q; want %q", got, want)
 	}
+	// A function's body and a DO block are one statement each, their
+	// semicolons, blank lines and comments included.
+	fn := "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS $$\nBEGIN\n    PERFORM 1;\n\n    -- why\n    PERFORM '$x$';\nEND\n$$;"
+	do := "DO $body$\nBEGIN\n    RAISE NOTICE '$$;';\nEND\n$body$;"
+	got = lease.Statements("-- head\n" + fn + "\n-- between\n" + do + "\nSELECT $1::int;\n")
+	want = []string{fn, do, "SELECT $1::int;"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Statements with dollar quotes = %q; want %q", got, want)
+	}
 }
 
 func indexValid(t *testing.T, s *lease.Store) string {

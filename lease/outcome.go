@@ -99,8 +99,9 @@ type RetryRequest struct {
 	// snooze, give the claim's LastError to keep it.
 	Error string
 	// Snooze makes the attempt not count: the row's attempt budget grows
-	// by one, so the row goes back to READY whatever attempt it is on
-	// (leasework.Snooze).
+	// by one, so the row goes back to READY whatever attempt it is on, and
+	// its snooze count by one, so the next claim's leasework.Claim.Snoozes
+	// tells it from a failure (leasework.Snooze).
 	Snooze bool
 }
 

@@ -129,7 +129,8 @@ SET status = 'INPROGRESS',
 WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
-    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, '')`
+    o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
+    o.snoozes`
 
 // maxPriorityText is MaxPriority in the claim's text.
 const maxPriorityText = "9"
@@ -220,12 +221,13 @@ RETURNING o.id, o.generation, 'DONE'::text`
 // budget is spent, in which case the row ends FAILED with the error. Each
 // claim's entry of $2 is [generation, delay in microseconds, error,
 // snooze]: a snooze (1) adds one to the budget first, so it never spends
-// it.
+// it, and is counted in snoozes, so it is never taken for a failure.
 const retrySQL = `
 WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET status = CASE WHEN o.attempt >= o.max_attempts + ` + snoozed + ` THEN 'FAILED' ELSE 'READY' END,
     max_attempts = o.max_attempts + ` + snoozed + `,
+    snoozes = o.snoozes + ` + snoozed + `,
     lease_until = NULL, last_error = ` + rowValue + ` ->> 2,
     worker = CASE WHEN o.attempt >= o.max_attempts + ` + snoozed + ` THEN o.worker END,
     next_attempt_at = statement_timestamp() + (` + rowValue + ` ->> 1)::bigint * interval '1 microsecond',
@@ -296,13 +298,16 @@ RETURNING o.id`
 
 // requeueSQL is the repair path: FAILED rows back to READY. The generation
 // grows here too, so an owner from before the requeue stays stale. Idle
-// workers are woken on the table's channel ($5).
+// workers are woken on the table's channel ($5). A requeue that resets the
+// attempts ($4 = 0) gives back the budget as it was before its snoozes
+// grew it, and the snooze count starts again with the attempt count.
 const requeueSQL = `
 WITH requeued AS (
     UPDATE {{table}} AS o
     SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
         attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
-        max_attempts = CASE WHEN $4 = 0 THEN o.max_attempts ELSE o.attempt + $4 END,
+        max_attempts = CASE WHEN $4 = 0 THEN greatest(o.max_attempts - o.snoozes, 1) ELSE o.attempt + $4 END,
+        snoozes = CASE WHEN $4 = 0 THEN 0 ELSE o.snoozes END,
         next_attempt_at = statement_timestamp(), finished_at = NULL,
         updated_at = statement_timestamp()
     WHERE o.status = 'FAILED'
@@ -330,7 +335,7 @@ FROM {{table}}`
 
 const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
-    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, '')`
+    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, ''), snoozes`
 
 // rejectedSQL reads the rows whose guarded write was rejected, to tell a
 // write already recorded by the same claim, and a deleted row, from a stale
@@ -361,21 +366,34 @@ WHERE id = ANY (ARRAY(
     LIMIT $2
     FOR UPDATE SKIP LOCKED))`
 
-// nextExpirySQL reads, in seconds from now by the database clock, when the
-// earliest lease still running in queue $1 expires; NULL when none runs. It reads one
-// entry of the lease index, whatever the number of claims in flight and
-// whoever holds them: a lease already expired is left to the claim, and a
-// row this worker does not serve costs it one empty claim at most.
-const nextExpirySQL = `
-SELECT EXTRACT(EPOCH FROM (
-    SELECT lease_until FROM {{table}}
-    WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
-    ORDER BY lease_until
-    LIMIT 1) - statement_timestamp())::float8`
+// nextWakeSQL reads, in seconds from now by the database clock, when a row
+// of queue $1 next becomes claimable without a notification: the earliest
+// lease still running expires, or the earliest READY row not yet due (a
+// retry, a snooze, an event enqueued to run later) comes due; NULL when
+// neither is ahead. It reads one entry of the lease index and one entry of
+// the ready index per priority level, whatever the number of claims in
+// flight, the backlog, or who holds them: a lease already expired and a
+// row already due are left to the claim, and a row this worker does not
+// serve costs it one empty claim at most.
+const nextWakeSQL = `
+SELECT EXTRACT(EPOCH FROM LEAST(
+    (SELECT lease_until FROM {{table}}
+     WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
+     ORDER BY lease_until
+     LIMIT 1),
+    (SELECT min(r.next_attempt_at)
+     FROM generate_series(0, 9) AS p(priority)
+     CROSS JOIN LATERAL (
+         SELECT next_attempt_at FROM {{table}}
+         WHERE queue = $1 AND status = 'READY' AND priority = p.priority
+           AND next_attempt_at > statement_timestamp()
+         ORDER BY next_attempt_at
+         LIMIT 1) AS r)
+    ) - statement_timestamp())::float8`
 
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextExpiry,
+	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel string
 }
 
@@ -400,7 +418,7 @@ func (s *Store) renderQueries() queries {
 		getByEvent:     s.render(getByEventSQL),
 		list:           s.render(listSQL),
 		deleteFinished: s.render(deleteFinishedSQL),
-		nextExpiry:     s.render(nextExpirySQL),
+		nextWake:       s.render(nextWakeSQL),
 		discard:        s.render(discardSQL),
 		heldKeys:       s.render(heldKeysSQL),
 		keyHead:        s.render(keyHeadSQL),

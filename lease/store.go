@@ -56,7 +56,10 @@
 // row whose lease expires on its last allowed attempt becomes FAILED with a
 // reason such as "lease expired on attempt 5 of 5" the next time any worker
 // claims, instead of being claimed again. A retry on the last attempt also
-// ends in FAILED. [Store.Requeue] is the explicit repair path.
+// ends in FAILED. A snooze ([RetryRequest].Snooze) adds one attempt to the
+// budget, so it never spends it, and is counted in the row's snoozes,
+// handed to the next claim as leasework.Claim.Snoozes; a crash adds
+// nothing. [Store.Requeue] is the explicit repair path.
 //
 // # Order per key
 //
@@ -157,12 +160,14 @@
 // # Migrations
 //
 // [Store.Migrate] applies the embedded [Migrations] not yet recorded in
-// the table's migrations table, in one transaction, serialized across
-// processes by advisory locks (polled, never waited for inside a
-// statement). Each step says whether it may be applied while workers run
-// ([Migration.WhileWorkersRun]) and whether it must run outside a
-// transaction ([Migration.NoTransaction]); [Migration.SQL] gives its SQL
-// to teams that migrate with their own tool.
+// the table's migrations table, each in a transaction of its own,
+// serialized across processes by advisory locks (polled, never waited for
+// inside a statement). Each step says whether it may be applied while
+// workers run ([Migration.WhileWorkersRun]), and its header which locks
+// it takes on the table, for how long, and what waits for them; and
+// whether it must run outside a transaction ([Migration.NoTransaction]:
+// indexes built CONCURRENTLY). [Migration.SQL] gives its SQL to teams
+// that migrate with their own tool.
 //
 // # Metadata
 //

@@ -45,11 +45,12 @@ var errReturned = errors.New("leaseworktest: the handler returned")
 // of a fresh event has them: ID 1, EventID a new random UUID, Attempt 1,
 // Generation equal to Attempt, MaxAttempts [lease.DefaultMaxAttempts],
 // Queue [lease.DefaultQueue], LeaseUntil [framework.DefaultLease] from
-// now. Kind, Key, Payload, Progress, LastError, Priority and Reclaimed are
-// handed over as given: set Progress and LastError, a later Attempt and
-// Reclaimed, to test how a handler resumes or retries. A claim no worker
-// could hand out (Attempt beyond MaxAttempts, Generation below Attempt, a
-// negative field, Priority beyond [lease.MaxPriority]) fails the test.
+// now. Kind, Key, Payload, Progress, LastError, Priority, Snoozes and
+// Reclaimed are handed over as given: set Progress and LastError, a later
+// Attempt, Snoozes and Reclaimed, to test how a handler resumes or
+// retries. A claim no worker could hand out (Attempt beyond MaxAttempts,
+// Generation below Attempt, Snoozes not below Attempt, a negative field,
+// Priority beyond [lease.MaxPriority]) fails the test.
 //
 // The handler's context is derived from ctx, and ends when ctx does; it is
 // cancelled once the handler returns. In it:
@@ -204,6 +205,10 @@ func check(c leasework.Claim) string {
 		return fmt.Sprintf("MaxAttempts is %d", c.MaxAttempts)
 	case c.Attempt > c.MaxAttempts:
 		return fmt.Sprintf("Attempt %d is beyond MaxAttempts %d", c.Attempt, c.MaxAttempts)
+	case c.Snoozes < 0:
+		return fmt.Sprintf("Snoozes is %d", c.Snoozes)
+	case c.Snoozes >= c.Attempt:
+		return fmt.Sprintf("Snoozes %d is not below Attempt %d: snoozes are counted among the earlier attempts", c.Snoozes, c.Attempt)
 	case c.Generation < int64(c.Attempt):
 		return fmt.Sprintf("Generation %d is below Attempt %d: every attempt is a claim, and every claim adds one to the generation", c.Generation, c.Attempt)
 	case c.Priority < 0 || c.Priority > lease.MaxPriority:

@@ -58,7 +58,7 @@ func TestWorkFillsTheClaim(t *testing.T) {
 	// later attempt.
 	until := time.Now().Add(time.Minute)
 	given := leasework.Claim{ID: 7, EventID: "order-42", Kind: "order.placed", Key: "order-42", Payload: []byte("{}"),
-		Attempt: 3, MaxAttempts: 5, LeaseUntil: until, Reclaimed: true, Progress: []byte("page 2"),
+		Attempt: 3, Snoozes: 1, MaxAttempts: 5, LeaseUntil: until, Reclaimed: true, Progress: []byte("page 2"),
 		LastError: "timeout", Queue: "orders", Priority: 4}
 	res, err = leaseworktest.Work(t, ctx, h, given)
 	if err != nil {
@@ -74,7 +74,7 @@ func TestWorkFillsTheClaim(t *testing.T) {
 func equalClaims(a, b leasework.Claim) bool {
 	return bytes.Equal(a.Payload, b.Payload) && bytes.Equal(a.Progress, b.Progress) &&
 		a.LeaseUntil.Equal(b.LeaseUntil) && a.ID == b.ID && a.EventID == b.EventID && a.Kind == b.Kind &&
-		a.Key == b.Key && a.Generation == b.Generation && a.Attempt == b.Attempt &&
+		a.Key == b.Key && a.Generation == b.Generation && a.Attempt == b.Attempt && a.Snoozes == b.Snoozes &&
 		a.MaxAttempts == b.MaxAttempts && a.Reclaimed == b.Reclaimed && a.LastError == b.LastError &&
 		a.Queue == b.Queue && a.Priority == b.Priority
 }
@@ -90,6 +90,8 @@ func TestWorkRefusesAClaimNoWorkerHandsOut(t *testing.T) {
 		{"generation below the attempt", leasework.Claim{Attempt: 3, Generation: 2}, "Generation 2 is below Attempt 3"},
 		{"negative id", leasework.Claim{ID: -1}, "ID is -1"},
 		{"negative attempt", leasework.Claim{Attempt: -1}, "Attempt is -1"},
+		{"negative snoozes", leasework.Claim{Snoozes: -1}, "Snoozes is -1"},
+		{"snoozes beyond the earlier attempts", leasework.Claim{Attempt: 2, Snoozes: 2}, "Snoozes 2 is not below Attempt 2"},
 		{"priority out of range", leasework.Claim{Priority: lease.MaxPriority + 1}, "Priority is 10"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

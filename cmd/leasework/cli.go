@@ -163,7 +163,7 @@ says so and changes nothing.`,
 	},
 	{
 		name:     "ui",
-		synopsis: "[-addr host:port] [-actions]",
+		synopsis: "[-addr host:port] [-actions] [-allow-host name[:port]]",
 		summary:  "serve the operator console, a web UI, until interrupted; read-only unless -actions",
 		doc: `Ui serves the operator console of the table on -addr and prints its address:
 an overview (events per status, queue and kind; eligible rows and the oldest
@@ -173,6 +173,14 @@ the queues and the held keys. It is read-only unless -actions is given:
 then its pages requeue, discard and cancel events and pause and resume
 queues, for whoever reaches the address (it asks nobody who they are: keep
 it on localhost, or behind a proxy that authenticates). Actions are logged.
+
+It answers only to requests whose Host header names its listen address: the
+name -addr gives, the address it listens on, and localhost when that is a
+loopback address (for an unspecified address such as :8080, localhost and
+the machine's interface addresses), at its port. Other names get 403 before
+anything is shown: a page of another site that reaches the console under its
+own name (DNS rebinding) can neither read it nor act. -allow-host adds names,
+such as those of a proxy that passes the browser's Host on.
 
 It runs until interrupted (SIGINT, SIGTERM); -timeout bounds the database
 statements of each request, not the run.`,

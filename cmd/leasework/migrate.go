@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 
 	"github.com/leasework/leasework/lease"
 )
@@ -71,6 +73,10 @@ type migrateJSON struct {
 
 func (*migrateCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
 	applied, err := st.Migrate(ctx)
+	var collision *lease.NameCollisionError
+	if errors.As(err, &collision) {
+		return fmt.Errorf("%w\n(with this command: leasework migrate -schema %s -table <another name>, or -schema <another schema>)", err, st.Schema())
+	}
 	if err != nil {
 		return err
 	}

@@ -108,3 +108,25 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version: %q", r.stdout)
 	}
 }
+
+// A table whose derived names are taken by another table's objects is not
+// migrated: migrate exits 1, names each object, what has its name, and
+// the fix in the command's own flags; nothing is created.
+func TestMigrateReportsANameCollision(t *testing.T) {
+	t.Parallel()
+	drv := pgtest.Drivers[0].New()
+	db := pgtest.Open(t, drv)
+	schema := freshSchema(t, db, drv)
+	args := []string{"migrate", "-dsn", pgtest.DSN(t), "-schema", schema}
+	must(t, exitOK, append(args, "-table", "jobs_queues")...)
+	r := must(t, exitError, append(args, "-table", "jobs")...)
+	for _, want := range []string{`"jobs_queues", its table of paused queues, is a table without the columns`, "another table name", "-table", "-schema", "not applied"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("leasework migrate -table jobs beside the events table jobs_queues: stderr does not say %q:\n%s", want, r.stderr)
+		}
+	}
+	var exists bool
+	if err := db.QueryRow(`SELECT to_regclass($1) IS NOT NULL`, lease.QuoteIdent(schema)+".jobs").Scan(&exists); err != nil || exists {
+		t.Errorf("the table jobs exists after the refusal: %v, %v", exists, err)
+	}
+}

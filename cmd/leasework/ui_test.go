@@ -5,14 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/leasework/leasework"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
@@ -169,5 +174,145 @@ func TestUIBadAddress(t *testing.T) {
 	r := must(t, exitError, append([]string{"ui", "-addr", busy}, on(t, st, "pgx")...)...)
 	if !strings.Contains(r.stderr, "address already in use") {
 		t.Errorf("leasework ui on a busy address: stderr:\n%s", r.stderr)
+	}
+}
+
+// send makes one request as a browser on a page of host would: Host is
+// host, and the extra headers are given as name, value pairs.
+func send(t *testing.T, method, u, host string, form url.Values, headers ...string) (int, string) {
+	t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	client := &http.Client{Timeout: time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// After DNS rebinding, a page of attacker.example reaches leasework ui
+// -actions on 127.0.0.1 under its own name, as its own origin. Its
+// requests carry Host: attacker.example:<port>, and every one is refused
+// with 403 before anything is rendered: the overview, the event's page
+// (payload and form token), and a cancel carrying the token and a
+// same-origin Origin. The event stays READY. The console still serves its
+// own names: 127.0.0.1:<port> and localhost:<port>, and no other port or
+// address.
+func TestUIRefusesRebinding(t *testing.T) {
+	st := pgtest.Store(t, pgxdriver.New(), lease.Options{})
+	id := pgtest.Enqueue(t, st, lease.Event{Kind: "mail", EventID: "mail-secret", Payload: []byte("payload-secret")})[0].ID
+	u, out, _ := serveUI(t, append(on(t, st, "pgx"), "-actions")...)
+	port := strings.TrimSuffix(u[strings.LastIndex(u, ":")+1:], "/")
+	ev := u + "events/" + strconv.FormatInt(id, 10)
+	_, body := fetch(t, http.MethodGet, ev, nil)
+	tok := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)
+	if tok == nil {
+		t.Fatalf("the event page of leasework ui -actions has no form:\n%s", body)
+	}
+	for _, host := range []string{"attacker.example:" + port, "attacker.example", "Attacker.Example.:" + port, "localhost.attacker.example:" + port, "[::1]:" + port, "127.0.0.1:1" + port, "localhost:1" + port, "10.1.2.3:" + port} {
+		for _, page := range []string{u, u + "events", ev, u + "queues", u + "keys"} {
+			code, body := send(t, http.MethodGet, page, host, nil)
+			if code != http.StatusForbidden || strings.Contains(body, "payload-secret") || strings.Contains(body, "mail-secret") || strings.Contains(body, tok[1]) || !strings.Contains(body, "-allow-host") {
+				t.Errorf("GET %s with Host %s: %d; want 403 saying -allow-host, and nothing of the console\n%s", page, host, code, body)
+			}
+		}
+		code, body := send(t, http.MethodPost, ev+"/cancel", host, url.Values{"csrf": {tok[1]}, "reason": {"rebound"}},
+			"Origin", "http://"+host, "Sec-Fetch-Site", "same-origin")
+		if code != http.StatusForbidden {
+			t.Errorf("POST cancel with Host %s: %d; want 403\n%s", host, code, body)
+		}
+	}
+	if r, err := st.Get(t.Context(), id); err != nil || r.Status != leasework.StatusReady {
+		t.Errorf("after the rebound cancels the event is %+v (%v); want READY", r, err)
+	}
+	if !strings.Contains(out.String(), "host not allowed") {
+		t.Errorf("leasework ui did not log the refusals:\n%s", out.String())
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST.:" + port} {
+		if code, body := send(t, http.MethodGet, ev, host, nil); code != http.StatusOK || !strings.Contains(body, "payload-secret") {
+			t.Errorf("GET %s with Host %s: %d; want the event's page\n%s", ev, host, code, body)
+		}
+	}
+	code, body := send(t, http.MethodPost, ev+"/cancel", "localhost:"+port, url.Values{"csrf": {tok[1]}, "reason": {"by hand"}},
+		"Origin", "http://localhost:"+port, "Sec-Fetch-Site", "same-origin")
+	if r, err := st.Get(t.Context(), id); code != http.StatusSeeOther || err != nil || r.Status != leasework.StatusDiscarded {
+		t.Errorf("POST cancel with Host localhost:%s: %d; the event is %+v (%v); want 303 and DISCARDED\n%s", port, code, r, err, body)
+	}
+}
+
+// -allow-host adds names to those of the listen address: a name alone at
+// any port, a name with a port at that port; repeated, or separated by
+// commas. A value that is not a host name is a usage error.
+func TestUIAllowHost(t *testing.T) {
+	st := pgtest.Store(t, pgxdriver.New(), lease.Options{})
+	u, _, _ := serveUI(t, append(on(t, st, "pgx"), "-allow-host", "ops.example", "-allow-host", "a.example:8443,[2001:db8::7]")...)
+	port := strings.TrimSuffix(u[strings.LastIndex(u, ":")+1:], "/")
+	for host, want := range map[string]int{
+		"ops.example:" + port: http.StatusOK, "ops.example": http.StatusOK, "OPS.example.:9": http.StatusOK,
+		"a.example:8443": http.StatusOK, "a.example:" + port: http.StatusForbidden, "a.example": http.StatusForbidden,
+		"[2001:db8::7]:" + port: http.StatusOK, "[2001:db8::8]:" + port: http.StatusForbidden,
+		"127.0.0.1:" + port: http.StatusOK, "localhost:" + port: http.StatusOK, "b.example:" + port: http.StatusForbidden,
+	} {
+		if code, body := send(t, http.MethodGet, u, host, nil); code != want {
+			t.Errorf("GET with Host %s: %d, want %d\n%s", host, code, want, body)
+		}
+	}
+	for _, bad := range []string{"http://ops.example", "*.example", "ops.example:", "::1"} {
+		r := must(t, exitUsage, append([]string{"ui", "-allow-host", bad}, on(t, st, "pgx")...)...)
+		if !strings.Contains(r.stderr, "-allow-host") || !strings.Contains(r.stderr, strconv.Quote(bad)) {
+			t.Errorf("leasework ui -allow-host %q: stderr does not name the flag and the value:\n%s", bad, r.stderr)
+		}
+	}
+}
+
+// The names of a listen address: the name -addr gives, the address the
+// listener has, and localhost for a loopback address; for an unspecified
+// address (":8080"), localhost and every address of the machine's
+// interfaces. Each at the listener's port.
+func TestUIListenNames(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		ip   string
+		want []string
+	}{
+		{"127.0.0.1:8080", "127.0.0.1", []string{"127.0.0.1:8080", "localhost:8080"}},
+		{"localhost:8080", "127.0.0.1", []string{"localhost:8080", "127.0.0.1:8080"}},
+		{"LocalHost.:8080", "::1", []string{"localhost:8080", "[::1]:8080"}},
+		{"[::1]:0", "::1", []string{"[::1]:8080", "localhost:8080"}},
+		{"127.0.0.2:8080", "127.0.0.2", []string{"127.0.0.2:8080", "localhost:8080"}},
+		{"ops.lan:8080", "192.0.2.5", []string{"ops.lan:8080", "192.0.2.5:8080"}},
+		{"192.0.2.5:8080", "192.0.2.5", []string{"192.0.2.5:8080"}},
+	} {
+		got := listenNames(c.addr, &net.TCPAddr{IP: net.ParseIP(c.ip), Port: 8080}, nil)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("listenNames(%q, %s:8080) = %q, want %q", c.addr, c.ip, got, c.want)
+		}
+	}
+	ifaces := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.0.2.5"), netip.MustParseAddr("2001:db8::5"), netip.MustParseAddr("::1")}
+	for _, addr := range []string{":8080", "0.0.0.0:8080", "[::]:8080"} {
+		got := listenNames(addr, &net.TCPAddr{IP: net.IPv6unspecified, Port: 8080}, ifaces)
+		want := []string{"localhost:8080", "127.0.0.1:8080", "192.0.2.5:8080", "[2001:db8::5]:8080", "[::1]:8080"}
+		if !slices.Equal(got, want) {
+			t.Errorf("listenNames(%q, [::]:8080) = %q, want %q", addr, got, want)
+		}
 	}
 }

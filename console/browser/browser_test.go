@@ -44,15 +44,17 @@ type tab struct {
 	dialogs []string
 }
 
-// newTab starts a headless browser for the test, stopped at its end. Any
-// JavaScript dialog (alert, confirm, prompt) is recorded and dismissed.
-func newTab(t *testing.T) *tab {
+// newTab starts a headless browser for the test, with extra options of
+// its command line, stopped at its end. Any JavaScript dialog (alert,
+// confirm, prompt) is recorded and dismissed.
+func newTab(t *testing.T, extra ...chromedp.ExecAllocatorOption) *tab {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
 		chromedp.WindowSize(1280, 900),
 		chromedp.DisableGPU,
 	)
+	opts = append(opts, extra...)
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium refuses its sandbox to root
 	}
@@ -138,8 +140,9 @@ func (tb *tab) sees(want ...string) {
 }
 
 // consoleSite serves the console of st, with opts, under /leasework/ as
-// an application mounts it.
-func consoleSite(t *testing.T, st *lease.Store, opts console.Options) string {
+// an application mounts it, beside the application's other handlers
+// given as pattern, handler pairs.
+func consoleSite(t *testing.T, st *lease.Store, opts console.Options, others ...any) string {
 	t.Helper()
 	c, err := console.New(st, opts)
 	if err != nil {
@@ -147,6 +150,9 @@ func consoleSite(t *testing.T, st *lease.Store, opts console.Options) string {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/leasework/", http.StripPrefix("/leasework", c))
+	for i := 0; i+1 < len(others); i += 2 {
+		mux.Handle(others[i].(string), others[i+1].(http.Handler))
+	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/leasework/"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -31,9 +32,7 @@ func newPair(t *testing.T, sync bool) *pair {
 	// processes die in these tests, never the machine.
 	opts := pgserver.Options{Settings: []string{"synchronous_commit=on"}}
 	primary, err := pgserver.StartWith(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, "start the primary", err)
 	t.Cleanup(func() { primary.Stop() })
 	p := &pair{primary: primary}
 	p.addStandby(t, sync)
@@ -45,26 +44,20 @@ func (p *pair) addStandby(t *testing.T, sync bool) {
 	t.Helper()
 	ctx := context.Background()
 	standby, err := pgserver.StartStandby(ctx, p.primary, pgserver.Options{Settings: []string{"synchronous_commit=on"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, "start a standby", err)
 	t.Cleanup(func() { standby.Stop() })
 	names := ""
 	if sync {
 		names = "*"
 	}
-	if err := p.primary.RequireSyncStandby(ctx, names); err != nil {
-		t.Fatal(err)
-	}
+	must(t, "make the standby synchronous", p.primary.RequireSyncStandby(ctx, names))
 	p.standby = standby
 }
 
 // promote makes the standby the primary.
 func (p *pair) promote(t *testing.T) {
 	t.Helper()
-	if err := p.standby.Promote(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	must(t, "promote the standby", p.standby.Promote(context.Background()))
 	p.primary, p.standby = p.standby, nil
 }
 
@@ -88,14 +81,14 @@ func dsnPorts(drv leasework.Driver, app string, portNumbers ...int) string {
 	if drv.Name() == "pq" {
 		// lib/pq reads several hosts only in this form (or as host= and
 		// port= URL parameters), not as URL hosts h1:p1,h2:p2.
-		return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=2 target_session_attrs=read-write application_name=%s",
+		return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=10 target_session_attrs=read-write application_name=%s",
 			strings.Join(hosts, ","), strings.Join(ports, ","), app)
 	}
 	var addrs []string
 	for i := range hosts {
 		addrs = append(addrs, hosts[i]+":"+ports[i])
 	}
-	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2&target_session_attrs=read-write&application_name=%s",
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=10&target_session_attrs=read-write&application_name=%s",
 		strings.Join(addrs, ","), url.QueryEscape(app))
 }
 
@@ -104,42 +97,85 @@ func dsnPorts(drv leasework.Driver, app string, portNumbers ...int) string {
 func openStore(t *testing.T, drv leasework.Driver, dsn, schema string, migrate bool) *lease.Store {
 	t.Helper()
 	db, err := drv.Open(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, "open a pool", err)
 	t.Cleanup(func() { db.Close() })
 	s, err := lease.New(db, drv, lease.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, "open a store", err)
 	if migrate {
-		if _, err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		must(t, "migrate", retryConn(t, drv, "migrate", func() error {
+			_, err := s.Migrate(context.Background())
+			return err
+		}))
 	}
 	return s
 }
 
+// connectTimeout is the connect_timeout of the tests' connection strings:
+// a liveness bound on one connection attempt to one server, generous for a
+// loaded machine where a server that is starting up or recovering takes
+// seconds to answer. A server that is down refuses at once; this bounds
+// only a slow one.
+const connectTimeout = 10 * time.Second
+
+// retryBound is how long retryConn keeps trying: a liveness bound for a
+// loaded machine, not a measure of recovery (the tests log those).
+const retryBound = 3 * time.Minute
+
 // retryConn runs f until it returns an error that is not a lost
-// connection, for at most a minute: a pool keeps connections to the old
-// primary until it uses them.
+// connection, for at most retryBound: a pool keeps connections to the old
+// primary until it uses them, and a promoted standby may still refuse
+// connections while it starts. An error it returns names what.
 func retryConn(t *testing.T, drv leasework.Driver, what string, f func() error) error {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	return retryWhile(func(err error) bool { return leasework.Classify(drv, err) == leasework.ClassConnection }, what, f)
+}
+
+// retryWhile is [retryConn] with lost telling a lost connection.
+func retryWhile(lost func(error) bool, what string, f func() error) error {
+	deadline := time.Now().Add(retryBound)
 	for {
 		err := f()
-		if leasework.Classify(drv, err) != leasework.ClassConnection || time.Now().After(deadline) {
-			return err
+		if err == nil {
+			return nil
+		}
+		if !lost(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: still failing to connect after %v: %w", what, retryBound, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// query scans one row of q on db.
+// must fails the test with err, naming the step that failed.
+func must(t *testing.T, step string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
+// connLostAnyDriver reports whether err is a lost connection to either
+// driver: for a pool whose driver the caller does not know.
+func connLostAnyDriver(err error) bool {
+	for _, d := range pgtest.Drivers {
+		if leasework.Classify(d.New(), err) == leasework.ClassConnection {
+			return true
+		}
+	}
+	return false
+}
+
+// query scans one row of q on db, trying again while the connection
+// fails (db's pool may hold connections to a server that is gone).
 func query(t *testing.T, db *sql.DB, q string, args []any, dest ...any) {
 	t.Helper()
-	if err := db.QueryRowContext(context.Background(), q, args...).Scan(dest...); err != nil {
-		t.Fatalf("%s: %v", q, err)
+	err := retryWhile(connLostAnyDriver, q, func() error {
+		return db.QueryRowContext(context.Background(), q, args...).Scan(dest...)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -37,9 +37,7 @@ func TestConformanceOnPromotedStandby(t *testing.T) {
 			t.Fatalf("stop the old primary: %v", err)
 		}
 		db, err := sql.Open("pgx", p.primary.DSN())
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, "open a pool on the promoted standby", err)
 		defer db.Close()
 		var floor int64
 		query(t, db, timelineFloorSQL, nil, &floor)

@@ -24,26 +24,17 @@ func TestAsyncFailoverNeverReissuesAGeneration(t *testing.T) {
 		schema := pgtest.SchemaName()
 		both := dsn(drv, "fencing", p.primary, p.standby)
 		a := openStore(t, drv, both, schema, true)
-		if _, err := pgtest.EnqueueCommitted(ctx, a, lease.Event{Kind: "k", EventID: "e"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.primary.CaughtUp(ctx); err != nil {
-			t.Fatal(err)
-		}
+		_, err := pgtest.EnqueueCommitted(ctx, a, lease.Event{Kind: "k", EventID: "e"})
+		must(t, "enqueue", err)
+		must(t, "wait for the standby to catch up", p.primary.CaughtUp(ctx))
 		// The standby stops receiving: A's claim reaches the primary alone.
-		if err := p.standby.Halt(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, "halt the standby", p.standby.Halt())
 		claimsA, err := a.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "A"})
 		if err != nil || len(claimsA) != 1 {
 			t.Fatalf("A's claim = %v, %v; want one", claimsA, err)
 		}
-		if err := p.primary.Crash(); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.standby.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+		must(t, "crash the primary", p.primary.Crash())
+		must(t, "start the standby again", p.standby.Start(ctx))
 		p.promote(t)
 
 		// On the new primary the row is READY again; B claims it.
@@ -67,10 +58,11 @@ func TestAsyncFailoverNeverReissuesAGeneration(t *testing.T) {
 		if !errors.Is(err, leasework.ErrLeaseLost) {
 			t.Errorf("A's completion after the failover = %v; want leasework.ErrLeaseLost", err)
 		}
-		r, err := b.Get(ctx, claimsB[0].ID)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var r lease.Row
+		must(t, "read the row after A's completion", retryConn(t, drv, "get", func() (err error) {
+			r, err = b.Get(ctx, claimsB[0].ID)
+			return err
+		}))
 		if r.Status != leasework.StatusInProgress || r.Generation != gB || r.Worker != "B" {
 			t.Errorf("row after A's completion: %s at generation %d by %q; want INPROGRESS at %d by B", r.Status, r.Generation, r.Worker, gB)
 		}

@@ -14,6 +14,10 @@ import (
 	"github.com/leasework/leasework/lease"
 )
 
+// waitBound bounds each wait of the load runs for a condition: generous,
+// so that only a run that is stuck fails, however busy the machine.
+const waitBound = 4 * time.Minute
+
 // The workers' poll interval in the load runs: longer than any wait of the
 // test, so that work found after a failover is found through a
 // notification or the poll a worker makes when it listens again, never
@@ -65,7 +69,7 @@ func (l loadRun) run(t *testing.T) loadResult {
 	admin := openStore(t, pgtest.Drivers[0].New(), l.dsn(pgtest.Drivers[0].New(), "admin"), schema, true)
 	table := admin.QualifiedTable()
 	if _, err := admin.DB().ExecContext(ctx, fmt.Sprintf(auditSQL, ident(schema), table)); err != nil {
-		t.Fatal(err)
+		t.Fatalf("create the audit trigger and the receipts table: %v", err)
 	}
 
 	// The first claim on each timeline: how the test sees work start on a
@@ -81,6 +85,10 @@ func (l loadRun) run(t *testing.T) loadResult {
 		}
 	}
 
+	// Receipts written, duplicates included: the producer's pace past
+	// l.events.
+	var handled atomic.Int64
+
 	// Workers, one per driver: each handler writes a receipt in a
 	// transaction of its own, the stand-in for an external system.
 	runCtx, stopWorkers := context.WithCancel(ctx)
@@ -90,28 +98,27 @@ func (l loadRun) run(t *testing.T) loadResult {
 		drv := d.New()
 		name := "worker-" + drv.Name()
 		db, err := drv.Open(l.dsn(drv, name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, "open "+name+"'s pool", err)
 		t.Cleanup(func() { db.Close() })
 		w, err := framework.New(db, drv, framework.Config{
 			WorkerID: name, Schema: schema, Concurrency: 50, Lease: 3 * time.Second,
 			PollInterval: loadPollInterval, Retention: -1, Logger: testLogger(t),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, "configure "+name, err)
 		receipt := fmt.Sprintf("INSERT INTO %s.receipts (event_id, generation, worker) VALUES ($1, $2, $3)", ident(schema))
 		h := leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
 			claimed(c.Generation)
 			_, err := db.ExecContext(ctx, receipt, c.EventID, c.Generation, name)
+			if err == nil {
+				handled.Add(1)
+			}
 			return err
 		})
 		// "k" is the load; the worker's own kind is for the check that it
 		// listens again (see below).
 		for _, kind := range []string{"k", name} {
 			if err := w.Register(kind, h, framework.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaxInterval: 100 * time.Millisecond, MaxAttempts: 1000}); err != nil {
-				t.Fatal(err)
+				t.Fatalf("register %s on %s: %v", kind, name, err)
 			}
 		}
 		workers = append(workers, w)
@@ -142,13 +149,17 @@ func (l loadRun) run(t *testing.T) loadResult {
 	}
 	go func() {
 		defer close(producerDone)
-		// Past l.events, a batch every 100ms: work keeps flowing through
-		// the failovers left without piling up.
+		// Past l.events, a batch every 100ms while fewer than 100 events
+		// wait: work keeps flowing through the failovers left without
+		// piling up, however slowly a loaded machine handles it.
 		pace := time.NewTicker(100 * time.Millisecond)
 		defer pace.Stop()
 		for batch := 0; len(acked) < l.events || failingOver.Load(); batch++ {
 			if len(acked) >= l.events {
 				<-pace.C
+				if int64(len(acked))-handled.Load() >= 100 {
+					continue
+				}
 			}
 			s := producers[batch%len(producers)]
 			var events []lease.Event
@@ -170,16 +181,20 @@ func (l loadRun) run(t *testing.T) loadResult {
 	for i, failover := range l.failovers {
 		// Fail over once the producer is well into its share of events.
 		share := int64(l.events * (i + 1) / (len(l.failovers) + 1))
-		waitUntil(t, "the producer to enqueue "+fmt.Sprint(share)+" events", func() bool { return ackedN.Load() >= share })
+		waitProgress(t, func() int { return int(ackedN.Load()) },
+			func() string {
+				return fmt.Sprintf("the producer to enqueue %d events (%d so far)", share, ackedN.Load())
+			},
+			func() bool { return ackedN.Load() >= share })
 		start := time.Now()
 		failover(t)
 		var floor int64
 		if err := retryConn(t, admin.Driver(), "read the new timeline", func() error {
 			return admin.DB().QueryRowContext(ctx, timelineFloorSQL).Scan(&floor)
 		}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("failover %d: %v", i+1, err)
 		}
-		waitUntil(t, "a claim on the new primary", func() bool {
+		waitUntil(t, fmt.Sprintf("a claim on the new primary of failover %d", i+1), func() bool {
 			firstMu.Lock()
 			defer firstMu.Unlock()
 			_, ok := firstOn[floor>>32]
@@ -194,12 +209,21 @@ func (l loadRun) run(t *testing.T) loadResult {
 	res.acked = len(acked)
 
 	// Every acknowledged event finishes.
-	waitUntil(t, "every acknowledged event to be DONE", func() bool {
+	var lastErr error
+	waitProgress(t, func() int { return res.done }, func() string {
+		// What the wait saw last: how far it got, and where the rest are.
+		var states string
+		admin.DB().QueryRowContext(ctx, "SELECT coalesce(string_agg(status || '=' || n, ' '), '') FROM (SELECT status, count(*) AS n FROM "+table+
+			" WHERE event_id = ANY($1) AND status <> 'DONE' GROUP BY status) AS s", admin.Driver().Array(acked)).Scan(&states)
+		return fmt.Sprintf("every acknowledged event to be DONE (%d of %d DONE; the rest: %s; last error: %v)", res.done, len(acked), states, lastErr)
+	}, func() bool {
 		var n int
-		err := admin.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE status = 'DONE' AND event_id = ANY($1)",
+		lastErr = admin.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE status = 'DONE' AND event_id = ANY($1)",
 			admin.Driver().Array(acked)).Scan(&n)
-		res.done = n
-		return err == nil && n == len(acked)
+		if lastErr == nil {
+			res.done = n
+		}
+		return lastErr == nil && n == len(acked)
 	})
 
 	// Each worker listens again: one more event, of a kind only that
@@ -210,7 +234,10 @@ func (l loadRun) run(t *testing.T) loadResult {
 	// ping.)
 	for _, w := range workers {
 		sent := time.Now()
-		if _, err := pgtest.EnqueueCommitted(ctx, admin, lease.Event{Kind: w.ID(), EventID: "after-" + w.ID()}); err != nil {
+		if err := retryConn(t, admin.Driver(), "enqueue the event after the failovers for "+w.ID(), func() error {
+			_, err := pgtest.EnqueueCommitted(ctx, admin, lease.Event{Kind: w.ID(), EventID: "after-" + w.ID()})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		waitUntil(t, w.ID()+" to be woken by a notification for the event after the failovers", func() bool {
@@ -277,13 +304,39 @@ CREATE TRIGGER audit AFTER UPDATE ON %[2]s FOR EACH ROW
 // computes it.
 const timelineFloorSQL = `SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32`
 
-// waitUntil polls cond until it holds, failing the test after two minutes.
+// waitUntil polls cond until it holds, failing the test after
+// waitBound, a liveness bound for a loaded machine.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
+	waitUntilWith(t, func() string { return what }, cond)
+}
+
+// waitProgress is [waitUntilWith] for a wait that makes progress, such as
+// events finishing: it fails only when progress() has not grown for
+// waitBound, so a slow machine that keeps finishing events is waited for,
+// and a stuck one is not.
+func waitProgress(t *testing.T, progress func() int, what func() string, cond func() bool) {
+	t.Helper()
+	last, since := progress(), time.Now()
+	for !cond() {
+		if p := progress(); p != last {
+			last, since = p, time.Now()
+		}
+		if time.Since(since) > waitBound {
+			t.Fatalf("waited %v without progress for %s", waitBound, what())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitUntilWith is [waitUntil] with what told at the failure, so that it
+// can say what the wait last saw.
+func waitUntilWith(t *testing.T, what func() string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitBound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("waited two minutes for %s", what)
+			t.Fatalf("waited %v for %s", waitBound, what())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -36,23 +36,19 @@ func TestEventEnqueuedWhileWorkerReconnectsIsClaimedAtOnce(t *testing.T) {
 		workerDSN := strings.Replace(strings.Replace(dsn(drv, "worker", servers...),
 			"postgres://postgres@", "postgres://lw_worker@", 1), "user=postgres", "user=lw_worker", 1)
 		db, err := drv.Open(workerDSN)
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, "open the worker's pool", err)
 		defer db.Close()
 		w, err := framework.New(db, drv, framework.Config{
 			WorkerID: "worker", Schema: schema, Lease: 3 * time.Second,
 			PollInterval: loadPollInterval, Retention: -1, Logger: testLogger(t),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, "configure the worker", err)
 		done := make(chan string, 2)
 		if err := w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
 			done <- c.EventID
 			return nil
 		}), framework.RetryPolicy{}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("register: %v", err)
 		}
 		runCtx, stop := context.WithCancel(ctx)
 		stopped := make(chan error, 1)
@@ -75,7 +71,7 @@ func TestEventEnqueuedWhileWorkerReconnectsIsClaimedAtOnce(t *testing.T) {
 				_, err := pgtest.EnqueueCommitted(ctx, admin, lease.Event{Kind: "k", EventID: id})
 				return err
 			}); err != nil {
-				t.Fatal(err)
+				t.Fatalf("enqueue %s: %v", id, err)
 			}
 		}
 		enqueue("before")
@@ -84,18 +80,14 @@ func TestEventEnqueuedWhileWorkerReconnectsIsClaimedAtOnce(t *testing.T) {
 			if got != "before" {
 				t.Fatalf("handled %q; want before", got)
 			}
-		case <-time.After(time.Minute):
-			t.Fatal("the event enqueued before the failover was not handled within a minute")
+		case <-time.After(waitBound):
+			t.Fatalf("the event enqueued before the failover was not handled within %v", waitBound)
 		}
 
 		// The failover, with the worker's role refused at login meanwhile.
 		exec("ALTER ROLE lw_worker NOLOGIN")
-		if err := p.primary.CaughtUp(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.primary.Crash(); err != nil {
-			t.Fatal(err)
-		}
+		must(t, "wait for the standby to catch up", p.primary.CaughtUp(ctx))
+		must(t, "crash the primary", p.primary.Crash())
 		p.promote(t)
 		enqueue("during")
 		if n := sessions(); n != 0 {
@@ -109,8 +101,8 @@ func TestEventEnqueuedWhileWorkerReconnectsIsClaimedAtOnce(t *testing.T) {
 				t.Fatalf("handled %q; want during", got)
 			}
 			t.Logf("the event enqueued during the failover was claimed %v after the worker could connect again", time.Since(back).Round(time.Millisecond))
-		case <-time.After(time.Minute):
-			t.Fatalf("the event enqueued while the worker was away was not claimed within a minute of its return (poll interval %v)", loadPollInterval)
+		case <-time.After(waitBound):
+			t.Fatalf("the event enqueued while the worker was away was not claimed within %v of its return (poll interval %v)", waitBound, loadPollInterval)
 		}
 
 		// It listens again: with nothing to do and its next poll ten
@@ -123,8 +115,8 @@ func TestEventEnqueuedWhileWorkerReconnectsIsClaimedAtOnce(t *testing.T) {
 			if got != "after" {
 				t.Fatalf("handled %q; want after", got)
 			}
-		case <-time.After(time.Minute):
-			t.Fatalf("the event enqueued after the worker's return was not claimed within a minute (poll interval %v): it does not listen again", loadPollInterval)
+		case <-time.After(waitBound):
+			t.Fatalf("the event enqueued after the worker's return was not claimed within %v (poll interval %v): it does not listen again", waitBound, loadPollInterval)
 		}
 	})
 }

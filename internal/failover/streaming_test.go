@@ -21,22 +21,16 @@ func TestFailoverOnStreamingReplication(t *testing.T) {
 	switchOver := func(stop func(*pgserver.Server) error) func(t *testing.T) {
 		return func(t *testing.T) {
 			old := p.primary
-			if err := stop(old); err != nil {
-				t.Fatal(err)
-			}
+			must(t, "stop the primary", stop(old))
 			p.promote(t)
-			if err := old.Rejoin(ctx, p.primary, pgserver.Options{Settings: []string{"synchronous_commit=on"}}); err != nil {
-				t.Fatal(err)
-			}
+			must(t, "rejoin the old primary as a standby", old.Rejoin(ctx, p.primary, pgserver.Options{Settings: []string{"synchronous_commit=on"}}))
 			p.standby = old
-			if err := p.primary.RequireSyncStandby(ctx, "*"); err != nil {
-				t.Fatal(err)
-			}
+			must(t, "make the rejoined standby synchronous", p.primary.RequireSyncStandby(ctx, "*"))
 		}
 	}
 	res := loadRun{
 		dsn:    func(drv leasework.Driver, app string) string { return dsn(drv, app, servers...) },
-		events: 3000,
+		events: 2000,
 		failovers: []func(t *testing.T){
 			switchOver((*pgserver.Server).Crash),
 			switchOver((*pgserver.Server).Halt),

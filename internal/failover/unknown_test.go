@@ -29,9 +29,8 @@ func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
 				ctx := context.Background()
 				p := newPair(t, true)
 				s := openStore(t, drv, dsn(drv, "unknown", p.primary, p.standby), pgtest.SchemaName(), true)
-				if _, err := pgtest.EnqueueCommitted(ctx, s, lease.Event{Kind: "k", EventID: "e"}); err != nil {
-					t.Fatal(err)
-				}
+				_, err := pgtest.EnqueueCommitted(ctx, s, lease.Event{Kind: "k", EventID: "e"})
+				must(t, "enqueue", err)
 				claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "A"})
 				if err != nil || len(claims) != 1 {
 					t.Fatalf("claim = %v, %v; want one", claims, err)
@@ -39,9 +38,7 @@ func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
 				ref := claims[0].Ref()
 
 				// The commit waits for the halted standby until the deadline.
-				if err := p.standby.Halt(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, "halt the standby", p.standby.Halt())
 				waitCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 				_, err = s.CompleteMany(waitCtx, []leasework.Ref{ref})
 				cancel()
@@ -52,20 +49,12 @@ func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
 
 				if reached {
 					// The standby comes back and receives the commit.
-					if err := p.standby.Start(ctx); err != nil {
-						t.Fatal(err)
-					}
-					if err := p.primary.CaughtUp(ctx); err != nil {
-						t.Fatal(err)
-					}
+					must(t, "start the standby again", p.standby.Start(ctx))
+					must(t, "wait for the standby to catch up", p.primary.CaughtUp(ctx))
 				}
-				if err := p.primary.Crash(); err != nil {
-					t.Fatal(err)
-				}
+				must(t, "crash the primary", p.primary.Crash())
 				if !reached {
-					if err := p.standby.Start(ctx); err != nil {
-						t.Fatal(err)
-					}
+					must(t, "start the standby again", p.standby.Start(ctx))
 				}
 				p.promote(t)
 
@@ -80,10 +69,11 @@ func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
 				if res[0].Err != nil || res[0].AlreadyRecorded != reached || res[0].Status != leasework.StatusDone {
 					t.Errorf("the completion again: %+v; want accepted, DONE, AlreadyRecorded %v", res[0], reached)
 				}
-				r, err := s.Get(ctx, ref.ID)
-				if err != nil {
-					t.Fatal(err)
-				}
+				var r lease.Row
+				must(t, "read the row on the new primary", retryConn(t, drv, "get", func() (err error) {
+					r, err = s.Get(ctx, ref.ID)
+					return err
+				}))
 				if r.Status != leasework.StatusDone || r.Generation != ref.Generation {
 					t.Errorf("row on the new primary: %s at generation %d; want DONE at %d", r.Status, r.Generation, ref.Generation)
 				}

@@ -186,22 +186,24 @@ func (s *Server) launch(ctx context.Context) error {
 	return nil
 }
 
-// readyBound bounds the wait for a starting server to accept a query, and
-// pingBound one try: generous, since on a loaded machine a backend's
-// start-up alone can take seconds, and a try cut short would never
-// succeed.
+// startBound bounds a server's start-up, and pingBound each attempt to
+// reach it meanwhile: liveness bounds for a loaded machine, where a new
+// backend can take seconds to fork and answer. A server that is not up yet
+// refuses at once, so a generous pingBound costs nothing on an idle one.
 const (
-	readyBound = 2 * time.Minute
+	startBound = 3 * time.Minute
 	pingBound  = 15 * time.Second
+	stopBound  = 2 * time.Minute
 )
 
+// waitReady waits until the server accepts queries.
 func (s *Server) waitReady(ctx context.Context) error {
 	db, err := sql.Open("pgx", s.dsn)
 	if err != nil {
 		return fmt.Errorf("pgserver: %w", err)
 	}
 	defer db.Close()
-	start := time.Now()
+	deadline := time.Now().Add(startBound)
 	for {
 		pingCtx, cancel := context.WithTimeout(ctx, pingBound)
 		err := db.PingContext(pingCtx)
@@ -214,11 +216,11 @@ func (s *Server) waitReady(ctx context.Context) error {
 			s.done <- exitErr
 			return fmt.Errorf("pgserver: postgres exited during start-up: %v", exitErr)
 		case <-ctx.Done():
-			return fmt.Errorf("pgserver: waiting for postgres to accept connections: %w (last error: %v)", ctx.Err(), err)
+			return fmt.Errorf("pgserver: waiting for postgres: %w", ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
-		if time.Since(start) > readyBound {
-			return fmt.Errorf("pgserver: postgres did not accept connections within %v of its start: %v", readyBound, err)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgserver: postgres did not accept connections within %v: %v", startBound, err)
 		}
 	}
 }
@@ -267,11 +269,11 @@ func (s *Server) Crash() error {
 	err := <-s.done
 	s.done <- err
 	// A killed process takes a moment to exit: return once none runs.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for _, child := range backends {
 		for alive(child) {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("pgserver: crash: process %d of the server still runs 10s after SIGKILL", child)
+				return fmt.Errorf("pgserver: crash: process %d of the server still runs a minute after SIGKILL", child)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -342,7 +344,8 @@ func (s *Server) exited() bool {
 }
 
 // shutdown stops the postmaster with sig (SIGINT: fast shutdown) and waits
-// for it, killing it after 30s.
+// for it, killing it after stopBound (a liveness bound: a fast shutdown
+// takes a second on an idle machine).
 func (s *Server) shutdown(sig syscall.Signal) error {
 	if s.cmd == nil || s.cmd.Process == nil || s.exited() {
 		return nil
@@ -352,11 +355,11 @@ func (s *Server) shutdown(sig syscall.Signal) error {
 	case err := <-s.done:
 		s.done <- err
 		return nil
-	case <-time.After(30 * time.Second):
+	case <-time.After(stopBound):
 		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		err := <-s.done
 		s.done <- err
-		return errors.New("pgserver: postgres did not stop within 30s; killed")
+		return fmt.Errorf("pgserver: postgres did not stop within %v; killed", stopBound)
 	}
 }
 

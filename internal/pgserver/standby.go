@@ -154,18 +154,18 @@ func (s *Server) Promote(ctx context.Context) error {
 	}
 	defer db.Close()
 	var ok bool
-	if err := db.QueryRowContext(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT pg_promote(true, 180)").Scan(&ok); err != nil {
 		return fmt.Errorf("pgserver: promote: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("pgserver: promote: the standby did not leave recovery within 60s")
+		return fmt.Errorf("pgserver: promote: the standby did not leave recovery within 180s")
 	}
 	return nil
 }
 
 // waitFor polls query, which returns one boolean, until it is true.
 func waitFor(ctx context.Context, db *sql.DB, what, query string) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, startBound)
 	defer cancel()
 	for {
 		var ok bool

@@ -26,12 +26,13 @@ type Proxy struct {
 	ln  net.Listener
 	dsn string
 
-	mu      sync.Mutex
-	network string // of the server: "tcp" or "unix"
-	target  string
-	pipes   map[*pipe]struct{}
-	closed  bool
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	network  string // of the server: "tcp" or "unix"
+	target   string
+	pipes    map[*pipe]struct{}
+	closed   bool
+	refusing bool // set by Refuse: new connections are reset at once
+	wg       sync.WaitGroup
 }
 
 // pipe is one proxied connection.
@@ -126,6 +127,32 @@ func (p *Proxy) Blackhole() int {
 	return n
 }
 
+// Refuse makes the server look down, as during a restart: every connection
+// open now is closed at both ends, and every connection opened afterwards
+// is reset as soon as it is accepted (the client reads a reset, as from a
+// port nobody listens on), until [Proxy.Resume]. It returns how many
+// connections it closed.
+func (p *Proxy) Refuse() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = true
+	n := 0
+	for c := range p.pipes {
+		delete(p.pipes, c)
+		c.close()
+		n++
+	}
+	return n
+}
+
+// Resume ends [Proxy.Refuse]: connections opened from now on are forwarded
+// again.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = false
+}
+
 // Close stops accepting connections, closes every connection, silent or
 // not, and waits for the proxy's goroutines to end. Calling it again does
 // nothing.
@@ -153,8 +180,12 @@ func (p *Proxy) accept() {
 			return // closed
 		}
 		p.mu.Lock()
-		network, target := p.network, p.target
+		refusing, network, target := p.refusing, p.network, p.target
 		p.mu.Unlock()
+		if refusing {
+			reset(client)
+			continue
+		}
 		server, err := net.Dial(network, target)
 		if err != nil {
 			client.Close()
@@ -166,6 +197,12 @@ func (p *Proxy) accept() {
 			p.mu.Unlock()
 			c.close()
 			return
+		}
+		if p.refusing { // Refuse came while dialing
+			p.mu.Unlock()
+			server.Close()
+			reset(client)
+			continue
 		}
 		p.pipes[c] = struct{}{}
 		p.wg.Add(2)
@@ -198,6 +235,15 @@ func (p *Proxy) forward(c *pipe, dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// reset closes a client's connection with a reset rather than an orderly
+// end, as a port nobody listens on answers.
+func reset(client net.Conn) {
+	if tc, ok := client.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	client.Close()
 }
 
 func (c *pipe) close() {

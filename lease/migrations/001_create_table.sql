@@ -1,5 +1,8 @@
 -- leasework: workers running
 -- The events table: one row per event, owned by at most one claim at a time.
+--
+-- Safe while workers run? It creates the table and its indexes: nothing
+-- can use them before the step commits, and it locks nothing else.
 CREATE TABLE {{table}} (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_id        text        NOT NULL,

@@ -1,4 +1,5 @@
 -- leasework: workers running
+-- leasework: no transaction
 -- Order per key. Events that share a non-empty key are handled one at a time,
 -- in the order their enqueuing transactions committed (and, within one
 -- transaction, in insertion order). Only each key's head is ever READY,
@@ -21,43 +22,52 @@
 -- sees the first. That needs a fresh snapshot per statement: the triggers
 -- refuse REPEATABLE READ and SERIALIZABLE transactions on keyed rows.
 --
--- Safe while workers run? It takes a lock that blocks every write to the
--- table while it adds a column (no rewrite), backfills the live keyed rows
--- and builds two partial indexes over them; on a table with a large keyed
--- backlog run it at a quiet time. Rows of a key enqueued before it are put in
--- order by id: the first live one stays, the later READY ones wait. Rerunning
--- it is a no-op.
+-- Safe while workers run? Reads go on throughout but for an instant;
+-- writes wait only while the live keyed rows are put in order. Each
+-- statement is a transaction of its own (figures: a table of 1,000,000
+-- DONE rows and 1,200 live ones, 333 of them keyed, on a busy two-core
+-- machine):
+--   * the column key_seq (no default: no rewrite) and the wider status
+--     check (NOT VALID: no row read) are added under ACCESS EXCLUSIVE, held
+--     for an instant once granted (61 ms; like any such lock it first
+--     waits for the transactions that hold a lock on the table, and
+--     statements on the table queue behind it meanwhile);
+--   * the two partial indexes are built CONCURRENTLY, under SHARE UPDATE
+--     EXCLUSIVE: reads and writes go on; each build reads the table twice
+--     (2.3 s and 1.2 s) and waits for the transactions older than it to end;
+--   * the status check is validated under SHARE UPDATE EXCLUSIVE: reads
+--     and writes go on while it reads the table (0.6 s);
+--   * last, under SHARE ROW EXCLUSIVE (writes wait, reads go on), rows of a
+--     key enqueued before this step are put in order by id (the first live
+--     one stays, the later READY ones wait) and the triggers are created
+--     (0.15 s). The live keyed rows are read through the new index, so
+--     writes wait for a time that grows with the keyed backlog, not with
+--     the history.
+-- If it fails part-way, the next Migrate runs it again from the start: the
+-- indexes are built again, the rest finds its work done.
 
-ALTER TABLE {{table}} DROP CONSTRAINT IF EXISTS {{name "status_check"}};
-ALTER TABLE {{table}} ADD CONSTRAINT {{name "status_check"}}
-    CHECK (status IN ('READY', 'INPROGRESS', 'DONE', 'FAILED', 'WAITING', 'DISCARDED'));
+ALTER TABLE {{table}}
+    ADD COLUMN IF NOT EXISTS key_seq bigint,
+    DROP CONSTRAINT IF EXISTS {{name "status_check"}},
+    ADD CONSTRAINT {{name "status_check"}}
+        CHECK (status IN ('READY', 'INPROGRESS', 'DONE', 'FAILED', 'WAITING', 'DISCARDED')) NOT VALID;
 
 -- The order of a key's rows: drawn from the sequence when the enqueuing
 -- transaction commits. NULL for keyless rows and, until their commit, for
 -- rows not yet committed.
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS key_seq bigint;
 CREATE SEQUENCE IF NOT EXISTS {{schema}}.{{name "key_seq"}};
 
--- Rows enqueued before this migration: live keyed rows get their order by id,
--- and every READY one with an earlier live row of its key waits.
-UPDATE {{table}} AS o SET key_seq = s.seq
-FROM (SELECT id, nextval('{{schema}}.{{name "key_seq"}}') AS seq
-      FROM (SELECT id FROM {{table}}
-            WHERE key IS NOT NULL AND key_seq IS NULL AND status IN ('READY', 'INPROGRESS', 'FAILED')
-            ORDER BY id) AS ordered) AS s
-WHERE o.id = s.id;
-UPDATE {{table}} AS o SET status = 'WAITING', updated_at = statement_timestamp()
-WHERE o.key IS NOT NULL AND o.status = 'READY'
-  AND EXISTS (SELECT 1 FROM {{table}} AS e
-              WHERE e.key = o.key AND e.key_seq < o.key_seq
-                AND e.status IN ('READY', 'INPROGRESS', 'FAILED'));
-
--- A key's waiting rows in order: the promotion reads the first.
-CREATE INDEX IF NOT EXISTS {{name "waiting_idx"}} ON {{table}} (key, key_seq) WHERE status = 'WAITING';
+-- A key's waiting rows in order: the promotion reads the first. (A failed
+-- concurrent build leaves an invalid index: each is dropped first.)
+DROP INDEX CONCURRENTLY IF EXISTS {{schema}}.{{name "waiting_idx"}};
+CREATE INDEX CONCURRENTLY {{name "waiting_idx"}} ON {{table}} (key, key_seq) WHERE status = 'WAITING';
 
 -- A key's live rows: "does this key have a head?"
-CREATE INDEX IF NOT EXISTS {{name "live_key_idx"}} ON {{table}} (key)
+DROP INDEX CONCURRENTLY IF EXISTS {{schema}}.{{name "live_key_idx"}};
+CREATE INDEX CONCURRENTLY {{name "live_key_idx"}} ON {{table}} (key)
     WHERE status IN ('READY', 'INPROGRESS', 'FAILED') AND key IS NOT NULL;
+
+ALTER TABLE {{table}} VALIDATE CONSTRAINT {{name "status_check"}};
 
 -- lock_key takes the key's transaction-scoped advisory lock, after refusing
 -- a transaction whose statements would not see the commits that released it.
@@ -163,24 +173,58 @@ BEGIN
     RETURN NULL;
 END
 $$;
-DROP TRIGGER IF EXISTS {{name "order_key"}} ON {{table}};
-CREATE CONSTRAINT TRIGGER {{name "order_key"}}
-    AFTER INSERT ON {{table}}
-    DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW WHEN (NEW.key IS NOT NULL)
-    EXECUTE FUNCTION {{schema}}.{{name "order_key"}}();
+-- Rows enqueued before this step, and the triggers, in one transaction
+-- that writes wait for: a row inserted after the triggers exist is put in
+-- line by them, one inserted before is put in line here. Live keyed rows
+-- get their order by id, and every READY one with an earlier live row of
+-- its key waits. They are read through live_key_idx and written by id,
+-- whatever the table's statistics say.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    LOCK TABLE {{table}} IN SHARE ROW EXCLUSIVE MODE;
+    SET LOCAL enable_seqscan = off;
+    FOR r IN SELECT id FROM {{table}}
+             WHERE key IS NOT NULL AND key_seq IS NULL AND status IN ('READY', 'INPROGRESS', 'FAILED')
+             ORDER BY id
+    LOOP
+        UPDATE {{table}} SET key_seq = nextval('{{schema}}.{{name "key_seq"}}') WHERE id = r.id;
+    END LOOP;
+    UPDATE {{table}} SET status = 'WAITING', updated_at = statement_timestamp()
+    WHERE id = ANY (ARRAY(
+        SELECT o.id FROM {{table}} AS o
+        WHERE o.key IS NOT NULL AND o.status = 'READY'
+          AND EXISTS (SELECT 1 FROM {{table}} AS e
+                      WHERE e.key = o.key AND e.key_seq < o.key_seq
+                        AND e.status IN ('READY', 'INPROGRESS', 'FAILED'))));
 
-DROP TRIGGER IF EXISTS {{name "release_key"}} ON {{table}};
-CREATE CONSTRAINT TRIGGER {{name "release_key"}}
-    AFTER UPDATE ON {{table}}
-    DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW WHEN (OLD.key IS NOT NULL AND OLD.status IN ('READY', 'INPROGRESS', 'FAILED')
-                       AND NEW.status IN ('DONE', 'DISCARDED'))
-    EXECUTE FUNCTION {{schema}}.{{name "release_key"}}();
-
-DROP TRIGGER IF EXISTS {{name "release_key_delete"}} ON {{table}};
-CREATE CONSTRAINT TRIGGER {{name "release_key_delete"}}
-    AFTER DELETE ON {{table}}
-    DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW WHEN (OLD.key IS NOT NULL AND OLD.status IN ('READY', 'INPROGRESS', 'FAILED'))
-    EXECUTE FUNCTION {{schema}}.{{name "release_key"}}();
+    -- A trigger of this name on this table is this step's, from a run
+    -- that failed after this statement's commit.
+    BEGIN
+        CREATE CONSTRAINT TRIGGER {{name "order_key"}}
+            AFTER INSERT ON {{table}}
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW WHEN (NEW.key IS NOT NULL)
+            EXECUTE FUNCTION {{schema}}.{{name "order_key"}}();
+    EXCEPTION WHEN duplicate_object THEN NULL;
+    END;
+    BEGIN
+        CREATE CONSTRAINT TRIGGER {{name "release_key"}}
+            AFTER UPDATE ON {{table}}
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW WHEN (OLD.key IS NOT NULL AND OLD.status IN ('READY', 'INPROGRESS', 'FAILED')
+                               AND NEW.status IN ('DONE', 'DISCARDED'))
+            EXECUTE FUNCTION {{schema}}.{{name "release_key"}}();
+    EXCEPTION WHEN duplicate_object THEN NULL;
+    END;
+    BEGIN
+        CREATE CONSTRAINT TRIGGER {{name "release_key_delete"}}
+            AFTER DELETE ON {{table}}
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW WHEN (OLD.key IS NOT NULL AND OLD.status IN ('READY', 'INPROGRESS', 'FAILED'))
+            EXECUTE FUNCTION {{schema}}.{{name "release_key"}}();
+    EXCEPTION WHEN duplicate_object THEN NULL;
+    END;
+END
+$$;

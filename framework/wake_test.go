@@ -1,0 +1,73 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// wakePoll is the poll interval of the tests below: far longer than any of
+// their waits, so that a row they see handled was claimed because the
+// worker woke for it, never because it polled.
+const wakePoll = 24 * time.Hour
+
+// A retry runs when its delay ends, not at the worker's next poll: nothing
+// notifies a retry coming due, so the worker that wrote it wakes for it.
+func TestRetryRunsWhenItsDelayEndsNotAtThePoll(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		w := newWorker(t, s, framework.Config{PollInterval: wakePoll})
+		var calls atomic.Int32
+		register(t, w, "k", framework.RetryPolicy{InitialInterval: 100 * time.Millisecond, RandomizationFactor: -1},
+			func(context.Context, *leasework.Claim) error {
+				if calls.Add(1) == 1 {
+					return errors.New("once")
+				}
+				return nil
+			})
+		start(t, w)
+		waitListening(t, w)
+		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+		r := waitRow(t, s, id, "the retry, due 100ms after the first attempt, to complete (the next poll is a day away)",
+			func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+		if r.Attempt != 2 || calls.Load() != 2 {
+			t.Errorf("DONE after attempt %d, %d handler calls; want 2 and 2", r.Attempt, calls.Load())
+		}
+	})
+}
+
+// An event enqueued to run later runs when it comes due: its insert wakes
+// the worker, which finds nothing due yet, reads when the earliest row
+// comes due (lease.Store.NextWake), and claims then.
+func TestEventRunAtLaterRunsWhenDueNotAtThePoll(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		w := newWorker(t, s, framework.Config{PollInterval: wakePoll})
+		handled := make(chan string, 1)
+		register(t, w, "k", framework.RetryPolicy{}, func(_ context.Context, c *leasework.Claim) error {
+			handled <- c.EventID
+			return nil
+		})
+		start(t, w)
+		waitListening(t, w)
+		pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "later", RunAt: time.Now().Add(300 * time.Millisecond)})
+		if got := recv(t, handled, "the event enqueued to run 300ms later (the next poll is a day away)"); got != "later" {
+			t.Errorf("handled %q; want later", got)
+		}
+	})
+}
+
+// waitListening waits until w has made its claim on start and the one it
+// makes once it listens: from then on, with nothing to do, only a
+// notification or a wake of its own makes it claim before its poll.
+func waitListening(t *testing.T, w *framework.Worker) {
+	t.Helper()
+	waitFor(t, "the worker's claims on start and on listening", func() bool { return w.Counters().ClaimQueries >= 2 })
+}
