@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasework/leasework/internal/history"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease/leasetest"
 )
@@ -127,6 +128,7 @@ func (s *soak) injectOne(ctx context.Context, wg *sync.WaitGroup, rng *rand.Rand
 		if f == faultFailover {
 			do = s.failover
 		}
+		window := s.addFault(f, "")
 		checks, err := do(ctx)
 		if err != nil {
 			s.failf("fault %d (%v): %v", i, f, err)
@@ -142,6 +144,7 @@ func (s *soak) injectOne(ctx context.Context, wg *sync.WaitGroup, rng *rand.Rand
 				})
 			}
 			cw.Wait()
+			s.endFault(window)
 			s.tracef("fault %d: %v, done and every worker recovered in %v", i, f, time.Since(start).Round(time.Millisecond))
 		})
 		return true
@@ -257,11 +260,28 @@ func (s *soak) count(f fault) {
 	s.faults[f]++
 }
 
+// addFault records the start of fault f, done to worker (every worker,
+// if empty), for the history, and returns its index.
+func (s *soak) addFault(f fault, worker string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultWindows = append(s.faultWindows, history.Fault{Kind: f.String(), Worker: worker, Start: time.Now()})
+	return len(s.faultWindows) - 1
+}
+
+// endFault records that the recovery from fault i was checked.
+func (s *soak) endFault(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultWindows[i].End = time.Now()
+}
+
 // workerFault does f to sl's worker and checks that it recovers.
 func (s *soak) workerFault(ctx context.Context, f fault, sl *slot) error {
 	s.mu.Lock()
 	w := sl.w
 	s.mu.Unlock()
+	defer s.endFault(s.addFault(f, w.id))
 	var since time.Time // its listener must be newer than this
 	switch f {
 	case faultKill:

@@ -41,6 +41,7 @@ func (s *soak) readHistory(ctx context.Context) (*history.History, error) {
 	h.Enqueues = append(h.Enqueues, s.enqueues...)
 	h.Cancels = append(h.Cancels, s.cancels...)
 	h.Pauses = append(h.Pauses, s.pauses...)
+	h.Faults = append(h.Faults, s.faultWindows...)
 	h.Settled = s.settled
 	all := s.all
 	s.mu.Unlock()

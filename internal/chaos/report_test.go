@@ -91,8 +91,8 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		cancels, v.Figures["cancelled_inprogress"], v.Figures["cancelled_waiting"], v.Figures["cancelled_ready"], v.Figures["cancelled_ran_on_ms"],
 		pauses, v.Figures["ticks_missed"],
 		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned)
-	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d stale_rejected=%d pickup_after_restart=%v",
+	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
 		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
-		v.Figures["duplicates"], v.Figures["reruns"], sum.StaleRejections, pickup.Round(time.Millisecond))
+		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))
 	t.Log(v.String())
 }

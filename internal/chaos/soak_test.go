@@ -100,6 +100,7 @@ type soak struct {
 	enqueues        []history.Enqueue
 	cancels         []history.Cancel
 	pauses          []history.Pause
+	faultWindows    []history.Fault
 	settled         time.Time // when the drain began
 	phases          phases
 	checked         bool      // the history was checked

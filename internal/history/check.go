@@ -42,8 +42,10 @@ type Verdict struct {
 	// (pauses).
 	Checked    map[string]int
 	Violations []Violation
-	// Figures are counts for the report that no property judges: re-runs,
-	// missed ticks, how long cancelled handlers ran on.
+	// Figures are counts for the report that no property judges: re-runs
+	// (a run returned nil, its completion was never written, and the event
+	// ran again), those outside every fault's window, deliveries beyond
+	// the first, missed ticks, how long cancelled handlers ran on.
 	Figures map[string]int
 }
 

@@ -53,6 +53,7 @@ func good() *builder {
 	b.write(st[0], op, 220, func(s *State) { s.LeaseUntil = b.at(219) })
 	b.handle(st[0], "w2", 230)
 	b.handle(st[1], "w3", 240)
+	b.h.Faults = append(b.h.Faults, Fault{Kind: "stop", Worker: "w1", Start: b.at(215), End: b.at(401)})
 
 	// A worker stopped between its claim and its handler's start: the
 	// handler starts after the next owner's, when its lease has ended
@@ -146,6 +147,9 @@ func TestGoodHistory(t *testing.T) {
 	}
 	if got := v.Figures["cancelled_ran_on_ms"]; got != 30 {
 		t.Errorf("cancelled_ran_on_ms = %d, want 30", got)
+	}
+	if got, outside := v.Figures["reruns"], v.Figures["reruns_outside_faults"]; got != 2 || outside != 0 {
+		t.Errorf("reruns = %d, outside faults %d; want 2 (the stopped owners'), 0", got, outside)
 	}
 	if !strings.HasPrefix(v.String(), "history: ok owners=") {
 		t.Errorf("verdict line %q", v)

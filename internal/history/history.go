@@ -34,6 +34,10 @@ type History struct {
 	// Processes are the worker processes by worker id.
 	Processes map[string]Process
 
+	// Faults are the faults done to the workers and the server, for the
+	// figures (a re-run inside a fault's window is the fault's).
+	Faults []Fault
+
 	// Operators are the application names of the test's own sessions:
 	// enqueues, fixtures, cancels. Every other writer is a worker.
 	Operators []string
@@ -227,4 +231,14 @@ type Process struct {
 	// after its SIGKILL was sent, or when it was seen to have exited.
 	// Zero: it was never seen to stop.
 	Exited time.Time
+}
+
+// Fault is one fault of the run: done to one worker, or to all (the
+// server's restart or failover) when Worker is empty, from Start until the
+// worker (every worker) had recovered, End (zero: never, as for a killed
+// process).
+type Fault struct {
+	Kind       string
+	Worker     string
+	Start, End time.Time
 }

@@ -438,10 +438,40 @@ func (c *checker) countReruns(r *row) {
 		if len(r.terms) > 0 && r.terms[0].New.Status == Done && r.terms[0].New.Generation == run.Generation {
 			continue // completed in its own transaction
 		}
-		if last := r.claims; len(last) > 0 && last[len(last)-1].New.Generation > run.Generation {
-			c.v.Figures["reruns"]++
+		next := r.claimAfter(run.Generation)
+		if next == nil {
+			continue
+		}
+		c.v.Figures["reruns"]++
+		if !c.faulted(run.Worker, c.endOf(run), next.Stmt) {
+			c.v.Figures["reruns_outside_faults"]++
 		}
 	}
+}
+
+// claimAfter returns the first claim of a generation after gen, or nil.
+func (r *row) claimAfter(gen int64) *Write {
+	for _, cl := range r.claims {
+		if cl.New.Generation > gen {
+			return cl
+		}
+	}
+	return nil
+}
+
+// faulted reports whether a fault's window, of worker or of every worker,
+// meets [from, to] (from is at most to: a run that ended after the next
+// claim lost its lease while it ran).
+func (c *checker) faulted(worker string, from, to time.Time) bool {
+	if from.IsZero() || from.After(to) {
+		from = to
+	}
+	for _, f := range c.h.Faults {
+		if (f.Worker == "" || f.Worker == worker) && !f.Start.After(to) && (f.End.IsZero() || !f.End.Before(from)) {
+			return true
+		}
+	}
+	return false
 }
 
 func policyCap(p *Policy) int {
