@@ -34,6 +34,12 @@ type Row struct {
 	Queue         string
 	Priority      int
 	Metadata      map[string]string // nil when the event has none
+	// DecodeError, when not nil, names the columns of the row that could
+	// not be decoded into their fields, which are left zero: values the
+	// schema refuses today, written before it did (metadata that is not an
+	// object of strings, a timestamp of infinity). A claim that takes such
+	// a row ends it FAILED, with a reason naming the column.
+	DecodeError error
 }
 
 // ErrNotFound is returned by [Store.Get] and [Store.GetByEventID] for a row
@@ -46,15 +52,19 @@ func scanRow(sc scanner) (Row, error) {
 	var r Row
 	var lease, finished sql.NullTime
 	var status, meta string
-	err := sc.Scan(&r.ID, &r.EventID, &r.Kind, &r.Key, &r.Payload, &status, &r.Generation,
-		&r.Attempt, &r.MaxAttempts, &lease, &r.NextAttemptAt, &r.LastError, &r.Progress,
-		&r.Worker, &r.CreatedAt, &r.UpdatedAt, &finished, &r.Queue, &r.Priority, &meta, &r.Snoozes)
+	var d decoder
+	err := sc.Scan(&r.ID, col(&d, "event_id", &r.EventID), col(&d, "kind", &r.Kind), col(&d, "key", &r.Key),
+		col(&d, "payload", &r.Payload), col(&d, "status", &status), col(&d, "generation", &r.Generation),
+		col(&d, "attempt", &r.Attempt), col(&d, "max_attempts", &r.MaxAttempts), col(&d, "lease_until", &lease),
+		col(&d, "next_attempt_at", &r.NextAttemptAt), col(&d, "last_error", &r.LastError),
+		col(&d, "progress", &r.Progress), col(&d, "worker", &r.Worker), col(&d, "created_at", &r.CreatedAt),
+		col(&d, "updated_at", &r.UpdatedAt), col(&d, "finished_at", &finished), col(&d, "queue", &r.Queue),
+		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta), col(&d, "snoozes", &r.Snoozes))
 	if err != nil {
 		return Row{}, err
 	}
-	if r.Metadata, err = parseMetadata(meta); err != nil {
-		return Row{}, fmt.Errorf("row %d: %w", r.ID, err)
-	}
+	d.metadata(meta, &r.Metadata)
+	r.DecodeError = d.err()
 	r.Status = leasework.Status(status)
 	if lease.Valid {
 		r.LeaseUntil = &lease.Time
@@ -173,14 +183,17 @@ func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error
 	if req.ExtraAttempts < 0 {
 		return nil, fmt.Errorf("lease: requeue: ExtraAttempts is %d; it must not be negative", req.ExtraAttempts)
 	}
-	ids, kinds := req.IDs, req.Kinds
-	if ids == nil {
-		ids = []int64{}
+	var rows *sql.Rows
+	var err error
+	if len(req.IDs) > 0 {
+		rows, err = s.db.QueryContext(ctx, s.q.requeueByID, s.drv.Array(req.IDs), req.ExtraAttempts, s.channel)
+	} else {
+		kinds := req.Kinds
+		if kinds == nil {
+			kinds = []string{}
+		}
+		rows, err = s.db.QueryContext(ctx, s.q.requeue, s.drv.Array(kinds), req.ExtraAttempts, s.channel, req.All)
 	}
-	if kinds == nil {
-		kinds = []string{}
-	}
-	rows, err := s.db.QueryContext(ctx, s.q.requeue, req.All, s.drv.Array(ids), s.drv.Array(kinds), req.ExtraAttempts, s.channel)
 	if err != nil {
 		return nil, s.wrapErr("requeue", err)
 	}

@@ -44,23 +44,46 @@ type ClaimRequest struct {
 // Expired rows on their last allowed attempt are moved to FAILED by the same
 // statement instead of being returned.
 //
+// A claimed row that cannot be decoded (a value the schema refuses today,
+// written before it did: metadata that is not an object of strings, a due
+// time of infinity) is not returned and fails nothing else: it is ended
+// FAILED, with a reason naming the column ("claim: cannot decode column
+// ..."), by a guarded write at the generation the claim gave it. Should
+// that write fail, the row stays under its lease, and a claim after the
+// lease expires settles it.
+//
 // It returns an error, and claims nothing, for a request out of range (see
 // [ClaimRequest]), and when the statement fails; when the table or its
 // schema does not exist, the error names the table and says to migrate it.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim, error) {
-	return s.scanClaims(ctx, s.db, s.q.claim, req)
+	claims, bad, err := s.scanClaims(ctx, s.db, s.q.claim, req)
+	if err == nil && len(bad) > 0 {
+		// The claims are committed and the caller's whatever becomes of
+		// this write (see above).
+		_ = s.settleUndecodable(ctx, s.db, bad)
+	}
+	return claims, err
 }
 
 // ClaimTx runs the claim statement inside tx instead of committing it: the
 // rows stay locked, and other claimers skip them, until tx ends; if tx rolls
 // back, the claim never happened. Workers use [Store.Claim]; ClaimTx exists to
 // test that boundary and for callers that must claim atomically with their
-// own writes. Never run a handler while tx is open.
+// own writes. Never run a handler while tx is open. A row it cannot decode
+// is ended FAILED in tx, as [Store.Claim] does; if that write fails, so
+// does ClaimTx (tx is then unusable: roll it back).
 func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, req ClaimRequest) ([]leasework.Claim, error) {
 	if tx == nil {
 		return nil, errors.New("lease: claim: tx is nil")
 	}
-	return s.scanClaims(ctx, tx, s.q.claim, req)
+	claims, bad, err := s.scanClaims(ctx, tx, s.q.claim, req)
+	if err == nil && len(bad) > 0 {
+		err = s.settleUndecodable(ctx, tx, bad)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return claims, nil
 }
 
 // querier is what the store needs to run a query: *sql.DB, *sql.Conn and
@@ -69,35 +92,66 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// scanClaims runs a claim statement and reads the claims it returns.
-func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) ([]leasework.Claim, error) {
+// scanClaims runs a claim statement and reads the claims it returns, and,
+// apart, the claimed rows it cannot decode, each with the reason to fail it
+// with: the column and why (invariant 14).
+func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) (claims []leasework.Claim, bad []FailRequest, err error) {
 	args, err := s.claimArgs(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, s.wrapErr("claim", err)
+		return nil, nil, s.wrapErr("claim", err)
 	}
 	defer rows.Close()
-	var claims []leasework.Claim // not sized from req.Limit: the table may hold far fewer rows
+	// claims is not sized from req.Limit: the table may hold far fewer rows.
 	for rows.Next() {
 		var c leasework.Claim
 		var meta string
-		if err := rows.Scan(&c.ID, &c.EventID, &c.Kind, &c.Key, &c.Payload, &c.Generation,
-			&c.Attempt, &c.MaxAttempts, &c.LeaseUntil, &c.Reclaimed, &c.Progress, &c.LastError,
-			&c.Queue, &c.Priority, &c.DueAt, &meta, &c.Snoozes); err != nil {
-			return nil, s.wrapErr("claim", err)
+		var d decoder
+		if err := rows.Scan(&c.ID, col(&d, "event_id", &c.EventID), col(&d, "kind", &c.Kind), col(&d, "key", &c.Key),
+			col(&d, "payload", &c.Payload), &c.Generation, col(&d, "attempt", &c.Attempt),
+			col(&d, "max_attempts", &c.MaxAttempts), col(&d, "lease_until", &c.LeaseUntil),
+			col(&d, "reclaimed", &c.Reclaimed), col(&d, "progress", &c.Progress), col(&d, "last_error", &c.LastError),
+			col(&d, "queue", &c.Queue), col(&d, "priority", &c.Priority), col(&d, "next_attempt_at", &c.DueAt),
+			col(&d, "metadata", &meta), col(&d, "snoozes", &c.Snoozes)); err != nil {
+			return nil, nil, s.wrapErr("claim", err)
 		}
-		if c.Metadata, err = parseMetadata(meta); err != nil {
-			return nil, fmt.Errorf("lease: claim: row %d: %w", c.ID, err)
+		d.metadata(meta, &c.Metadata)
+		if err := d.err(); err != nil {
+			bad = append(bad, FailRequest{Ref: c.Ref(), Reason: "claim: " + err.Error()})
+			continue
 		}
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.wrapErr("claim", err)
+		return nil, nil, s.wrapErr("claim", err)
 	}
-	return claims, nil
+	return claims, bad, nil
+}
+
+// settleUndecodable ends the claimed rows of reqs FAILED with their
+// reasons, under the guard of every outcome write (invariant 2), running
+// the fail statement with q: in the claim's own transaction when it has
+// one.
+func (s *Store) settleUndecodable(ctx context.Context, q querier, reqs []FailRequest) error {
+	refs := make([]leasework.Ref, len(reqs))
+	reasons := make([]string, len(reqs))
+	for i, r := range reqs {
+		refs[i], reasons[i] = r.Ref, CleanText(r.Reason, MaxErrorBytes)
+	}
+	rows, err := q.QueryContext(ctx, s.q.fail, s.batchArgs(refs, func(i int) []any { return []any{reasons[i]} })...)
+	if err != nil {
+		return s.wrapErr("claim: fail the rows it cannot decode", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	if err := rows.Err(); err != nil {
+		return s.wrapErr("claim: fail the rows it cannot decode", err)
+	}
+	return nil
 }
 
 // ExplainClaim returns the plan of the claim statement for req, as EXPLAIN

@@ -88,8 +88,8 @@ const (
 	ownFunction                   // a function of the schema, of one signature
 )
 
-// column is a column of a side table, with its type as format_type writes it.
-type column struct{ name, typ string }
+// sideColumn is a column of a side table, with its type as format_type writes it.
+type sideColumn struct{ name, typ string }
 
 // derivedObject is one object the migrations name "<table>_<suffix>".
 type derivedObject struct {
@@ -97,7 +97,7 @@ type derivedObject struct {
 	use  string // what the table uses it for, in an error
 	// columns are the columns an ownTable has at least; the first is its
 	// primary key.
-	columns []column
+	columns []sideColumn
 	// args are an ownFunction's argument types, as oidvectortypes writes
 	// them.
 	args string
@@ -107,11 +107,11 @@ type derivedObject struct {
 // the statements') {{name "…"}}; a test keeps it complete.
 var derivedObjects = map[string]derivedObject{
 	"migrations": {kind: ownTable, use: "table of applied migrations",
-		columns: []column{{"version", "integer"}, {"name", "text"}, {"applied_at", "timestamp with time zone"}}},
+		columns: []sideColumn{{"version", "integer"}, {"name", "text"}, {"applied_at", "timestamp with time zone"}}},
 	"event_ids": {kind: ownTable, use: "table of event ids",
-		columns: []column{{"event_id", "text"}, {"id", "bigint"}}},
+		columns: []sideColumn{{"event_id", "text"}, {"id", "bigint"}}},
 	"queues": {kind: ownTable, use: "table of paused queues",
-		columns: []column{{"queue", "text"}, {"paused_at", "timestamp with time zone"}}},
+		columns: []sideColumn{{"queue", "text"}, {"paused_at", "timestamp with time zone"}}},
 	"key_seq": {kind: ownSequence, use: "sequence of commit order per key"},
 
 	"event_id_key":    {kind: ownIndex, use: "unique index of event ids (until migration 5)"},
@@ -124,6 +124,7 @@ var derivedObjects = map[string]derivedObject{
 	"queue_ready_idx": {kind: ownIndex, use: "index of READY rows per queue"},
 	"queue_lease_idx": {kind: ownIndex, use: "index of leases per queue"},
 	"failed_idx":      {kind: ownIndex, use: "index of FAILED rows by finish time"},
+	"exhausted_idx":   {kind: ownIndex, use: "index of leases on their last attempt"},
 
 	"notify":               {kind: ownFunction, use: "trigger function that wakes workers"},
 	"lock_key":             {kind: ownFunction, use: "function that takes a key's lock", args: "text, text, boolean"},
@@ -132,6 +133,7 @@ var derivedObjects = map[string]derivedObject{
 	"release_key":          {kind: ownFunction, use: "trigger function that releases a key"},
 	"forget_event_ids":     {kind: ownFunction, use: "trigger function that frees the event ids of deleted rows"},
 	"forget_all_event_ids": {kind: ownFunction, use: "trigger function that frees every event id at TRUNCATE"},
+	"refuse_unreadable":    {kind: ownFunction, use: "trigger function that refuses what a claim cannot decode"},
 
 	"status_check":       {kind: inTable},
 	"lease_check":        {kind: inTable},
@@ -139,6 +141,7 @@ var derivedObjects = map[string]derivedObject{
 	"queue_check":        {kind: inTable},
 	"metadata_check":     {kind: inTable},
 	"release_key_delete": {kind: inTable},
+	"due_check":          {kind: inTable},
 }
 
 // namesOf returns the suffixes of sql's {{name "…"}}, in order, once

@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -83,7 +83,9 @@ type EnqueueOptions struct {
 	// SkipDuplicates skips events whose id already exists, or appeared
 	// earlier in the same call, instead of failing with
 	// leasework.ErrDuplicateEvent. Existing rows are never changed; of one
-	// id given twice in a call, the first is inserted.
+	// id given twice in a call, the first is inserted. An id whose row is
+	// deleted while the call runs (by retention, say) is free again, and
+	// its event is inserted.
 	SkipDuplicates bool
 }
 
@@ -262,7 +264,7 @@ func (s *Store) enqueueIn(ctx context.Context, tx Tx, opts EnqueueOptions, event
 	} else if err := s.insertSkipping(ctx, tx, out, first, cols); err != nil {
 		return nil, err
 	}
-	if err := s.accountForSkipped(ctx, tx, opts, out, first); err != nil {
+	if err := accountForEvery(out, first); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -346,28 +348,41 @@ func (s *Store) insert(ctx context.Context, tx Tx, q string, out []Enqueued, fir
 	return nil
 }
 
-// insertSkipping inserts the events whose event id is new, in two
-// statements: the first takes a row id for each new event id in the event
-// id table (skipping those there), the second inserts those events with
-// those ids. The rest is left to accountForSkipped.
+// maxEventIDTries bounds how many times an enqueue skipping duplicates
+// tries to take an event id that it found taken and then free (see
+// insertSkipping).
+const maxEventIDTries = 5
+
+// insertSkipping inserts the events whose event id is new, and marks the
+// others Duplicate. It takes a row id for each new event id in the event
+// id table (skipping the ids there), looks up the rows of the ids it
+// skipped, then inserts the events whose ids it took, with those row ids,
+// in one statement (in the order of insertEvents). An id it skipped and
+// then found free was freed in between, by a commit that deleted its row
+// (retention, say): it is no duplicate any more, and is taken again, up to
+// maxEventIDTries times in all.
 func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first map[string]int, cols columns) error {
-	rows, err := tx.Query(ctx, s.q.claimEventIDs, cols.ids, cols.keys)
-	if err != nil {
-		return s.enqueueError(tx, err)
-	}
 	taken := make(map[string]int64, len(cols.ids))
-	for rows.Next() {
-		var eventID string
-		var id int64
-		if err := rows.Scan(&eventID, &id); err != nil {
-			rows.Close()
-			return s.wrapErrState(tx.SQLState, "enqueue", err)
+	pending := cols
+	for try := 1; len(pending.ids) > 0; try++ {
+		if err := s.takeEventIDs(ctx, tx, pending, taken); err != nil {
+			return err
 		}
-		taken[eventID] = id
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return s.enqueueError(tx, err)
+		skipped := pending.pick(func(i int) bool { _, ok := taken[pending.ids[i]]; return !ok })
+		if len(skipped.ids) == 0 {
+			break
+		}
+		freed, err := s.markDuplicates(ctx, tx, skipped.ids, out, first)
+		if err != nil {
+			return err
+		}
+		if len(freed) > 0 && try == maxEventIDTries {
+			id := slices.Min(slices.Collect(maps.Keys(freed)))
+			return fmt.Errorf("lease: enqueue: event %d (event id %q): its id was taken by another row when this enqueue tried to take it, "+
+				"and free when it looked that row up, %d times over: rows with that id are enqueued and deleted as fast as this enqueue runs",
+				first[id], id, maxEventIDTries)
+		}
+		pending = skipped.pick(func(i int) bool { return freed[skipped.ids[i]] })
 	}
 	if len(taken) == 0 {
 		return nil
@@ -378,6 +393,67 @@ func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first
 		rowIDs[i] = taken[eventID]
 	}
 	return s.insert(ctx, tx, s.q.insertClaimed, out, first, append([]any{rowIDs}, fresh.args()...)...)
+}
+
+// takeEventIDs takes a row id for each event id of cols not in the event
+// id table, recording it in taken.
+func (s *Store) takeEventIDs(ctx context.Context, tx Tx, cols columns, taken map[string]int64) error {
+	rows, err := tx.Query(ctx, s.q.claimEventIDs, cols.ids, cols.keys)
+	if err != nil {
+		return s.enqueueError(tx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var eventID string
+		var id int64
+		if err := rows.Scan(&eventID, &id); err != nil {
+			return s.wrapErrState(tx.SQLState, "enqueue", err)
+		}
+		taken[eventID] = id
+	}
+	if err := rows.Err(); err != nil {
+		return s.enqueueError(tx, err)
+	}
+	return nil
+}
+
+// markDuplicates looks up the rows of the event ids skipped as taken, and
+// marks each event whose id has its row Duplicate. It returns the ids no
+// longer in the event id table: freed since they were skipped. An id there
+// without its row is an error.
+func (s *Store) markDuplicates(ctx context.Context, tx Tx, skipped []string, out []Enqueued, first map[string]int) (freed map[string]bool, err error) {
+	freed = make(map[string]bool, len(skipped))
+	for _, id := range skipped {
+		freed[id] = true
+	}
+	rows, err := tx.Query(ctx, s.q.existing, skipped)
+	if err != nil {
+		return nil, s.wrapErrState(tx.SQLState, "enqueue", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var eventID string
+		var rowID int64
+		var hasRow bool
+		if err := rows.Scan(&eventID, &rowID, &hasRow); err != nil {
+			return nil, s.wrapErrState(tx.SQLState, "enqueue", err)
+		}
+		i, sent := first[eventID]
+		if !sent || !freed[eventID] {
+			return nil, fmt.Errorf("lease: enqueue: the database reported event id %q taken, which was not looked up once", eventID)
+		}
+		if !hasRow {
+			return nil, fmt.Errorf("lease: enqueue: event %d (event id %q): the id is recorded as taken by row %d, which does not exist "+
+				"(a trigger or rule that dropped that row's insert, or a delete that bypassed the table's triggers, leaves such an id behind)",
+				i, eventID, rowID)
+		}
+		delete(freed, eventID)
+		out[i].Duplicate = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrapErrState(tx.SQLState, "enqueue", err)
+	}
+	return freed, nil
 }
 
 // checkEvent checks one event before anything is sent. Its errors start with
@@ -408,46 +484,22 @@ func (s *Store) checkEvent(e Event) error {
 	return checkMetadata(e.Metadata)
 }
 
-// accountForSkipped checks the events sent but not inserted: skipping
-// duplicates, each must exist in the table (it is then reported Duplicate);
-// otherwise there must be none.
-func (s *Store) accountForSkipped(ctx context.Context, tx Tx, opts EnqueueOptions, out []Enqueued, first map[string]int) error {
+// accountForEvery checks that every event sent was inserted or, skipping
+// duplicates, marked Duplicate: an event whose insert went through without
+// an error (its event id taken) and returned no row was dropped by
+// something else.
+func accountForEvery(out []Enqueued, first map[string]int) error {
 	var missing []string
 	for id, i := range first {
-		if out[i].ID == 0 {
+		if out[i].ID == 0 && !out[i].Duplicate {
 			missing = append(missing, id)
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	exists := map[string]bool{}
-	if opts.SkipDuplicates {
-		rows, err := tx.Query(ctx, s.q.existing, missing)
-		if err != nil {
-			return s.wrapErrState(tx.SQLState, "enqueue", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return s.wrapErrState(tx.SQLState, "enqueue", err)
-			}
-			exists[id] = true
-		}
-		if err := rows.Err(); err != nil {
-			return s.wrapErrState(tx.SQLState, "enqueue", err)
-		}
-	}
-	sort.Strings(missing)
-	for _, id := range missing {
-		i := first[id]
-		if !exists[id] {
-			return fmt.Errorf("lease: enqueue: event %d (event id %q) was neither inserted nor found in the table, and the database reported no error (does a trigger or rule drop rows?)", i, id)
-		}
-		out[i].Duplicate = true
-	}
-	return nil
+	id := slices.Min(missing)
+	return fmt.Errorf("lease: enqueue: event %d (event id %q) was not inserted, and the database reported no error (does a trigger or rule drop rows?)", first[id], id)
 }
 
 func (s *Store) enqueueError(tx Tx, err error) error {

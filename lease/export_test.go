@@ -88,3 +88,23 @@ var Statements = statements
 
 // RenderedSQL is m's SQL for s's table, as Migrate runs it.
 func RenderedSQL(s *Store, m Migration) string { return s.render(m.sql) }
+
+// RowStatements returns, by name, the store's statements that name rows
+// other than the claim and the guarded writes: the operator's repairs,
+// retention, and the reads by id, event id or key.
+func RowStatements(s *Store) map[string]Statement {
+	return map[string]Statement{
+		"requeue":        {s.q.requeue, "text[], int, text, boolean"},
+		"requeueByID":    {s.q.requeueByID, "bigint[], int, text"},
+		"discard":        {s.q.discard, "bigint, bigint"},
+		"cancel":         {s.q.cancel, "bigint, text"},
+		"deleteFinished": {s.q.deleteFinished, "bigint, bigint"},
+		"get":            {s.q.get, "bigint"},
+		"getByEvent":     {s.q.getByEvent, "text"},
+		"rejected":       {s.q.rejected, "bigint[]"},
+		"existing":       {s.q.existing, "text[]"},
+		"keyHead":        {s.q.keyHead, "text"},
+		"heldKeys":       {s.q.heldKeys, "text, int"},
+		"nextWake":       {s.q.nextWake, "text"},
+	}
+}

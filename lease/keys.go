@@ -24,15 +24,19 @@ WHERE o.id = $1 AND o.status = 'FAILED' AND o.generation = $2
 RETURNING o.generation`
 
 // heldKeysSQL lists the keys held by a FAILED row, with the rows waiting
-// behind each: the live-key index finds the FAILED keyed rows, the waiting
-// index counts each key's followers.
+// behind each: the live-key index finds the FAILED keyed rows in key order
+// (its predicate is spelled out so the planner can use it, and the status
+// check's collation keeps it from reading the FAILED index instead, every
+// FAILED row of the table, keyed or not, under a generic plan), the
+// waiting index counts each key's followers.
 const heldKeysSQL = `
 SELECT h.key, h.id, h.event_id, h.kind, h.generation, COALESCE(h.last_error, ''),
     h.finished_at, w.n
 FROM {{table}} AS h
 CROSS JOIN LATERAL (SELECT count(*) FROM {{table}} AS f
                     WHERE f.key = h.key AND f.status = 'WAITING') AS w(n)
-WHERE h.status = 'FAILED' AND h.key IS NOT NULL AND h.key > $1
+WHERE h.status IN ('READY', 'INPROGRESS', 'FAILED') AND h.key IS NOT NULL
+  AND h.status = 'FAILED' COLLATE "C" AND h.key > $1
 ORDER BY h.key
 LIMIT $2`
 

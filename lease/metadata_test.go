@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -105,18 +106,37 @@ func TestMetadataIsChecked(t *testing.T) {
 }
 
 // The table refuses metadata a claim could not read, written by a producer's
-// own SQL: one such row would otherwise fail every claim batch it is in.
+// own SQL: a claim would have to settle such a row FAILED. An array value,
+// empty or not, is refused too (migration 7's check, in lax mode, unwrapped
+// arrays and admitted {"tenant": ["acme"]} and {"a": []}).
 func TestMetadataColumnRefusesWhatAClaimCannotRead(t *testing.T) {
 	s := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
-	for _, bad := range []string{`[1, 2]`, `"text"`, `{"n": 1}`, `{"a": "x", "b": null}`, `{"o": {"k": "v"}}`} {
+	for _, bad := range []string{`[1, 2]`, `"text"`, `{"n": 1}`, `{"a": "x", "b": null}`, `{"o": {"k": "v"}}`,
+		`{"tenant": ["acme"]}`, `{"a": []}`, `{"a": "x", "b": [[]]}`, `{"a": [{"k": "v"}]}`, `{"a": {}}`, `[]`, `[{"a": "x"}]`, `null`} {
 		_, err := s.DB().ExecContext(context.Background(),
 			"INSERT INTO "+s.QualifiedTable()+" (event_id, kind, metadata) VALUES ($1, 'k', $2::jsonb)", "bad "+bad, bad)
 		if got := s.Driver().SQLState(err); got != "23514" {
 			t.Errorf("insert of metadata %s: %v (SQLSTATE %q); want check_violation, 23514", bad, err, got)
 		}
 	}
-	if _, err := s.DB().ExecContext(context.Background(),
-		"INSERT INTO "+s.QualifiedTable()+` (event_id, kind, metadata) VALUES ('good', 'k', '{"a": "x"}')`); err != nil {
-		t.Errorf("insert of an object of strings: %v", err)
+	for i, good := range []string{`{"a": "x"}`, `{}`, `{"a": "", "b": "[1]"}`} {
+		if _, err := s.DB().ExecContext(context.Background(),
+			"INSERT INTO "+s.QualifiedTable()+` (event_id, kind, metadata) VALUES ($1, 'k', $2::jsonb)`, fmt.Sprint("good ", i), good); err != nil {
+			t.Errorf("insert of metadata %s, an object of strings: %v", good, err)
+		}
+	}
+}
+
+// The table refuses a due time a claim could not read: PostgreSQL's
+// infinite timestamps have no time.Time (and -infinity would be due at
+// once).
+func TestDueTimeColumnRefusesInfinity(t *testing.T) {
+	s := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	for _, bad := range []string{"-infinity", "infinity"} {
+		_, err := s.DB().ExecContext(context.Background(),
+			"INSERT INTO "+s.QualifiedTable()+" (event_id, kind, next_attempt_at) VALUES ($1, 'k', $2::timestamptz)", "bad "+bad, bad)
+		if got := s.Driver().SQLState(err); got != "23514" {
+			t.Errorf("insert of next_attempt_at %s: %v (SQLSTATE %q); want check_violation, 23514", bad, err, got)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
+	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // explainPrepared prepares st on conn and runs it with args (SQL literals)
@@ -19,6 +21,12 @@ import (
 // the plan as EXPLAIN (ANALYZE) reports it: the rows each node read and
 // threw away.
 func explainPrepared(t *testing.T, conn *sql.Conn, mode string, st lease.Statement, args string) string {
+	t.Helper()
+	return explainPreparedWith(t, conn, "ANALYZE, COSTS OFF", mode, st, args)
+}
+
+// explainPreparedWith is explainPrepared with EXPLAIN's options given.
+func explainPreparedWith(t *testing.T, conn *sql.Conn, options, mode string, st lease.Statement, args string) string {
 	t.Helper()
 	ctx := context.Background()
 	for _, q := range []string{
@@ -35,7 +43,7 @@ func explainPrepared(t *testing.T, conn *sql.Conn, mode string, st lease.Stateme
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE p("+args+")")
+	rows, err := tx.QueryContext(ctx, "EXPLAIN ("+options+") EXECUTE p("+args+")")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +182,137 @@ func testGuardedWritePlans(t *testing.T, drv leasework.Driver) {
 		plan := explainPrepared(t, conn, mode, lease.Progress(s), "19900, 1, '\\x00'")
 		if !strings.Contains(plan, pkeyScan+" o ") || strings.Contains(plan, "Seq Scan") {
 			t.Errorf("progress, %s: the write does not read its row through the primary key:\n%s", mode, plan)
+		}
+	}
+}
+
+var (
+	tableScan = regexp.MustCompile(`^\s*(?:->\s+)?(Seq Scan|Index Scan|Index Only Scan|Bitmap Heap Scan|Tid Scan|Tid Range Scan)( Backward)? (using \S+ )?on .*\(actual (time=\S+ )?rows=([\d.]+) loops=(\d+)\)`)
+	planLine  = regexp.MustCompile(`\(actual (time=\S+ )?rows=[\d.]+ loops=\d+\)|\(never executed\)`)
+	removed   = regexp.MustCompile(`Rows Removed by (Filter|Index Recheck): ([\d.]+)`)
+	buffers   = regexp.MustCompile(`Buffers: shared hit=(\d+)(?: read=(\d+))?`)
+)
+
+// rowsRead returns how many table rows the scans of plan (EXPLAIN ANALYZE)
+// read: the rows each returned and those its filter threw away, over all
+// its loops; and, with BUFFERS, the shared buffers those scans touched.
+func rowsRead(plan string) (rows, bufs int) {
+	n, loops, inScan := 0.0, 0.0, false
+	for _, l := range strings.Split(plan, "\n") {
+		if m := tableScan.FindStringSubmatch(l); m != nil {
+			r, _ := strconv.ParseFloat(m[5], 64)
+			loops, _ = strconv.ParseFloat(m[6], 64)
+			n += r * loops
+			inScan = true
+			continue
+		}
+		if planLine.MatchString(l) || strings.HasPrefix(strings.TrimSpace(l), "Planning") {
+			inScan = false
+			continue
+		}
+		if !inScan {
+			continue
+		}
+		if m := removed.FindStringSubmatch(l); m != nil {
+			r, _ := strconv.ParseFloat(m[2], 64)
+			n += r * loops
+		}
+		if m := buffers.FindStringSubmatch(l); m != nil {
+			hit, _ := strconv.Atoi(m[1])
+			read, _ := strconv.Atoi(m[2])
+			bufs += hit + read
+		}
+	}
+	return int(n), bufs
+}
+
+// TestRowStatementsReadTheirRowsOnlyWhateverThePlan: invariant 11 for the
+// statements that name rows besides the guarded writes (checked above) —
+// the operator's repairs (requeue, discard, cancel), retention, the reads
+// by id, event id and key — and for the claim's own search for expired
+// leases. On a table with 20,000 DONE and 20,000 FAILED rows of history,
+// 20,000 expired leases (first attempts) in the default queue and 20,000 in
+// a paused queue, each statement, with custom and with generic plans, reads
+// no table sequentially and reads no more rows than it names (or, for a
+// requeue by kind or of all, than there are FAILED rows), counting the rows
+// its filters throw away. Before, a requeue by id read every FAILED row
+// under a generic plan, and every claim read every expired lease of its
+// queue, a paused one too, to find those on their last attempt.
+func TestRowStatementsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	const history = 20_000
+	if err := leasetest.InsertFinished(ctx, s, history); err != nil {
+		t.Fatal(err)
+	}
+	if err := leasetest.InsertFailed(ctx, s, history); err != nil {
+		t.Fatal(err)
+	}
+	for _, queue := range []string{"default", "held"} {
+		if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+`
+			(event_id, kind, queue, status, generation, attempt, lease_until)
+			SELECT 'expired-' || $2 || '-' || g, 'k', $2, 'INPROGRESS', 1, 1, statement_timestamp() - interval '1 hour'
+			FROM generate_series(1, $1::int) AS g`, history, queue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.PauseQueue(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	in := pgtest.Enqueue(t, s,
+		lease.Event{Kind: "repair", EventID: "target failed"},
+		lease.Event{Kind: "k", EventID: "target keyed", Key: "key-1"},
+		lease.Event{Kind: "k", EventID: "target ready"},
+	)
+	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
+		SET status = 'FAILED', finished_at = statement_timestamp(), generation = 1, attempt = 1
+		WHERE id = $1 OR id = $2`, in[0].ID, in[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, "VACUUM (ANALYZE) "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	failed := history + 2
+	st := lease.RowStatements(s)
+	cases := []struct {
+		name string
+		st   lease.Statement
+		args string
+		max  int // rows it may read
+	}{
+		{"requeue by id", st["requeueByID"], fmt.Sprintf("'{%d}', 0, 'c'", in[0].ID), 1},
+		{"requeue by kind", st["requeue"], "'{repair}', 0, 'c', false", failed},
+		{"requeue all", st["requeue"], "'{}', 0, 'c', true", failed},
+		{"discard", st["discard"], fmt.Sprintf("%d, 1", in[1].ID), 2},
+		{"cancel", st["cancel"], fmt.Sprintf("%d, 'cancelled'", in[2].ID), 2},
+		{"deleteFinished", st["deleteFinished"], "0, 100", 200},
+		{"get", st["get"], fmt.Sprint(in[2].ID), 1},
+		{"getByEvent", st["getByEvent"], "'target ready'", 2},
+		{"rejected", st["rejected"], fmt.Sprintf("'{%d}'", in[2].ID), 1},
+		{"existing", st["existing"], "'{target ready}'", 2},
+		{"keyHead", st["keyHead"], "'key-1'", 2},
+		{"heldKeys", st["heldKeys"], "'', 100", 4},
+		{"nextWake", st["nextWake"], "'default'", 1 + 10},
+		{"claim", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default'", 2*100 + 10},
+		{"claim of a paused queue", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'held'", 2},
+	}
+	for _, c := range cases {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := shortLines(explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", mode, c.st, c.args))
+			read, bufs := rowsRead(plan)
+			t.Logf("%s, %s: %d rows read, in %d buffers", c.name, mode, read, bufs)
+			if read > c.max {
+				t.Errorf("%s, %s: %d rows read; want at most %d:\n%s", c.name, mode, read, c.max, plan)
+			}
+			if strings.Contains(plan, "Seq Scan on "+s.Table()) {
+				t.Errorf("%s, %s: the plan reads the table sequentially:\n%s", c.name, mode, plan)
+			}
 		}
 	}
 }

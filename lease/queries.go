@@ -77,7 +77,9 @@ WITH paused AS (
     SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} WHERE queue = $5) AS yes
 ), exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
-    -- row in FAILED instead of granting another attempt.
+    -- row in FAILED instead of granting another attempt. The exhausted
+    -- index holds the leases on their last attempt only: the other expired
+    -- leases (all those of a paused queue) are not read here.
     UPDATE {{table}} AS o
     SET status = 'FAILED', lease_until = NULL,
         finished_at = statement_timestamp(), updated_at = statement_timestamp(),
@@ -193,13 +195,15 @@ const insertClaimedSQL = insertEvents + `(
         $8::text[], $9::smallint[], $10::text[])
         WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, n))` + insertEventsEnd
 
-// existingSQL reads which of the event ids $1 exist, for an enqueue that
-// skipped them as duplicates: in the event id table, with their row (a
-// trigger of the caller's that drops inserts leaves an id without one).
-// The row is read by a scalar subquery through the primary key, which the
-// planner never turns into a join (invariant 11).
-const existingSQL = `SELECT x.event_id FROM {{schema}}.{{name "event_ids"}} AS x
-WHERE x.event_id = ANY ($1::text[]) AND (SELECT true FROM {{table}} AS o WHERE o.id = x.id)`
+// existingSQL reads which of the event ids $1 are in the event id table,
+// for an enqueue that skipped them as taken, with their row ids and whether
+// the row exists (a trigger of the caller's that drops inserts leaves an id
+// without one). An id not there was freed since it was skipped. The row is
+// read by a scalar subquery through the primary key, which the planner
+// never turns into a join (invariant 11).
+const existingSQL = `SELECT x.event_id, x.id, (SELECT true FROM {{table}} AS o WHERE o.id = x.id) IS NOT NULL
+FROM {{schema}}.{{name "event_ids"}} AS x
+WHERE x.event_id = ANY ($1::text[])`
 
 const completeSQL = `
 WITH ` + lockedCTE + `
@@ -296,25 +300,43 @@ FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
 WHERE ` + guard + `
 RETURNING o.id`
 
-// requeueSQL is the repair path: FAILED rows back to READY. The generation
-// grows here too, so an owner from before the requeue stays stale. Idle
-// workers are woken on the table's channel ($5). A requeue that resets the
-// attempts ($4 = 0) gives back the budget as it was before its snoozes
-// grew it, and the snooze count starts again with the attempt count.
+// requeueSQL is the repair path: FAILED rows back to READY, those of the
+// kinds $1, or all of them when $4 is true, read from the FAILED index.
+// The generation grows here too, so an owner from before the requeue stays
+// stale. Idle workers are woken on the table's channel ($3). $2 is the
+// extra attempts (see RequeueRequest): a requeue that resets the attempts
+// ($2 = 0) gives back the budget as it was before its snoozes grew it, and
+// the snooze count starts again with the attempt count.
 const requeueSQL = `
 WITH requeued AS (
-    UPDATE {{table}} AS o
-    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
-        attempt = CASE WHEN $4 = 0 THEN 0 ELSE o.attempt END,
-        max_attempts = CASE WHEN $4 = 0 THEN greatest(o.max_attempts - o.snoozes, 1) ELSE o.attempt + $4 END,
-        snoozes = CASE WHEN $4 = 0 THEN 0 ELSE o.snoozes END,
-        next_attempt_at = statement_timestamp(), finished_at = NULL,
-        updated_at = statement_timestamp()
-    WHERE o.status = 'FAILED'
-      AND ($1 OR o.id = ANY($2::bigint[]) OR o.kind = ANY($3::text[]))
+    UPDATE {{table}} AS o` + requeueSet + `
+    WHERE o.status = 'FAILED' AND ($4 OR o.kind = ANY($1::text[]))
     RETURNING o.id, o.kind
 )
-SELECT r.id FROM requeued AS r, pg_notify($5, r.kind) ORDER BY r.id`
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
+
+// requeueByIDSQL is requeueSQL for the rows named by the id array $1, read
+// through the primary key whatever the plan (invariant 11): one statement
+// for both, an OR of the ids and the kinds, read every FAILED row under a
+// generic plan to requeue one id. The status check's collation keeps the
+// planner from combining the primary key with the FAILED index, as in the
+// guard (see inProgress).
+const requeueByIDSQL = `
+WITH requeued AS (
+    UPDATE {{table}} AS o` + requeueSet + `
+    WHERE o.id = ANY ($1::bigint[]) AND o.status = 'FAILED' COLLATE "C"
+    RETURNING o.id, o.kind
+)
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
+
+// requeueSet is what a requeue writes, $2 being its extra attempts.
+const requeueSet = `
+    SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
+        attempt = CASE WHEN $2 = 0 THEN 0 ELSE o.attempt END,
+        max_attempts = CASE WHEN $2 = 0 THEN greatest(o.max_attempts - o.snoozes, 1) ELSE o.attempt + $2 END,
+        snoozes = CASE WHEN $2 = 0 THEN 0 ELSE o.snoozes END,
+        next_attempt_at = statement_timestamp(), finished_at = NULL,
+        updated_at = statement_timestamp()`
 
 const statsSQL = `
 SELECT
@@ -393,7 +415,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
 
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
-	requeue, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
+	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel string
 }
 
@@ -412,6 +434,7 @@ func (s *Store) renderQueries() queries {
 		release:        s.render(releaseSQL),
 		progress:       s.render(progressSQL),
 		requeue:        s.render(requeueSQL),
+		requeueByID:    s.render(requeueByIDSQL),
 		stats:          s.render(statsSQL),
 		rejected:       s.render(rejectedSQL),
 		get:            s.render(getSQL),

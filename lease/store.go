@@ -146,12 +146,15 @@
 //
 // # Indexes
 //
-// Claim reads two partial indexes, one over READY rows by (queue,
+// Claim reads three partial indexes, one over READY rows by (queue,
 // priority, due time), read one priority level at a time so that rows not
-// yet due are never read, and one over INPROGRESS rows by (queue, lease
-// deadline). Finished rows are in neither, and a queue's claim reads no
+// yet due are never read, one over INPROGRESS rows by (queue, lease
+// deadline), and one over the INPROGRESS rows on their last attempt, by the
+// same, to end those whose lease expired FAILED without reading the other
+// expired leases. Finished rows are in none, and a queue's claim reads no
 // row of another queue, so the cost of a claim grows neither with the
-// number of DONE and FAILED rows nor with the backlog of other queues.
+// number of DONE and FAILED rows nor with the backlog of other queues, nor
+// with the expired leases of a paused queue.
 // Retention ([Store.DeleteFinished]) reads a third, over DONE rows only in
 // finish order: FAILED rows, kept until repaired, are in none of them. Two
 // more serve order per key: WAITING rows by (key, key_seq), for the
@@ -176,6 +179,16 @@
 // stored as jsonb: the enqueuer's trace context (the contrib/otel module
 // puts it there through an [EnqueueMiddleware]), a tenant, a correlation
 // id.
+//
+// # Rows a claim cannot decode
+//
+// The table refuses at insert what a claim could not decode, from
+// producers that write it with their own SQL (SQLSTATE 23514, naming the
+// column): metadata that is not NULL or an object of strings, a due time
+// of infinity. A row written before that refusal (migration 10) may hold
+// one. A claim never fails for it: it ends that row FAILED, with a last
+// error naming the column, and returns the rest of its batch; reading the
+// row gives it with [Row.DecodeError] set.
 package lease
 
 import (

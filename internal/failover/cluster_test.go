@@ -81,15 +81,15 @@ func dsnPorts(drv leasework.Driver, app string, portNumbers ...int) string {
 	if drv.Name() == "pq" {
 		// lib/pq reads several hosts only in this form (or as host= and
 		// port= URL parameters), not as URL hosts h1:p1,h2:p2.
-		return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=10 target_session_attrs=read-write application_name=%s",
-			strings.Join(hosts, ","), strings.Join(ports, ","), app)
+		return fmt.Sprintf("host=%s port=%s user=postgres dbname=postgres sslmode=disable connect_timeout=%d target_session_attrs=read-write application_name=%s",
+			strings.Join(hosts, ","), strings.Join(ports, ","), int(connectTimeout.Seconds()), app)
 	}
 	var addrs []string
 	for i := range hosts {
 		addrs = append(addrs, hosts[i]+":"+ports[i])
 	}
-	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=10&target_session_attrs=read-write&application_name=%s",
-		strings.Join(addrs, ","), url.QueryEscape(app))
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=%d&target_session_attrs=read-write&application_name=%s",
+		strings.Join(addrs, ","), int(connectTimeout.Seconds()), url.QueryEscape(app))
 }
 
 // openStore opens a store on dsn through drv, in schema, and migrates it
