@@ -54,9 +54,9 @@ const (
 	// processBound bounds the wait for a signalled process to stop or exit.
 	processBound = 30 * time.Second
 	// serverBound bounds a restart or a failover of the server: shutdown,
-	// start-up (which waits a minute at most for the server to accept
-	// connections), promotion, a base backup.
-	serverBound = 3 * time.Minute
+	// start-up (pgserver waits up to 3 minutes for it), promotion, a base
+	// backup.
+	serverBound = 5 * time.Minute
 )
 
 // schedule returns the soak's faults in order: counts[f] of each kind f,
