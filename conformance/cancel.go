@@ -24,17 +24,21 @@ func cancelProperties() []property {
 	}
 }
 
-// Cancelling a running event takes it from its attempt at once: the row
-// is DISCARDED at a new generation, with last error "cancelled: reason",
-// and every write the attempt makes afterwards is rejected and changes
-// nothing — renew, complete, complete-and-delete, retry, snooze, fail and
-// release (batched and single, each matching leasework.ErrCancelled and
-// leasework.ErrLeaseLost, and reported Result.Cancelled), progress, and
-// CompleteTx and CompleteAndDeleteTx in a transaction (ErrLeaseLost, the
-// transaction's business write rolled back with it). In a batch, only the
-// cancelled claim is: a live claim beside it is accepted, and a claim that
-// is merely stale is rejected without being called cancelled. The row is
-// never claimed again, and cancelling it again is lease.ErrFinished.
+// Cancelling a running event fences its attempt at once and ends it only
+// when the attempt stops: the row stays INPROGRESS at the attempt's
+// generation, under its lease, marked cancelled (Row.CancelledAt, last
+// error "cancelled: reason"), and every write the attempt makes is
+// rejected. Renewals, progress, and CompleteTx and CompleteAndDeleteTx in a
+// transaction (ErrLeaseLost, the transaction's business write rolled back
+// with it) change nothing. The attempt's first outcome write — here a
+// completion in a batch, beside a live claim (accepted) and a merely stale
+// one (rejected without being called cancelled) — is rejected as cancelled
+// and is the attempt's stop: the row ends DISCARDED at a new generation.
+// Every write after that — renew, complete, complete-and-delete, retry,
+// snooze, fail and release, batched and single, each matching
+// leasework.ErrCancelled and leasework.ErrLeaseLost, and reported
+// Result.Cancelled — changes nothing. The row is never claimed again, and
+// cancelling it again is lease.ErrFinished.
 func cancelledAttemptCannotWrite(e *env) {
 	table := e.effects()
 	e.enqueueN(3)
@@ -43,17 +47,88 @@ func cancelledAttemptCannotWrite(e *env) {
 		e.t.Fatalf("claimed %d rows, want 3", len(claims))
 	}
 	c, live, stale := claims[0], claims[1], claims[2]
-	gen, err := e.store.Cancel(e.ctx, c.ID, "operator")
+	res, err := e.store.Cancel(e.ctx, c.ID, "operator")
 	wantOK(e.t, "cancel of a running event", err)
-	if gen <= c.Generation {
-		e.t.Fatalf("cancel of row %d at generation %d returned generation %d; want a newer one", c.ID, c.Generation, gen)
+	if !res.Stopping || res.Generation != c.Generation {
+		e.t.Fatalf("cancel of row %d running at generation %d: %+v; want Stopping at its attempt's generation", c.ID, c.Generation, res)
 	}
-	cancelled := e.wantState(c.ID, leasework.StatusDiscarded, gen)
-	if cancelled.LastError != "cancelled: operator" || cancelled.FinishedAt == nil {
-		e.t.Fatalf("cancelled row: last_error %q finished_at %v; want \"cancelled: operator\" and a time", cancelled.LastError, cancelled.FinishedAt)
+	marked := e.wantState(c.ID, leasework.StatusInProgress, c.Generation)
+	if marked.LastError != "cancelled: operator" || marked.CancelledAt == nil || marked.LeaseUntil == nil || marked.FinishedAt != nil {
+		e.t.Fatalf("row cancelled while it runs: last_error %q cancelled_at %v lease_until %v finished_at %v; want \"cancelled: operator\", a time, its lease, unfinished",
+			marked.LastError, marked.CancelledAt, marked.LeaseUntil, marked.FinishedAt)
+	}
+	ref, refs := c.Ref(), []leasework.Ref{c.Ref()}
+
+	// What the running attempt may still do changes nothing.
+	for _, w := range []struct {
+		name  string
+		write func() error
+	}{
+		{"RenewMany", func() error {
+			res, err := e.store.RenewMany(e.ctx, refs, testLease)
+			if err != nil {
+				return err
+			}
+			if !res[0].Cancelled {
+				return fmt.Errorf("%+v is not Cancelled", res[0])
+			}
+			return res[0].Err
+		}},
+		{"Renew", func() error { _, err := e.store.Renew(e.ctx, ref, testLease); return err }},
+	} {
+		if err := w.write(); !errors.Is(err, leasework.ErrCancelled) || !errors.Is(err, leasework.ErrLeaseLost) {
+			e.t.Fatalf("%s by the cancelled attempt: err = %v; want Cancelled, ErrCancelled and ErrLeaseLost", w.name, err)
+		}
+		e.wantUnchanged(w.name+" by the cancelled attempt", marked)
+	}
+	wantLost(e.t, "SetProgress by the cancelled attempt", e.store.SetProgress(e.ctx, ref, []byte("page=2")))
+	e.wantUnchanged("SetProgress by the cancelled attempt", marked)
+	for _, tw := range []struct {
+		name     string
+		complete func(context.Context, *sql.Tx, leasework.Ref) error
+	}{{"CompleteTx", e.store.CompleteTx}, {"CompleteAndDeleteTx", e.store.CompleteAndDeleteTx}} {
+		tx, err := e.applyInTx(table, c, tw.complete)
+		wantLost(e.t, tw.name+" by the cancelled attempt", err)
+		if err := tx.Commit(); !errors.Is(err, sql.ErrTxDone) {
+			e.t.Fatalf("Commit after %s was rejected: %v; want sql.ErrTxDone (already rolled back)", tw.name, err)
+		}
+		if n := e.countEffects(table, c.EventID); n != 0 {
+			e.t.Fatalf("the cancelled attempt's business write was committed with %s (%d rows); want rolled back", tw.name, n)
+		}
+		e.wantUnchanged(tw.name+" by the cancelled attempt", marked)
 	}
 
-	ref, refs := c.Ref(), []leasework.Ref{c.Ref()}
+	// One batch: the cancelled claim, a live one and a stale one.
+	newer := e.newerGeneration(stale.ID)
+	batch := []leasework.Ref{stale.Ref(), ref, live.Ref()}
+	results, err := e.store.CompleteMany(e.ctx, batch)
+	wantOK(e.t, "CompleteMany of a stale, a cancelled and a live claim", err)
+	if len(results) != 3 {
+		e.t.Fatalf("CompleteMany of 3 claims returned %d results", len(results))
+	}
+	for i, r := range results {
+		if r.Ref != batch[i] {
+			e.t.Fatalf("result %d is for %+v, want %+v", i, r.Ref, batch[i])
+		}
+	}
+	if r := results[0]; r.Cancelled || errors.Is(r.Err, leasework.ErrCancelled) || !errors.Is(r.Err, leasework.ErrLeaseLost) {
+		e.t.Fatalf("completion of a stale, not cancelled, claim: %+v; want ErrLeaseLost, neither Cancelled nor ErrCancelled", r)
+	}
+	if r := results[1]; !r.Cancelled || !errors.Is(r.Err, leasework.ErrCancelled) {
+		e.t.Fatalf("completion of the cancelled claim in a batch: %+v; want Cancelled, ErrCancelled", r)
+	}
+	if r := results[2]; r.Err != nil || r.Cancelled || r.Status != leasework.StatusDone {
+		e.t.Fatalf("completion of a live claim beside a cancelled one: %+v; want accepted, DONE", r)
+	}
+	e.wantState(stale.ID, leasework.StatusInProgress, newer.Generation)
+	e.wantState(live.ID, leasework.StatusDone, live.Generation)
+	cancelled := e.row(c.ID)
+	if cancelled.Status != leasework.StatusDiscarded || cancelled.Generation <= c.Generation || cancelled.LeaseUntil != nil ||
+		cancelled.FinishedAt == nil || cancelled.CancelledAt == nil || cancelled.LastError != "cancelled: operator" {
+		e.t.Fatalf("cancelled row after its attempt's completion was rejected: %+v; want DISCARDED above generation %d, finished, cancelled: operator",
+			cancelled, c.Generation)
+	}
+
 	batched := []struct {
 		name  string
 		write func() ([]lease.Result, error)
@@ -101,56 +176,14 @@ func cancelledAttemptCannotWrite(e *env) {
 		}
 		e.wantUnchanged(w.name+" by the cancelled attempt", cancelled)
 	}
-
 	wantLost(e.t, "SetProgress by the cancelled attempt", e.store.SetProgress(e.ctx, ref, []byte("page=2")))
 	e.wantUnchanged("SetProgress by the cancelled attempt", cancelled)
-
-	for _, tw := range []struct {
-		name     string
-		complete func(context.Context, *sql.Tx, leasework.Ref) error
-	}{{"CompleteTx", e.store.CompleteTx}, {"CompleteAndDeleteTx", e.store.CompleteAndDeleteTx}} {
-		tx, err := e.applyInTx(table, c, tw.complete)
-		wantLost(e.t, tw.name+" by the cancelled attempt", err)
-		if err := tx.Commit(); !errors.Is(err, sql.ErrTxDone) {
-			e.t.Fatalf("Commit after %s was rejected: %v; want sql.ErrTxDone (already rolled back)", tw.name, err)
-		}
-		if n := e.countEffects(table, c.EventID); n != 0 {
-			e.t.Fatalf("the cancelled attempt's business write was committed with %s (%d rows); want rolled back", tw.name, n)
-		}
-		e.wantUnchanged(tw.name+" by the cancelled attempt", cancelled)
-	}
-
-	// One batch: the cancelled claim, a live one and a stale one.
-	newer := e.newerGeneration(stale.ID)
-	batch := []leasework.Ref{stale.Ref(), ref, live.Ref()}
-	res, err := e.store.CompleteMany(e.ctx, batch)
-	wantOK(e.t, "CompleteMany of a stale, a cancelled and a live claim", err)
-	if len(res) != 3 {
-		e.t.Fatalf("CompleteMany of 3 claims returned %d results", len(res))
-	}
-	for i, r := range res {
-		if r.Ref != batch[i] {
-			e.t.Fatalf("result %d is for %+v, want %+v", i, r.Ref, batch[i])
-		}
-	}
-	if r := res[0]; r.Cancelled || errors.Is(r.Err, leasework.ErrCancelled) || !errors.Is(r.Err, leasework.ErrLeaseLost) {
-		e.t.Fatalf("completion of a stale, not cancelled, claim: %+v; want ErrLeaseLost, neither Cancelled nor ErrCancelled", r)
-	}
-	if r := res[1]; !r.Cancelled || !errors.Is(r.Err, leasework.ErrCancelled) {
-		e.t.Fatalf("completion of the cancelled claim in a batch: %+v; want Cancelled, ErrCancelled", r)
-	}
-	if r := res[2]; r.Err != nil || r.Cancelled || r.Status != leasework.StatusDone {
-		e.t.Fatalf("completion of a live claim beside a cancelled one: %+v; want accepted, DONE", r)
-	}
-	e.wantState(stale.ID, leasework.StatusInProgress, newer.Generation)
-	e.wantState(live.ID, leasework.StatusDone, live.Generation)
-	e.wantUnchanged("the batch", cancelled)
 
 	if got := e.claim(10); len(got) != 0 {
 		e.t.Fatalf("claimed %s; want nothing (the cancelled row is finished, the other two are owned or done)", describe(got))
 	}
 	if again, err := e.store.Cancel(e.ctx, c.ID, "twice"); !errors.Is(err, lease.ErrFinished) {
-		e.t.Fatalf("cancel of a cancelled event = %d, %v; want lease.ErrFinished", again, err)
+		e.t.Fatalf("cancel of a cancelled event = %+v, %v; want lease.ErrFinished", again, err)
 	}
 	e.wantUnchanged("the second cancel", cancelled)
 }
@@ -159,9 +192,11 @@ func cancelledAttemptCannotWrite(e *env) {
 // READY, INPROGRESS with a lease that has run out, or WAITING behind its
 // key's head. A keyed event cancelled as its key's head passes the key on,
 // from each state a head can be in (READY, INPROGRESS, FAILED): the next
-// event of the key, and only it, becomes claimable; a cancelled follower
-// is passed over when its turn comes. A DONE event cannot be cancelled
-// (lease.ErrFinished) and stays DONE.
+// event of the key, and only it, becomes claimable — for a head running
+// under a live lease, only once its attempt has stopped (its owner's
+// outcome, rejected as cancelled); until then nothing of its key is
+// claimed. A cancelled follower is passed over when its turn comes. A DONE
+// event cannot be cancelled (lease.ErrFinished) and stays DONE.
 func cancelledEventIsNeverClaimed(e *env) {
 	evs := e.enqueue(
 		lease.Event{Kind: "k", EventID: "ready"},
@@ -185,8 +220,8 @@ func cancelledEventIsNeverClaimed(e *env) {
 	}
 	e.cancel(ready.ID, "")
 	e.cancel(expired.ID, "owner gone")
-	if gen, err := e.store.Cancel(e.ctx, done.ID, ""); !errors.Is(err, lease.ErrFinished) {
-		e.t.Fatalf("cancel of a DONE event = %d, %v; want lease.ErrFinished", gen, err)
+	if res, err := e.store.Cancel(e.ctx, done.ID, ""); !errors.Is(err, lease.ErrFinished) {
+		e.t.Fatalf("cancel of a DONE event = %+v, %v; want lease.ErrFinished", res, err)
 	}
 	e.wantState(done.ID, leasework.StatusDone, e.gen(1))
 	if got := e.claim(10); len(got) != 0 {
@@ -220,8 +255,19 @@ func cancelledEventIsNeverClaimed(e *env) {
 		e.cancel(rowOf[k+"-1"], "") // the head
 	}
 	claimed = e.claimEventIDs(10)
-	if claimed != "failed-3 ready-3 running-3" {
-		e.t.Fatalf("after cancelling each key's head and first follower, claimed %s; want failed-3 ready-3 running-3", claimed)
+	if claimed != "failed-3 ready-3" {
+		e.t.Fatalf("after cancelling each key's head and first follower, claimed %s; want failed-3 ready-3 (running-1's attempt has not stopped)", claimed)
+	}
+	// running-1's owner stops: its release is rejected as cancelled and
+	// ends the head.
+	if err := e.store.Release(e.ctx, heads["running"]); !errors.Is(err, leasework.ErrCancelled) {
+		e.t.Fatalf("release by the cancelled head's attempt: %v; want ErrCancelled", err)
+	}
+	if r := e.row(rowOf["running-1"]); r.Status != leasework.StatusDiscarded {
+		e.t.Fatalf("cancelled running head after its attempt stopped: %s; want DISCARDED", r.Status)
+	}
+	if claimed = e.claimEventIDs(10); claimed != "running-3" {
+		e.t.Fatalf("after the cancelled running head's attempt stopped, claimed %s; want running-3", claimed)
 	}
 	for _, k := range []string{"ready", "running", "failed"} {
 		e.wantState(rowOf[k+"-4"], leasework.StatusWaiting, 0)
@@ -239,7 +285,9 @@ func cancelledEventIsNeverClaimed(e *env) {
 // returns without waiting fails the property). If the transaction
 // commits, the completion stands: the cancel reports lease.ErrFinished and
 // the row stays DONE at the claim's generation. If it rolls back, the
-// cancel wins, and the owner's next completion is rejected as cancelled.
+// cancel wins: the attempt still holds its lease, so the row is marked and
+// stays INPROGRESS, and the owner's next completion is rejected as
+// cancelled and ends it DISCARDED.
 func cancelNeverUndoesACompletion(e *env) {
 	table := e.effects()
 	e.enqueueN(2)
@@ -254,8 +302,10 @@ func cancelNeverUndoesACompletion(e *env) {
 			e.t.Fatalf("backend of the completing transaction: %v", err)
 		}
 		result := make(chan error, 1)
+		var res lease.CancelResult
 		go func() {
-			_, err := e.store.Cancel(e.ctx, c.ID, "race")
+			var err error
+			res, err = e.store.Cancel(e.ctx, c.ID, "race")
 			result <- err
 		}()
 		// The race is only a race once the cancel waits on the completing
@@ -288,14 +338,20 @@ func cancelNeverUndoesACompletion(e *env) {
 		}
 		wantOK(e.t, "cancel racing a completion that rolled back", err2)
 		r := e.row(c.ID)
-		if r.Status != leasework.StatusDiscarded || r.Generation <= c.Generation {
-			e.t.Fatalf("after the completion rolled back and the cancel returned, row %d is %s generation %d; want DISCARDED above generation %d",
-				c.ID, r.Status, r.Generation, c.Generation)
+		if !res.Stopping || r.Status != leasework.StatusInProgress || r.Generation != c.Generation || r.CancelledAt == nil {
+			e.t.Fatalf("after the completion rolled back and the cancel returned %+v, row %d is %s generation %d cancelled at %v; want it Stopping, INPROGRESS at generation %d, marked",
+				res, c.ID, r.Status, r.Generation, r.CancelledAt, c.Generation)
 		}
 		if err := e.store.Complete(e.ctx, c.Ref()); !errors.Is(err, leasework.ErrCancelled) {
 			e.t.Fatalf("completion after the cancel won: %v; want ErrCancelled", err)
 		}
-		e.wantUnchanged("the completion after the cancel", r)
+		if r := e.row(c.ID); r.Status != leasework.StatusDiscarded || r.Generation <= c.Generation {
+			e.t.Fatalf("after the cancelled attempt's completion, row %d is %s generation %d; want DISCARDED above generation %d",
+				c.ID, r.Status, r.Generation, c.Generation)
+		}
+		if n := e.countEffects(table, c.EventID); n != 0 {
+			e.t.Fatalf("effects of the rolled-back completion: %d; want 0", n)
+		}
 	}
 }
 
@@ -330,22 +386,37 @@ func (e *env) waitBlockedBy(holder int64, done <-chan error) error {
 	}
 }
 
-// cancel cancels row id, which must succeed, and checks the row is
-// DISCARDED at the generation returned, a newer one, with the reason.
+// cancel cancels row id, which must succeed, and checks the row: one that
+// an attempt runs under a live lease is Stopping, INPROGRESS at the
+// attempt's generation; any other is DISCARDED at the generation returned,
+// a newer one. Both are marked cancelled, with the reason.
 func (e *env) cancel(id int64, reason string) {
 	e.t.Helper()
 	before := e.row(id)
-	gen, err := e.store.Cancel(e.ctx, id, reason)
-	wantOK(e.t, fmt.Sprintf("cancel of row %d (%s, %s)", id, before.EventID, before.Status), err)
-	if gen <= before.Generation {
-		e.t.Fatalf("cancel of row %d at generation %d returned generation %d; want a newer one", id, before.Generation, gen)
+	var running bool // by the database's clock, as the cancel decides
+	if err := e.db.QueryRowContext(e.ctx, "SELECT COALESCE($1::timestamptz > statement_timestamp(), false)", before.LeaseUntil).Scan(&running); err != nil {
+		e.t.Fatalf("is row %d's lease running: %v", id, err)
 	}
+	res, err := e.store.Cancel(e.ctx, id, reason)
+	wantOK(e.t, fmt.Sprintf("cancel of row %d (%s, %s)", id, before.EventID, before.Status), err)
 	want := lease.CancelledPrefix
 	if reason != "" {
 		want += ": " + reason
 	}
-	if r := e.wantState(id, leasework.StatusDiscarded, gen); r.LastError != want {
-		e.t.Fatalf("cancelled row %d: last_error %q, want %q", id, r.LastError, want)
+	var r lease.Row
+	switch {
+	case running:
+		if !res.Stopping || res.Generation != before.Generation {
+			e.t.Fatalf("cancel of row %d running at generation %d: %+v; want Stopping at that generation", id, before.Generation, res)
+		}
+		r = e.wantState(id, leasework.StatusInProgress, before.Generation)
+	case res.Stopping || res.Generation <= before.Generation:
+		e.t.Fatalf("cancel of row %d (%s) at generation %d: %+v; want it ended at a newer generation", id, before.Status, before.Generation, res)
+	default:
+		r = e.wantState(id, leasework.StatusDiscarded, res.Generation)
+	}
+	if r.LastError != want || r.CancelledAt == nil {
+		e.t.Fatalf("cancelled row %d: last_error %q, cancelled_at %v; want %q and a time", id, r.LastError, r.CancelledAt, want)
 	}
 }
 
@@ -384,6 +455,7 @@ func (e *env) wantUnchanged(what string, before lease.Row) {
 	field("worker", before.Worker == after.Worker, before.Worker, after.Worker)
 	field("updated_at", before.UpdatedAt.Equal(after.UpdatedAt), before.UpdatedAt, after.UpdatedAt)
 	field("finished_at", sameTime(before.FinishedAt, after.FinishedAt), before.FinishedAt, after.FinishedAt)
+	field("cancelled_at", sameTime(before.CancelledAt, after.CancelledAt), before.CancelledAt, after.CancelledAt)
 	if len(diff) > 0 {
 		e.t.Fatalf("%s changed row %d: %s", what, before.ID, strings.Join(diff, ", "))
 	}

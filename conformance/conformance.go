@@ -71,7 +71,7 @@ type Store interface {
 	Discard(ctx context.Context, ref leasework.Ref) (int64, error)
 	PauseQueue(ctx context.Context, queue string) (bool, error)
 	ResumeQueue(ctx context.Context, queue string) (bool, error)
-	Cancel(ctx context.Context, id int64, reason string) (int64, error)
+	Cancel(ctx context.Context, id int64, reason string) (lease.CancelResult, error)
 }
 
 // Environment variables between the suite and its child processes.

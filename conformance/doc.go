@@ -68,19 +68,22 @@
 //     records its outcome, and after Store.ResumeQueue gives its rows again;
 //   - CancelledAttemptCannotWriteAnything,
 //     CancelledEventIsNeverClaimedAndPassesItsKeyOn and
-//     CancelNeverUndoesACommittedCompletion: once Store.Cancel has ended a
-//     running event (DISCARDED at a new generation), every write of its
-//     attempt is rejected and changes nothing: renew, complete, retry,
-//     snooze, fail and release, batched or single, match
-//     leasework.ErrCancelled and ErrLeaseLost (lease.Result.Cancelled, set
-//     for the cancelled claim only, not for a merely stale one beside it);
-//     progress, CompleteTx and CompleteAndDeleteTx are ErrLeaseLost, the
-//     transaction's business write rolled back. A cancelled event is never
-//     claimed, from READY, WAITING or an expired lease; a cancelled head,
-//     READY, INPROGRESS or FAILED, passes its key to the next event, and a
-//     cancelled follower is passed over. A cancel that meets a completion
-//     committing in the owner's transaction is lease.ErrFinished, the row
-//     DONE; one that meets it rolling back wins;
+//     CancelNeverUndoesACommittedCompletion: once Store.Cancel has marked a
+//     running event (INPROGRESS at its attempt's generation,
+//     lease.CancelResult.Stopping), every write of its attempt is rejected:
+//     renewals, progress, CompleteTx and CompleteAndDeleteTx (ErrLeaseLost,
+//     the transaction's business write rolled back) change nothing; its
+//     first outcome write ends it DISCARDED at a new generation, and after
+//     that renew, complete, retry, snooze, fail and release, batched or
+//     single, match leasework.ErrCancelled and ErrLeaseLost
+//     (lease.Result.Cancelled, set for the cancelled claim only, not for a
+//     merely stale one beside it) and change nothing. A cancelled event is
+//     never claimed, from READY, WAITING or an expired lease; a cancelled
+//     head, READY, INPROGRESS or FAILED, passes its key to the next event,
+//     a running one only once its attempt has stopped, and a cancelled
+//     follower is passed over. A cancel that meets a completion committing
+//     in the owner's transaction is lease.ErrFinished, the row DONE; one
+//     that meets it rolling back wins;
 //   - SnoozeIsGuardedAndSparesTheBudget: a snooze
 //     (lease.RetryRequest.Snooze) by a stale or expired owner is
 //     ErrLeaseLost and changes nothing; the owner's, on its last attempt,

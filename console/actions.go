@@ -34,11 +34,11 @@ func (c *Console) eventAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := Action{Name: name, ID: id}
-	if name == ActionDiscard {
+	if name == ActionDiscard || name == ActionRequeue {
 		s := r.PostForm.Get("generation")
 		g, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || g < 1 {
-			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a generation: the discard form carries the generation the page showed, a whole number from 1.", s))
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a generation: the %s form carries the generation the page showed, a whole number from 1.", s, name))
 			return
 		}
 		a.Generation = g
@@ -58,7 +58,7 @@ func (c *Console) eventAction(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch name {
 	case ActionRequeue:
-		f, err = c.requeue(ctx, id)
+		f, err = c.requeue(ctx, leasework.Ref{ID: id, Generation: a.Generation})
 	case ActionDiscard:
 		f, err = c.discard(ctx, leasework.Ref{ID: id, Generation: a.Generation})
 	case ActionCancel:
@@ -80,16 +80,20 @@ func (c *Console) eventAction(w http.ResponseWriter, r *http.Request) {
 	c.redirect(w, r, back, f)
 }
 
-func (c *Console) requeue(ctx context.Context, id int64) (flash, error) {
-	ids, err := c.store.Requeue(ctx, lease.RequeueRequest{IDs: []int64{id}})
+func (c *Console) requeue(ctx context.Context, ref leasework.Ref) (flash, error) {
+	ids, err := c.store.Requeue(ctx, lease.RequeueRequest{Refs: []leasework.Ref{ref}})
 	if err != nil || len(ids) == 1 {
-		return flash{OK: true, Message: fmt.Sprintf("Event %d requeued: it is READY, due now, with its whole attempt budget again.", id)}, err
+		return flash{OK: true, Message: fmt.Sprintf("Event %d requeued: it is READY, due now, with its whole attempt budget again.", ref.ID)}, err
 	}
-	row, err := c.store.Get(ctx, id)
+	row, err := c.store.Get(ctx, ref.ID)
 	if err != nil {
 		return flash{}, err
 	}
-	return flash{Message: fmt.Sprintf("Event %d was not requeued: it is %s, and only a FAILED event can be requeued.", id, row.Status)}, nil
+	if row.Status == leasework.StatusFailed {
+		return flash{Message: fmt.Sprintf("Event %d was not requeued: the page showed it FAILED at generation %d, and it is FAILED at generation %d now. It changed since the page was loaded; look at it again.",
+			ref.ID, ref.Generation, row.Generation)}, nil
+	}
+	return flash{Message: fmt.Sprintf("Event %d was not requeued: it is %s, and only a FAILED event can be requeued.", ref.ID, row.Status)}, nil
 }
 
 func (c *Console) discard(ctx context.Context, ref leasework.Ref) (flash, error) {
@@ -109,7 +113,7 @@ func (c *Console) discard(ctx context.Context, ref leasework.Ref) (flash, error)
 }
 
 func (c *Console) cancel(ctx context.Context, id int64, reason string) (flash, error) {
-	gen, err := c.store.Cancel(ctx, id, reason)
+	res, err := c.store.Cancel(ctx, id, reason)
 	if errors.Is(err, lease.ErrFinished) {
 		row, err := c.store.Get(ctx, id)
 		if err != nil {
@@ -120,7 +124,10 @@ func (c *Console) cancel(ctx context.Context, id int64, reason string) (flash, e
 	if err != nil {
 		return flash{}, err
 	}
-	return flash{OK: true, Message: fmt.Sprintf("Event %d cancelled (generation %d): it is DISCARDED, and an attempt running it loses it.", id, gen)}, nil
+	if res.Stopping {
+		return flash{OK: true, Message: fmt.Sprintf("Event %d cancelled: the attempt running it (generation %d) is told to stop; it ends DISCARDED, and its key passes on, once that attempt stops or its lease ends.", id, res.Generation)}, nil
+	}
+	return flash{OK: true, Message: fmt.Sprintf("Event %d cancelled (generation %d): it is DISCARDED.", id, res.Generation)}, nil
 }
 
 // queueAction pauses or resumes the queue of the form's "queue" field

@@ -22,7 +22,7 @@ const (
 	ActionView    ActionName = "view"    // show a page (Action.Page)
 	ActionRequeue ActionName = "requeue" // a FAILED event back to READY (Store.Requeue)
 	ActionDiscard ActionName = "discard" // give up on a FAILED event (Store.Discard)
-	ActionCancel  ActionName = "cancel"  // end an unfinished event now (Store.Cancel)
+	ActionCancel  ActionName = "cancel"  // end an unfinished event, once a running attempt stops (Store.Cancel)
 	ActionPause   ActionName = "pause"   // pause a queue (Store.PauseQueue)
 	ActionResume  ActionName = "resume"  // resume a queue (Store.ResumeQueue)
 )
@@ -44,9 +44,9 @@ type Action struct {
 	// ID is the event's row id: of the event page viewed, or of the event
 	// requeued, discarded or cancelled. Zero otherwise.
 	ID int64
-	// Generation is, for ActionDiscard, the generation the operator saw
-	// the event FAILED at (a discard of any other is refused). Zero
-	// otherwise.
+	// Generation is, for ActionDiscard and ActionRequeue, the generation
+	// the operator saw the event FAILED at (a discard or requeue of any
+	// other is refused). Zero otherwise.
 	Generation int64
 	// Queue is the queue paused or resumed. Empty otherwise.
 	Queue string

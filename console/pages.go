@@ -225,7 +225,7 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		Payload: newPreview(row.Payload, PreviewBytes), Progress: newPreview(row.Progress, PreviewBytes)}
 	switch row.Status {
 	case leasework.StatusFailed:
-		d.Requeue = c.may(r, Action{Name: ActionRequeue, ID: id})
+		d.Requeue = c.may(r, Action{Name: ActionRequeue, ID: id, Generation: row.Generation})
 		d.Discard = c.may(r, Action{Name: ActionDiscard, ID: id, Generation: row.Generation})
 		d.Cancel = c.may(r, Action{Name: ActionCancel, ID: id})
 	case leasework.StatusReady, leasework.StatusWaiting, leasework.StatusInProgress:
@@ -301,7 +301,7 @@ func (c *Console) keys(w http.ResponseWriter, r *http.Request) {
 	for _, h := range held {
 		d.Keys = append(d.Keys, keyRow{
 			HeldKey: h,
-			Requeue: c.may(r, Action{Name: ActionRequeue, ID: h.HeadID}),
+			Requeue: c.may(r, Action{Name: ActionRequeue, ID: h.HeadID, Generation: h.Generation}),
 			Discard: c.may(r, Action{Name: ActionDiscard, ID: h.HeadID, Generation: h.Generation}),
 		})
 	}

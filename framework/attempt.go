@@ -146,6 +146,12 @@ func (w *Worker) runAttempt(a *attempt) {
 		a.settle(Settlement{Outcome: OutcomeCompleted, InHandlerTx: true})
 		return
 	case txRejected: // stale: another owner has the claim
+		if errors.Is(cause, leasework.ErrCancelled) && w.outcomes.push(outcome{a: a, op: opRelease}) {
+			// Cancelled while it ran: the row waits for this attempt to
+			// stop, which it now has. Its outcome write says so; rejected
+			// as cancelled, it ends the row (lease.Store.Cancel).
+			return
+		}
 		w.forget(a)
 		w.count.staleRejections.Add(1)
 		w.log.Warn("completion in the handler's transaction rejected: the claim is no longer owned; its writes were rolled back",

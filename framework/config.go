@@ -130,14 +130,16 @@ type Config struct {
 	// renewed. Zero means no timeout; at most 7 days; negative is an error.
 	AttemptTimeout time.Duration
 
-	// Retention is how long a DONE row is kept after its completion, and
-	// with it its event id, which enqueue refuses as a duplicate while the
-	// row exists. Zero means 24h (DedupeWindow); negative means forever;
+	// Retention is how long a finished row, DONE or DISCARDED (cancelled,
+	// or given up on after it failed), is kept after it finished, and with
+	// it its event id, which enqueue refuses as a duplicate while the row
+	// exists. Zero means 24h (DedupeWindow); negative means forever;
 	// positive must be between DedupeWindow and 10 years: a shorter one
 	// would let a completed event be enqueued and handled again within the
 	// window, and is refused. Kept rows are deleted once that old by a
 	// background loop every RetentionInterval, in batches of RetentionBatch.
-	// FAILED rows are always kept, for repair.
+	// With DeleteAtCompletion, DISCARDED rows are kept DedupeWindow. FAILED
+	// rows are always kept, for repair.
 	Retention time.Duration
 
 	// DeleteAtCompletion deletes each row in its completion's guarded
@@ -148,8 +150,9 @@ type Config struct {
 	// dedupe elsewhere. Retention must then be zero. False by default.
 	DeleteAtCompletion bool
 
-	// RetentionInterval is how often the retention loop runs when Retention
-	// is positive. Zero means 1m; at most 24h; negative is an error.
+	// RetentionInterval is how often the retention loop runs, unless
+	// Retention is negative. Zero means 1m; at most 24h; negative is an
+	// error.
 	RetentionInterval time.Duration
 
 	// RetentionBatch is the most rows one retention statement deletes. Zero
@@ -254,7 +257,7 @@ func (c Config) normalize() (Config, error) {
 		return c, bad("AttemptTimeout", c.AttemptTimeout, fmt.Sprintf("it must be between 0 (no timeout) and %v", MaxAttemptTimeout))
 	}
 	// From here on a zero Retention means DeleteAtCompletion: the worker
-	// deletes rows at completion and runs no retention loop.
+	// deletes rows at completion, and its retention loop DISCARDED rows only.
 	switch {
 	case c.DeleteAtCompletion && c.Retention != 0:
 		return c, bad("Retention", c.Retention, "it must be zero with DeleteAtCompletion, which keeps no DONE row")

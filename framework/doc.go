@@ -68,7 +68,11 @@
 //     lease expired, or it was repaired): cause leasework.ErrLeaseLost;
 //   - a renewal is rejected because the event was cancelled from outside
 //     (lease.Store.Cancel, leasework cancel): cause leasework.ErrCancelled,
-//     at the claim's next renewal, within Config.RenewEvery;
+//     at the claim's next renewal, within Config.RenewEvery. The event
+//     stays INPROGRESS, holding its key, until the handler has returned:
+//     the outcome the worker then writes is rejected as cancelled and ends
+//     the event DISCARDED (a handler that does not return holds it until
+//     its lease ends);
 //   - no renewal was confirmed before the claim's local deadline (the
 //     database is unreachable or too slow): cause
 //     leasework.ErrLeaseUnconfirmed;

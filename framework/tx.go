@@ -38,7 +38,11 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error
 //     transaction is rolled back, taking fn's writes with it; the attempt
 //     ends as lost (its context is cancelled with leasework.ErrLeaseLost),
 //     is counted in [Counters].StaleRejections and [Counters].LeasesLost,
-//     and the worker writes nothing for the claim (another owner has it);
+//     and the worker writes nothing for the claim (another owner has it).
+//     When it was rejected because the event was cancelled while fn ran,
+//     the cause is leasework.ErrCancelled, and once the handler has
+//     returned the worker writes a release, rejected as cancelled too,
+//     which ends the event (lease.Store.Cancel);
 //   - the handler's context ends first (lease lost, attempt timeout,
 //     shutdown): database/sql rolls the transaction back, and the attempt
 //     ends as any cancelled attempt does;
@@ -143,7 +147,11 @@ func (st *txState) complete(ctx context.Context) error {
 	case errors.Is(err, leasework.ErrLeaseLost):
 		st.rejected = err
 		a.setTx(txRejected)
-		a.lose("rejected completion in the handler's transaction", leasework.ErrLeaseLost)
+		cause := leasework.ErrLeaseLost
+		if errors.Is(err, leasework.ErrCancelled) {
+			cause = leasework.ErrCancelled
+		}
+		a.lose("rejected completion in the handler's transaction", cause)
 	}
 	return err
 }

@@ -40,6 +40,11 @@ type Row struct {
 	// object of strings, a timestamp of infinity). A claim that takes such
 	// a row ends it FAILED, with a reason naming the column.
 	DecodeError error
+	// CancelledAt is when [Store.Cancel] cancelled the event; nil if it
+	// never did. On a DISCARDED row it tells a cancelled event from a
+	// discarded FAILED one; on an INPROGRESS row, the cancel waits for the
+	// attempt that runs it to stop or its lease to end.
+	CancelledAt *time.Time
 }
 
 // ErrNotFound is returned by [Store.Get] and [Store.GetByEventID] for a row
@@ -50,7 +55,7 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanRow(sc scanner) (Row, error) {
 	var r Row
-	var lease, finished sql.NullTime
+	var lease, finished, cancelled sql.NullTime
 	var status, meta string
 	var d decoder
 	err := sc.Scan(&r.ID, col(&d, "event_id", &r.EventID), col(&d, "kind", &r.Kind), col(&d, "key", &r.Key),
@@ -59,7 +64,8 @@ func scanRow(sc scanner) (Row, error) {
 		col(&d, "next_attempt_at", &r.NextAttemptAt), col(&d, "last_error", &r.LastError),
 		col(&d, "progress", &r.Progress), col(&d, "worker", &r.Worker), col(&d, "created_at", &r.CreatedAt),
 		col(&d, "updated_at", &r.UpdatedAt), col(&d, "finished_at", &finished), col(&d, "queue", &r.Queue),
-		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta), col(&d, "snoozes", &r.Snoozes))
+		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta), col(&d, "snoozes", &r.Snoozes),
+		col(&d, "cancelled_at", &cancelled))
 	if err != nil {
 		return Row{}, err
 	}
@@ -71,6 +77,9 @@ func scanRow(sc scanner) (Row, error) {
 	}
 	if finished.Valid {
 		r.FinishedAt = &finished.Time
+	}
+	if cancelled.Valid {
+		r.CancelledAt = &cancelled.Time
 	}
 	return r, nil
 }
@@ -152,10 +161,14 @@ func (s *Store) list(ctx context.Context, q querier, req ListRequest) ([]Row, er
 }
 
 // RequeueRequest selects FAILED rows to give another chance. Exactly one of
-// IDs, Kinds and All selects; the budget fields say how many attempts the rows
-// get.
+// IDs, Refs, Kinds and All selects; the budget fields say how many attempts
+// the rows get.
 type RequeueRequest struct {
-	IDs   []int64  // these rows
+	IDs []int64 // these rows
+	// Refs are rows, each with the generation the operator saw it FAILED
+	// at (as [Store.Discard] takes): a row requeued and failed again
+	// since has a newer generation, and is left alone.
+	Refs  []leasework.Ref
 	Kinds []string // every FAILED row of these kinds
 	All   bool     // every FAILED row
 
@@ -168,26 +181,30 @@ type RequeueRequest struct {
 
 // Requeue moves the selected FAILED rows back to READY, due at once, and
 // returns their ids. Their generation grows, so an owner from before the
-// requeue stays stale. Rows in any other state are left alone. Listening
-// workers are notified.
+// requeue stays stale. Rows in any other state, and rows of Refs at
+// another generation, are left alone. Listening workers are notified.
 func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error) {
 	n := 0
-	for _, set := range []bool{len(req.IDs) > 0, len(req.Kinds) > 0, req.All} {
+	for _, set := range []bool{len(req.IDs) > 0, len(req.Refs) > 0, len(req.Kinds) > 0, req.All} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return nil, errors.New("lease: requeue: set exactly one of IDs, Kinds and All")
+		return nil, errors.New("lease: requeue: set exactly one of IDs, Refs, Kinds and All")
 	}
 	if req.ExtraAttempts < 0 {
 		return nil, fmt.Errorf("lease: requeue: ExtraAttempts is %d; it must not be negative", req.ExtraAttempts)
 	}
 	var rows *sql.Rows
 	var err error
-	if len(req.IDs) > 0 {
+	switch {
+	case len(req.Refs) > 0:
+		args := append(s.batchArgs(req.Refs, nil), s.channel, req.ExtraAttempts)
+		rows, err = s.db.QueryContext(ctx, s.q.requeueRefs, args...)
+	case len(req.IDs) > 0:
 		rows, err = s.db.QueryContext(ctx, s.q.requeueByID, s.drv.Array(req.IDs), req.ExtraAttempts, s.channel)
-	} else {
+	default:
 		kinds := req.Kinds
 		if kinds == nil {
 			kinds = []string{}
@@ -246,22 +263,35 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// DeleteFinished deletes up to limit DONE rows that finished at least
-// olderThan ago (zero: any DONE row), oldest first, and returns how many it
+// DeleteFinished deletes up to limit finished rows, DONE and DISCARDED
+// (cancelled, or given up on after they failed), that finished at least
+// olderThan ago (zero: any), oldest first, and returns how many it
 // deleted. FAILED rows are kept for repair. A deleted row's event id can be
-// enqueued again as a new event: keep DONE rows at least as long as ids must
-// deduplicate (the framework's retention loop never passes less than its
-// DedupeWindow, 24 hours).
+// enqueued again as a new event: keep finished rows at least as long as ids
+// must deduplicate (the framework's retention loop never passes less than
+// its DedupeWindow, 24 hours).
 func (s *Store) DeleteFinished(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	return s.deleteFinished(ctx, "delete finished", olderThan, limit, true)
+}
+
+// DeleteDiscarded is [Store.DeleteFinished] for DISCARDED rows only: the
+// retention of a table whose completions delete their rows
+// (CompleteAndDeleteMany), which keeps no DONE row but the record of its
+// cancels and discards.
+func (s *Store) DeleteDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
+	return s.deleteFinished(ctx, "delete discarded", olderThan, limit, false)
+}
+
+func (s *Store) deleteFinished(ctx context.Context, op string, olderThan time.Duration, limit int, done bool) (int64, error) {
 	if olderThan < 0 {
-		return 0, fmt.Errorf("lease: delete finished: olderThan is %v; it must not be negative", olderThan)
+		return 0, fmt.Errorf("lease: %s: olderThan is %v; it must not be negative", op, olderThan)
 	}
 	if limit < 1 {
-		return 0, fmt.Errorf("lease: delete finished: limit is %d; it must be at least 1", limit)
+		return 0, fmt.Errorf("lease: %s: limit is %d; it must be at least 1", op, limit)
 	}
-	res, err := s.db.ExecContext(ctx, s.q.deleteFinished, olderThan.Microseconds(), limit)
+	res, err := s.db.ExecContext(ctx, s.q.deleteFinished, olderThan.Microseconds(), limit, done)
 	if err != nil {
-		return 0, s.wrapErr("delete finished", err)
+		return 0, s.wrapErr(op, err)
 	}
 	return res.RowsAffected()
 }

@@ -19,13 +19,13 @@ func TestCancelEndsAWaitingEvent(t *testing.T) {
 		s := pgtest.Store(t, drv, lease.Options{})
 		ctx := context.Background()
 		e := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "e"})[0]
-		gen, err := s.Cancel(ctx, e.ID, "customer withdrew")
-		if err != nil || gen != 1 {
-			t.Fatalf("Cancel = %d, %v; want generation 1", gen, err)
+		res, err := s.Cancel(ctx, e.ID, "customer withdrew")
+		if err != nil || res.Generation != 1 || res.Stopping {
+			t.Fatalf("Cancel = %+v, %v; want generation 1, not stopping", res, err)
 		}
 		r, err := s.Get(ctx, e.ID)
-		if err != nil || r.Status != leasework.StatusDiscarded || r.LastError != "cancelled: customer withdrew" || r.Generation != 1 {
-			t.Fatalf("row after cancel: %+v, %v; want DISCARDED at generation 1, last error \"cancelled: customer withdrew\"", r, err)
+		if err != nil || r.Status != leasework.StatusDiscarded || r.LastError != "cancelled: customer withdrew" || r.Generation != 1 || r.CancelledAt == nil {
+			t.Fatalf("row after cancel: %+v, %v; want DISCARDED at generation 1, cancelled, last error \"cancelled: customer withdrew\"", r, err)
 		}
 		if got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); len(got) != 0 {
 			t.Errorf("claim after cancel = %v; want nothing", got)
@@ -41,7 +41,9 @@ func TestCancelEndsAWaitingEvent(t *testing.T) {
 
 // Cancelling a running event takes it from its owner at once: every write
 // the owner makes afterwards, batched or single, is rejected, and the
-// rejection says the event was cancelled.
+// rejection says the event was cancelled. The row waits for the attempt
+// (INPROGRESS, at its generation) until the owner's first outcome write,
+// which ends it DISCARDED.
 func TestCancelFencesTheRunningAttempt(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := pgtest.Store(t, drv, lease.Options{})
@@ -52,9 +54,12 @@ func TestCancelFencesTheRunningAttempt(t *testing.T) {
 			t.Fatalf("claim = %v, %v", claims, err)
 		}
 		ref := claims[0].Ref()
-		gen, err := s.Cancel(ctx, ref.ID, "")
-		if err != nil || gen <= ref.Generation {
-			t.Fatalf("Cancel = %d, %v; want a generation above %d", gen, err, ref.Generation)
+		res, err := s.Cancel(ctx, ref.ID, "")
+		if err != nil || !res.Stopping || res.Generation != ref.Generation {
+			t.Fatalf("Cancel = %+v, %v; want stopping at generation %d", res, err, ref.Generation)
+		}
+		if r, err := s.Get(ctx, ref.ID); err != nil || r.Status != leasework.StatusInProgress || r.CancelledAt == nil {
+			t.Fatalf("row cancelled while it runs: %+v, %v; want INPROGRESS, cancelled", r, err)
 		}
 		refs := []leasework.Ref{ref}
 		for name, write := range map[string]func() ([]lease.Result, error){
@@ -78,8 +83,8 @@ func TestCancelFencesTheRunningAttempt(t *testing.T) {
 			t.Errorf("progress after cancel: %v; want ErrLeaseLost", err)
 		}
 		r, err := s.Get(ctx, ref.ID)
-		if err != nil || r.Status != leasework.StatusDiscarded || r.Generation != gen || r.LastError != "cancelled" {
-			t.Errorf("row after the stale writes: %+v, %v; want DISCARDED at %d, last error \"cancelled\"", r, err, gen)
+		if err != nil || r.Status != leasework.StatusDiscarded || r.Generation <= ref.Generation || r.LastError != "cancelled" {
+			t.Errorf("row after the stale writes: %+v, %v; want DISCARDED above %d, last error \"cancelled\"", r, err, ref.Generation)
 		}
 	})
 }

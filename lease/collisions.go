@@ -125,6 +125,8 @@ var derivedObjects = map[string]derivedObject{
 	"queue_lease_idx": {kind: ownIndex, use: "index of leases per queue"},
 	"failed_idx":      {kind: ownIndex, use: "index of FAILED rows by finish time"},
 	"exhausted_idx":   {kind: ownIndex, use: "index of leases on their last attempt"},
+	"stopping_idx":    {kind: ownIndex, use: "index of running attempts whose event was cancelled"},
+	"discarded_idx":   {kind: ownIndex, use: "index of DISCARDED rows by finish time"},
 
 	"notify":               {kind: ownFunction, use: "trigger function that wakes workers"},
 	"lock_key":             {kind: ownFunction, use: "function that takes a key's lock", args: "text, text, boolean"},
@@ -134,6 +136,7 @@ var derivedObjects = map[string]derivedObject{
 	"forget_event_ids":     {kind: ownFunction, use: "trigger function that frees the event ids of deleted rows"},
 	"forget_all_event_ids": {kind: ownFunction, use: "trigger function that frees every event id at TRUNCATE"},
 	"refuse_unreadable":    {kind: ownFunction, use: "trigger function that refuses what a claim cannot decode"},
+	"hold_running_key":     {kind: ownFunction, use: "trigger function that refuses deleting a running keyed row"},
 
 	"status_check":       {kind: inTable},
 	"lease_check":        {kind: inTable},

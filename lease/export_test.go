@@ -32,9 +32,15 @@ func Progress(s *Store) Statement {
 	return Statement{s.q.progress, "bigint, bigint, bytea"}
 }
 
+// RequeueRefs returns the requeue of rows seen FAILED at a generation: $1
+// ids, $2 generations by id, $3 channel, $4 extra attempts.
+func RequeueRefs(s *Store) Statement {
+	return Statement{s.q.requeueRefs, "bigint[], jsonb, text, int"}
+}
+
 // DeleteFinished returns the retention statement.
 func DeleteFinished(s *Store) Statement {
-	return Statement{s.q.deleteFinished, "bigint, bigint"}
+	return Statement{s.q.deleteFinished, "bigint, bigint, boolean"}
 }
 
 // ByID is byID, the per-claim parameter of the batched guarded writes.

@@ -75,7 +75,11 @@ type Result struct {
 	Busy bool
 	// Cancelled is set, with Err matching leasework.ErrCancelled (and so
 	// leasework.ErrLeaseLost), when the write was rejected because the
-	// event was cancelled after the claim took it ([Store.Cancel]).
+	// event was cancelled after the claim took it ([Store.Cancel]). A
+	// rejected outcome write (any but a renewal) of the attempt the cancel
+	// found running is taken as that attempt's stop: the event, still
+	// INPROGRESS until then, ends DISCARDED, and a keyed event passes its
+	// key on.
 	Cancelled bool
 	// DoneByClaim is set on a rejected write (Err not nil) whose row is
 	// DONE at the claim's generation: the claim's completion is recorded,
@@ -320,10 +324,13 @@ type rowState struct {
 	status     leasework.Status
 	generation int64
 	lastError  string
+	cancelled  bool // cancelled_at is set
 }
 
 // settleRejected reads the rows of the rejected results in out, by id, and
-// marks each AlreadyRecorded or Gone as [Result] says.
+// marks each AlreadyRecorded, Gone or Cancelled as [Result] says. A
+// rejected outcome write (not a renewal) of an attempt cancelled while it
+// ran is that attempt's stop: its row ends DISCARDED (stopCancelled).
 func (s *Store) settleRejected(ctx context.Context, op string, out []Result, texts []string) error {
 	var ids []int64
 	for _, r := range out {
@@ -340,7 +347,7 @@ func (s *Store) settleRejected(ctx context.Context, op string, out []Result, tex
 	for rows.Next() {
 		var id int64
 		var st rowState
-		if err := rows.Scan(&id, &st.status, &st.generation, &st.lastError); err != nil {
+		if err := rows.Scan(&id, &st.status, &st.generation, &st.lastError, &st.cancelled); err != nil {
 			return s.wrapErr(op+": read rejected rows", err)
 		}
 		states[id] = st
@@ -373,7 +380,10 @@ func (s *Store) settleRejected(ctx context.Context, op string, out []Result, tex
 			r.DoneByClaim = st.status == leasework.StatusDone && st.generation == r.Ref.Generation
 		}
 	}
-	return nil
+	if op == "renew" {
+		return nil
+	}
+	return s.stopCancelled(ctx, op, out, states)
 }
 
 // recordedBy reports whether a row in state st shows that the claim ref

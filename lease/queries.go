@@ -8,7 +8,7 @@ package lease
 // joined row set r carries the claim's id and generation. The single-row
 // progress write uses it as is; the batched writes use batchGuard.
 const guard = `o.id = r.id AND ` + inProgress + ` AND o.generation = r.generation
-  AND o.lease_until > clock_timestamp()`
+  AND o.lease_until > clock_timestamp() AND ` + notCancelled
 
 // inProgress is the guard's status check. Its explicit collation keeps the
 // planner from proving with it the predicate of the partial lease index
@@ -51,7 +51,7 @@ const batchGuard = `o.id = ANY (ARRAY(SELECT id FROM locked)) AND ` + ownedPerRo
 // ownedPerRow is the rest of the guard for a row o of a batch.
 const ownedPerRow = inProgress + `
   AND o.generation = (` + rowValue + ` ->> 0)::bigint
-  AND o.lease_until > clock_timestamp()`
+  AND o.lease_until > clock_timestamp() AND ` + notCancelled
 
 // nextGeneration is the generation a claim or a repair gives row o: one
 // more than its own, and never less than the floor of the server's
@@ -87,15 +87,44 @@ WITH paused AS (
     WHERE o.id IN (
         SELECT id FROM {{table}}
         WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
-          AND attempt >= max_attempts
+          AND attempt >= max_attempts AND cancelled_at IS NULL
         ORDER BY lease_until
         LIMIT 100
         FOR UPDATE SKIP LOCKED)
     RETURNING o.id
+), stopped AS (
+    -- Invariant 16: a row cancelled while an attempt ran it, whose owner
+    -- never wrote again (dead, paused), ends DISCARDED once that lease has
+    -- ended, instead of being claimed again; the key's commit trigger
+    -- passes its key on at this commit. Any queue's: a cancel is not work
+    -- a worker chooses. It reads the index of such rows, few. One keyed
+    -- row at most: a transaction that finishes rows of several keys gives
+    -- way to an enqueue of one of them (migration 4), which would fail the
+    -- whole claim; the next claim, woken by the promotion, takes the next.
+    UPDATE {{table}} AS o
+    SET status = 'DISCARDED', generation = ` + nextGeneration + `, lease_until = NULL,
+        finished_at = statement_timestamp(), updated_at = statement_timestamp()
+    WHERE o.id = ANY (ARRAY(
+        SELECT u.id FROM (
+            SELECT id FROM {{table}}
+            WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
+              AND key IS NULL
+            ORDER BY lease_until
+            LIMIT 100
+            FOR UPDATE SKIP LOCKED) AS u
+        UNION ALL
+        SELECT k.id FROM (
+            SELECT id FROM {{table}}
+            WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
+              AND key IS NOT NULL
+            ORDER BY lease_until
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) AS k))
+    RETURNING o.id
 ), expired AS (
     SELECT id FROM {{table}}
     WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
-      AND attempt < max_attempts
+      AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
       AND NOT (SELECT yes FROM paused)
     ORDER BY lease_until
@@ -111,6 +140,10 @@ WITH paused AS (
         WHERE queue = $5 AND priority = p.level
           AND status = 'READY' AND next_attempt_at <= statement_timestamp()
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+          -- A keyed row is claimable once ordering has put it in line
+          -- (key_seq, at its enqueue's commit): READY before that only to
+          -- its own transaction, it may be behind its key's head.
+          AND (key IS NULL OR key_seq IS NOT NULL)
         ORDER BY next_attempt_at, id
         LIMIT $1 - (SELECT count(*) FROM expired)
         FOR UPDATE SKIP LOCKED) AS r
@@ -214,11 +247,16 @@ WHERE ` + batchGuard + `
 RETURNING o.id, o.generation, o.status`
 
 // completeDeleteSQL completes claims of a table that keeps no history: the
-// row is deleted instead of marked DONE, under the same guard.
+// row is deleted instead of marked DONE, under the same guard. Each row
+// passing the guard is named to the trigger that refuses to delete a keyed
+// row under a live lease (migration 11) just before it is deleted, as
+// "id:generation" in leasework.deleting: the owner's own deletion is its
+// stop, not an operator's.
 const completeDeleteSQL = `
 WITH ` + lockedCTE + `
 DELETE FROM {{table}} AS o
 WHERE ` + batchGuard + `
+  AND set_config('leasework.deleting', o.id::text || ':' || o.generation::text, true) <> ''
 RETURNING o.id, o.generation, 'DONE'::text`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
@@ -307,7 +345,7 @@ RETURNING o.id`
 // extra attempts (see RequeueRequest): a requeue that resets the attempts
 // ($2 = 0) gives back the budget as it was before its snoozes grew it, and
 // the snooze count starts again with the attempt count.
-const requeueSQL = `
+var requeueSQL = `
 WITH requeued AS (
     UPDATE {{table}} AS o` + requeueSet + `
     WHERE o.status = 'FAILED' AND ($4 OR o.kind = ANY($1::text[]))
@@ -321,7 +359,7 @@ SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
 // generic plan to requeue one id. The status check's collation keeps the
 // planner from combining the primary key with the FAILED index, as in the
 // guard (see inProgress).
-const requeueByIDSQL = `
+var requeueByIDSQL = `
 WITH requeued AS (
     UPDATE {{table}} AS o` + requeueSet + `
     WHERE o.id = ANY ($1::bigint[]) AND o.status = 'FAILED' COLLATE "C"
@@ -330,13 +368,34 @@ WITH requeued AS (
 SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
 
 // requeueSet is what a requeue writes, $2 being its extra attempts.
-const requeueSet = `
+var requeueSet = requeueSetOf("$2")
+
+// requeueSetOf is what a requeue writes, extra being the parameter of its
+// extra attempts: a requeue that resets the attempts (extra = 0) gives
+// back the budget as it was before its snoozes grew it, and the snooze
+// count starts again with the attempt count.
+func requeueSetOf(extra string) string {
+	return `
     SET status = 'READY', generation = ` + nextGeneration + `, lease_until = NULL, worker = NULL,
-        attempt = CASE WHEN $2 = 0 THEN 0 ELSE o.attempt END,
-        max_attempts = CASE WHEN $2 = 0 THEN greatest(o.max_attempts - o.snoozes, 1) ELSE o.attempt + $2 END,
-        snoozes = CASE WHEN $2 = 0 THEN 0 ELSE o.snoozes END,
+        attempt = CASE WHEN ` + extra + ` = 0 THEN 0 ELSE o.attempt END,
+        max_attempts = CASE WHEN ` + extra + ` = 0 THEN greatest(o.max_attempts - o.snoozes, 1) ELSE o.attempt + ` + extra + ` END,
+        snoozes = CASE WHEN ` + extra + ` = 0 THEN 0 ELSE o.snoozes END,
         next_attempt_at = statement_timestamp(), finished_at = NULL,
         updated_at = statement_timestamp()`
+}
+
+// requeueRefsSQL requeues the rows named by $1 (ids) and $2 (as in
+// batchGuard: the generation each was seen FAILED at), each only if it is
+// FAILED at that generation still, read through the primary key; $4 is
+// its ExtraAttempts, $3 the channel.
+var requeueRefsSQL = `
+WITH requeued AS (
+    UPDATE {{table}} AS o` + requeueSetOf("$4") + `
+    WHERE o.id = ANY ($1::bigint[]) AND o.status = 'FAILED' COLLATE "C"
+      AND o.generation = (` + rowValue + ` ->> 0)::bigint
+    RETURNING o.id, o.kind
+)
+SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
 
 const statsSQL = `
 SELECT
@@ -357,12 +416,13 @@ FROM {{table}}`
 
 const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
-    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, ''), snoozes`
+    COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, ''), snoozes,
+    cancelled_at`
 
 // rejectedSQL reads the rows whose guarded write was rejected, to tell a
 // write already recorded by the same claim, and a deleted row, from a stale
 // one.
-const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, '')
+const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, ''), cancelled_at IS NOT NULL
 FROM {{table}} WHERE id = ANY ($1::bigint[])`
 
 const getSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE id = $1`
@@ -375,18 +435,30 @@ WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND ($5 = '' OR queue 
 ORDER BY id
 LIMIT $4`
 
-// deleteFinishedSQL is retention: it picks the oldest DONE rows from the
-// DONE index and deletes them named by an id array, so the delete is a
+// deleteFinishedSQL is retention: it picks the oldest finished rows, DONE
+// ones (unless $3 is false) from the DONE index and DISCARDED ones from
+// theirs, and deletes them named by an id array, so the delete is a
 // primary-key scan whatever the planner estimates for the subquery
 // (invariant 11), as in the claim. A trigger forgets their event ids.
 const deleteFinishedSQL = `
 DELETE FROM {{table}}
 WHERE id = ANY (ARRAY(
-    SELECT id FROM {{table}}
-    WHERE status = 'DONE' AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
-    ORDER BY finished_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED))`
+    SELECT f.id FROM (
+        SELECT d.id, d.finished_at FROM (
+            SELECT id, finished_at FROM {{table}}
+            WHERE status = 'DONE' AND $3 AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
+            ORDER BY finished_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED) AS d
+        UNION ALL
+        SELECT x.id, x.finished_at FROM (
+            SELECT id, finished_at FROM {{table}}
+            WHERE status = 'DISCARDED' AND finished_at <= statement_timestamp() - $1 * interval '1 microsecond'
+            ORDER BY finished_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED) AS x) AS f
+    ORDER BY f.finished_at
+    LIMIT $2))`
 
 // nextWakeSQL reads, in seconds from now by the database clock, when a row
 // of queue $1 next becomes claimable without a notification: the earliest
@@ -416,7 +488,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
 type queries struct {
 	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
-	discard, heldKeys, keyHead, pause, resume, queues, cancel string
+	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
 }
 
 func (s *Store) renderQueries() queries {
@@ -449,6 +521,8 @@ func (s *Store) renderQueries() queries {
 		resume:         s.render(resumeSQL),
 		queues:         s.render(queuesSQL),
 		cancel:         s.render(cancelSQL),
+		stop:           s.render(stopSQL),
+		requeueRefs:    s.render(requeueRefsSQL),
 	}
 	breakQueries(&q) // a no-op but in the chaos soak's deliberately broken builds (breaks_off.go)
 	return q

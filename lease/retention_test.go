@@ -10,8 +10,8 @@ import (
 	"github.com/leasework/leasework/lease/leasetest"
 )
 
-// TestRetentionPlanSkipsFailedRows: retention deletes DONE rows and keeps
-// FAILED ones forever, so its index must hold only DONE rows. With 50,000
+// TestRetentionPlanSkipsFailedRows: retention deletes DONE (and DISCARDED)
+// rows and keeps FAILED ones forever, so its indexes must hold only those. With 50,000
 // FAILED rows and a few DONE ones, the DeleteFinished statement reads an
 // index, never the whole table, with custom and with generic plans, and
 // deletes only the DONE rows.
@@ -30,9 +30,10 @@ func TestRetentionPlanSkipsFailedRows(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		plan := explainPrepared(t, conn, mode, lease.DeleteFinished(s), "0, 1000")
-		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index Scan using "+s.Table()+"_done_idx") {
-			t.Errorf("%s: retention does not read the index of DONE rows:\n%s", mode, plan)
+		plan := explainPrepared(t, conn, mode, lease.DeleteFinished(s), "0, 1000, true")
+		if strings.Contains(plan, "Seq Scan") || !strings.Contains(plan, "Index Scan using "+s.Table()+"_done_idx") ||
+			!strings.Contains(plan, "Index Scan using "+s.Table()+"_discarded_idx") {
+			t.Errorf("%s: retention does not read the indexes of DONE and DISCARDED rows:\n%s", mode, plan)
 		}
 		if !strings.Contains(plan, "Index Scan using "+s.Table()+"_pkey on "+s.Table()) {
 			t.Errorf("%s: retention does not delete its rows through the primary key:\n%s", mode, plan)
@@ -62,10 +63,11 @@ func TestRetentionIndexMigrationIsRerunnable(t *testing.T) {
 		t.Fatalf("Migrate again = %v, %v; want migration 3 applied again", applied, err)
 	}
 	var defs []string
-	// The FAILED rows' index of migration 9 is not a retention index.
+	// The FAILED rows' index of migration 9 is not a retention index, and
+	// the DISCARDED rows' of migration 11 is not migration 3's.
 	rows, err := s.DB().QueryContext(ctx, `SELECT indexdef FROM pg_indexes
-		WHERE schemaname = $1 AND tablename = $2 AND indexdef LIKE '%(finished_at)%' AND indexname <> $3`,
-		s.Schema(), s.Table(), s.Table()+"_failed_idx")
+		WHERE schemaname = $1 AND tablename = $2 AND indexdef LIKE '%(finished_at)%' AND indexname <> ALL ($3)`,
+		s.Schema(), s.Table(), "{"+s.Table()+"_failed_idx,"+s.Table()+"_discarded_idx}")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,13 @@
 // claimed before its followers) or [Store.Discard] gives up on it.
 // [Store.HeldKeys] and [Stats.HeldKeys] show the held keys and why.
 //
+// A head never ends while an attempt that may still run holds it: a
+// [Store.Cancel] of a running head leaves it INPROGRESS until its owner's
+// next outcome write (rejected as cancelled) or the end of its lease, and
+// a DELETE of a keyed row under a live lease is refused. A keyed event is
+// claimable only once its enqueue has committed and ordering has put it in
+// line, so not by a [Store.ClaimTx] in the transaction that enqueued it.
+//
 // Limits, each an error rather than a silent loss of order:
 //
 //   - Keyed rows must be enqueued and finished in READ COMMITTED
@@ -155,10 +162,12 @@
 // row of another queue, so the cost of a claim grows neither with the
 // number of DONE and FAILED rows nor with the backlog of other queues, nor
 // with the expired leases of a paused queue.
-// Retention ([Store.DeleteFinished]) reads a third, over DONE rows only in
-// finish order: FAILED rows, kept until repaired, are in none of them. Two
-// more serve order per key: WAITING rows by (key, key_seq), for the
-// promotion, and live keyed rows by key, for "does this key have a head?".
+// Retention ([Store.DeleteFinished]) reads two more, over DONE rows and
+// over DISCARDED rows, in finish order: FAILED rows, kept until repaired,
+// are in none of them. Two serve order per key: WAITING rows by (key,
+// key_seq), for the promotion, and live keyed rows by key, for "does this
+// key have a head?". The claim also reads the running rows a cancel waits
+// for, by lease deadline, to end those whose lease has run out.
 //
 // # Migrations
 //

@@ -24,13 +24,18 @@ import (
 // as it was: INPROGRESS, owned, under its old lease.
 //
 // It returns an error matching leasework.ErrLeaseLost when the guard
-// rejected the completion, and any other error when the statement failed.
+// rejected the completion (and leasework.ErrCancelled too when the event
+// was cancelled while the claim ran it), and any other error when the
+// statement failed.
 // In both cases CompleteTx has already rolled tx back, so a later
 // tx.Commit returns sql.ErrTxDone and cannot commit the business writes by
 // mistake; the caller only reports the error. A rejection is final: do not
 // retry the completion in another transaction, the claim is no longer
 // yours (or its completion was already committed by an earlier
-// transaction of yours, whose effects must not be applied twice).
+// transaction of yours, whose effects must not be applied twice). A
+// rejection as cancelled does not end the attempt, since the caller may
+// still be running it: once it has stopped, any outcome write of the
+// claim (a [Store.Release], say) ends the event, as [Store.Cancel] says.
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref) error {
 	return s.completeTx(ctx, tx, ref, s.q.complete)
 }
@@ -57,8 +62,12 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref, q
 	// rejected one must not commit the caller's writes.
 	_ = tx.Rollback()
 	if errors.Is(err, sql.ErrNoRows) {
+		why := leasework.ErrLeaseLost
+		if s.rowCancelledSince(ctx, ref) {
+			why = leasework.ErrCancelled
+		}
 		return fmt.Errorf("lease: complete in transaction row %d generation %d: the transaction was rolled back: %w",
-			ref.ID, ref.Generation, leasework.ErrLeaseLost)
+			ref.ID, ref.Generation, why)
 	}
 	return s.wrapErr(fmt.Sprintf("complete in transaction row %d generation %d: the transaction was rolled back", ref.ID, ref.Generation), err)
 }

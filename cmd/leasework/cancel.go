@@ -26,16 +26,22 @@ func (c *cancelCmd) check() error {
 
 type cancelJSON struct {
 	ID         int64 `json:"id"`
-	Generation int64 `json:"generation"` // the row's new generation
+	Generation int64 `json:"generation"` // the row's generation now
+	// Stopping: an attempt runs the event; it ends DISCARDED once that
+	// attempt stops or its lease ends.
+	Stopping bool `json:"stopping"`
 }
 
 func (c *cancelCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
-	gen, err := st.Cancel(ctx, c.id, c.reason)
+	res, err := st.Cancel(ctx, c.id, c.reason)
 	if err != nil {
 		return err
 	}
 	if out.json {
-		return out.JSON(cancelJSON{ID: c.id, Generation: gen})
+		return out.JSON(cancelJSON{ID: c.id, Generation: res.Generation, Stopping: res.Stopping})
 	}
-	return out.Linef("cancelled row %d (now DISCARDED at generation %d)", c.id, gen)
+	if res.Stopping {
+		return out.Linef("cancelled row %d: its running attempt (generation %d) is told to stop; the row ends DISCARDED, and its key passes on, once that attempt stops or its lease ends", c.id, res.Generation)
+	}
+	return out.Linef("cancelled row %d (now DISCARDED at generation %d)", c.id, res.Generation)
 }

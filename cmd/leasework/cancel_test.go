@@ -11,8 +11,9 @@ import (
 	"github.com/leasework/leasework/lease"
 )
 
-// cancel ends a running event and fences its owner; a finished one is an
-// error, a missing -id a usage error.
+// cancel stops a running event: its owner's next write is rejected as
+// cancelled and ends it DISCARDED; a finished one is an error, a missing
+// -id a usage error.
 func TestCancelARunningEvent(t *testing.T) {
 	t.Parallel()
 	for _, d := range pgtest.Drivers {
@@ -27,8 +28,8 @@ func TestCancelARunningEvent(t *testing.T) {
 			id := strconv.FormatInt(e.ID, 10)
 			var got cancelJSON
 			decode(t, must(t, exitOK, on(t, st, d.Name, "cancel", "-id", id, "-reason", "duplicate order", "-json")...), &got)
-			if got.ID != e.ID || got.Generation <= claims[0].Generation {
-				t.Errorf("cancel -json = %+v; want row %d at a generation above %d", got, e.ID, claims[0].Generation)
+			if got.ID != e.ID || got.Generation != claims[0].Generation || !got.Stopping {
+				t.Errorf("cancel -json = %+v; want row %d stopping, at its attempt's generation %d", got, e.ID, claims[0].Generation)
 			}
 			if err := st.Complete(t.Context(), claims[0].Ref()); !strings.Contains(errText(err), "cancelled") {
 				t.Errorf("the owner's completion after cancel: %v; want it rejected as cancelled", err)

@@ -125,13 +125,16 @@ A row that is not FAILED at that generation, or does not exist, is an error
 	{
 		name:     "cancel",
 		synopsis: "-id N [-reason R]",
-		summary:  "end an unfinished event now (DISCARDED); a running attempt loses it",
-		doc: `Cancel ends an unfinished event (READY, WAITING, INPROGRESS or FAILED) at once:
-it becomes DISCARDED with last error "cancelled: <reason>" and a new
-generation. A worker running it no longer owns it: its next renewal and its
-outcome are rejected, and its handler's context is cancelled with
-leasework.ErrCancelled. A keyed event passes its key on. A finished event
-(DONE, DISCARDED) cannot be cancelled: that is an error.`,
+		summary:  "end an unfinished event (DISCARDED); a running attempt is stopped first",
+		doc: `Cancel ends an unfinished event (READY, WAITING, INPROGRESS or FAILED), with
+last error "cancelled: <reason>"; it is never claimed again. One that no
+attempt runs becomes DISCARDED at once, at a new generation. One that a
+worker runs stays INPROGRESS until that attempt stops: its next renewal is
+rejected, its handler's context is cancelled with leasework.ErrCancelled,
+and its outcome, rejected too, ends the event DISCARDED; a dead or paused
+worker's attempt ends when its lease does ("stopping" in -json). A keyed
+event passes its key on only then. A finished event (DONE, DISCARDED)
+cannot be cancelled: that is an error.`,
 		new: func() action { return &cancelCmd{} },
 	},
 	{

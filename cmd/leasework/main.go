@@ -16,7 +16,7 @@
 //	list      list rows by status and kind, with their last error; or the held keys
 //	requeue   move FAILED rows back to READY, due now
 //	discard   give up on a FAILED row; its key's waiting events go on
-//	cancel    end an unfinished event now (DISCARDED); a running attempt loses it
+//	cancel    end an unfinished event (DISCARDED); a running attempt is stopped first
 //	queues    each queue with unfinished rows or paused: when paused, rows per status
 //	pause     stop workers claiming from a queue; running handlers finish
 //	resume    let workers claim from a paused queue again, at once
