@@ -218,12 +218,12 @@ func (s *soak) cancelLoop(ctx context.Context, injected <-chan struct{}) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c := history.Cancel{EventID: eventID, Row: id, Invoked: time.Now()}
-		gen, err := s.ops.Cancel(cctx, id, "soak: "+target.name)
+		res, err := s.ops.Cancel(cctx, id, "soak: "+target.name)
 		c.Returned = time.Now()
 		cancel()
 		switch {
 		case err == nil:
-			c.Result, c.Generation = history.CancelOK, gen
+			c.Result, c.Generation, c.Stopping = history.CancelOK, res.Generation, res.Stopping
 		case errors.Is(err, lease.ErrFinished):
 			c.Result = history.CancelFinished
 		default:
