@@ -82,6 +82,9 @@ func good() *builder {
 	b.claim(mk[0], "w1", 341)
 	b.run(mk[0], "w1", 342, 380, ResultError, 0)
 	b.mark(mk[0], 350)
+	// Cancelled again: the row is marked already.
+	b.h.Cancels = append(b.h.Cancels, Cancel{EventID: "mk1", Row: mk[0], Invoked: b.at(360), Returned: b.at(361),
+		Result: CancelOK, Generation: b.gen(mk[0]), Stopping: true})
 	b.stop(mk[0], "w1", 381)
 	b.handle(mk[1], "w2", 385)
 	// A marked head whose owner died: a claim ends it once its lease ended.
