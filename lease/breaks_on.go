@@ -28,6 +28,11 @@ func breakQueries(q *queries) {
 		// The claim takes WAITING rows as if each were its key's head.
 		q.claim = mustReplace(q.claim, "AND status = 'READY' AND next_attempt_at <= statement_timestamp()",
 			"AND status IN ('READY', 'WAITING') AND next_attempt_at <= statement_timestamp()")
+	case "cancel-releases":
+		// A cancel of a running attempt ends its row at once, as before
+		// the fix of issue 17's item 2: the key passes on while the
+		// cancelled handler still runs.
+		q.cancel = mustReplace(q.cancel, runningLease, "false")
 	case "cancel-finished":
 		// Cancel ends DONE rows too.
 		q.cancel = mustReplace(q.cancel, "o.status IN ('READY', 'INPROGRESS', 'FAILED', 'WAITING')",

@@ -31,6 +31,7 @@ type libraryBreak struct {
 var breaks = map[string]libraryBreak{
 	"steal-leases":    {"the claim takes leases with less than 60% of their time left", []string{history.Owners}},
 	"claim-waiting":   {"the claim takes WAITING rows, as if each were its key's head", []string{history.KeyOrder}},
+	"cancel-releases": {"a cancel of a running attempt ends its row at once, passing its key on while the handler runs (issue 17, item 2)", []string{history.KeyOrder}},
 	"cancel-finished": {"Cancel ends DONE rows too", []string{history.Terminal}},
 	"tx-split":        {"Transactional commits the business writes apart from, and before, the guarded completion", []string{history.Effects, history.Cancels}},
 	"tick-per-worker": {"a firing's event id names the worker that enqueued it", []string{history.Ticks}},
