@@ -5,6 +5,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -116,57 +117,44 @@ func readRuns(path, worker string) ([]history.Run, error) {
 	return runs, sc.Err()
 }
 
-// rowImage is an events row as the audit's to_jsonb records it.
-type rowImage struct {
-	ID          int64   `json:"id"`
-	EventID     string  `json:"event_id"`
-	Kind        string  `json:"kind"`
-	Key         *string `json:"key"`
-	Queue       string  `json:"queue"`
-	Status      string  `json:"status"`
-	Generation  int64   `json:"generation"`
-	Attempt     int     `json:"attempt"`
-	MaxAttempts int     `json:"max_attempts"`
-	LeaseUntil  *string `json:"lease_until"`
-	NextAttempt string  `json:"next_attempt_at"`
-	Worker      *string `json:"worker"`
-	KeySeq      *int64  `json:"key_seq"`
-	LastError   *string `json:"last_error"`
-	CancelledAt *string `json:"cancelled_at"` // from migration 11 on
+// rowColumns are the fields of a row image (old or new) of the audit that
+// the history follows, extracted by the server; all NULL when the image is
+// (the old row of an insert, the new row of a delete).
+func rowColumns(side string) string {
+	f := func(name, typ string) string { return "(" + side + "->>'" + name + "')::" + typ }
+	return strings.Join([]string{
+		f("id", "bigint"), f("event_id", "text"), f("kind", "text"), f("key", "text"), f("queue", "text"),
+		f("status", "text"), f("generation", "bigint"), f("attempt", "int"), f("max_attempts", "int"),
+		f("lease_until", "timestamptz"), f("next_attempt_at", "timestamptz"), f("worker", "text"),
+		f("key_seq", "bigint"), f("last_error", "text"), f("cancelled_at", "timestamptz"), // cancelled_at: from migration 11 on
+	}, ", ")
 }
 
-func (r rowImage) state() (history.State, error) {
-	st := history.State{Status: r.Status, Generation: r.Generation, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
-		Worker: deref(r.Worker), LastError: deref(r.LastError)}
-	if r.KeySeq != nil {
-		st.KeySeq = *r.KeySeq
-	}
-	var err error
-	for _, t := range []struct {
-		text *string
-		into *time.Time
-	}{{r.LeaseUntil, &st.LeaseUntil}, {r.CancelledAt, &st.CancelledAt}} {
-		if t.text == nil {
-			continue
-		}
-		if *t.into, err = time.Parse(time.RFC3339Nano, *t.text); err != nil {
-			return st, err
-		}
-	}
-	st.NextAttempt, err = time.Parse(time.RFC3339Nano, r.NextAttempt)
-	return st, err
+// image receives the columns of rowColumns.
+type image struct {
+	id                                   sql.NullInt64
+	eventID, kind, key, queue, status    sql.NullString
+	generation                           sql.NullInt64
+	attempt, maxAttempts                 sql.NullInt32
+	leaseUntil, nextAttempt, cancelledAt sql.NullTime
+	worker, lastError                    sql.NullString
+	keySeq                               sql.NullInt64
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+func (m *image) dest() []any {
+	return []any{&m.id, &m.eventID, &m.kind, &m.key, &m.queue, &m.status, &m.generation, &m.attempt, &m.maxAttempts,
+		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt}
+}
+
+func (m *image) state() history.State {
+	return history.State{Status: m.status.String, Generation: m.generation.Int64, Attempt: int(m.attempt.Int32),
+		MaxAttempts: int(m.maxAttempts.Int32), LeaseUntil: m.leaseUntil.Time, NextAttempt: m.nextAttempt.Time,
+		Worker: m.worker.String, KeySeq: m.keySeq.Int64, LastError: m.lastError.String, CancelledAt: m.cancelledAt.Time}
 }
 
 // readAudit reads every audit row, in order.
 func (s *soak) readAudit(ctx context.Context) ([]history.Write, error) {
-	rows, err := s.admin.QueryContext(ctx, `SELECT id, op, writer, txid, stmt_at, at, COALESCE(old::text, ''), COALESCE(new::text, '')
+	rows, err := s.admin.QueryContext(ctx, `SELECT id, op, writer, txid, stmt_at, at, `+rowColumns("old")+`, `+rowColumns("new")+`
 		FROM `+auditTable+` ORDER BY id`)
 	if err != nil {
 		return nil, err
@@ -175,29 +163,17 @@ func (s *soak) readAudit(ctx context.Context) ([]history.Write, error) {
 	var out []history.Write
 	for rows.Next() {
 		var w history.Write
-		var oldJSON, newJSON string
-		if err := rows.Scan(&w.Seq, &w.Op, &w.Writer, &w.Txid, &w.Stmt, &w.At, &oldJSON, &newJSON); err != nil {
+		var o, n image
+		dest := append([]any{&w.Seq, &w.Op, &w.Writer, &w.Txid, &w.Stmt, &w.At}, append(o.dest(), n.dest()...)...)
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		var img rowImage
-		for _, side := range []struct {
-			text  string
-			state *history.State
-		}{{oldJSON, &w.Old}, {newJSON, &w.New}} {
-			if side.text == "" {
-				continue
-			}
-			if err := json.Unmarshal([]byte(side.text), &img); err != nil {
-				return nil, fmt.Errorf("audit %d: %w", w.Seq, err)
-			}
-			st, err := img.state()
-			if err != nil {
-				return nil, fmt.Errorf("audit %d: %w", w.Seq, err)
-			}
-			*side.state = st
-			w.Row, w.EventID, w.Kind, w.Key, w.Queue = img.ID, img.EventID, img.Kind, deref(img.Key), img.Queue
-			img = rowImage{}
+		w.Old, w.New = o.state(), n.state()
+		im := &n
+		if !n.id.Valid {
+			im = &o
 		}
+		w.Row, w.EventID, w.Kind, w.Key, w.Queue = im.id.Int64, im.eventID.String, im.kind.String, im.key.String, im.queue.String
 		out = append(out, w)
 	}
 	return out, rows.Err()
