@@ -168,6 +168,23 @@ func terminate(ctx context.Context, db *sql.DB, app string) ([]backend, error) {
 	return out, rows.Err()
 }
 
+// expireLeases moves the leases of the INPROGRESS rows claimed by worker
+// one second into the past, as leasetest.ExpireWorkerLeases does, but
+// skips a row locked by a transaction: a stopped worker's Transactional
+// handler holds its row from its completion to its commit, and the fixture
+// would wait for the stopped process. Such a row's lease is left to run
+// out; nobody can take the row while it is locked anyway.
+func expireLeases(ctx context.Context, s *lease.Store, worker string) error {
+	_, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
+		SET lease_until = clock_timestamp() - interval '1 second'
+		WHERE id = ANY (ARRAY(SELECT id FROM `+s.QualifiedTable()+`
+			WHERE worker = $1 AND status = 'INPROGRESS' FOR UPDATE SKIP LOCKED))`, worker)
+	if err != nil {
+		return fmt.Errorf("expire the leases of %s: %w", worker, err)
+	}
+	return nil
+}
+
 // dbNow reads the database clock.
 func dbNow(ctx context.Context, db *sql.DB) (time.Time, error) {
 	var now time.Time

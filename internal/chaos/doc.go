@@ -63,8 +63,9 @@
 //
 //   - kill: SIGKILL a worker and start a replacement;
 //   - stop: SIGSTOP a worker holding claims, expire its leases with the
-//     fixture (never a wait), wait until another worker claimed one of its
-//     rows again, then SIGCONT it: its late writes must be refused;
+//     fixture (never a wait; a row its stopped Transactional handler has
+//     locked is left to its lease), wait until another worker claimed one
+//     of its rows again, then SIGCONT it: its late writes must be refused;
 //   - terminate: pg_terminate_backend of every backend of one worker, its
 //     LISTEN connection included (a terminate that found the listener
 //     connecting again, and so hit none, is not counted and is done again);

@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasework/leasework/internal/history"
 	"github.com/leasework/leasework/internal/pgtest"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // fault is a kind of fault the injector does.
@@ -364,8 +363,7 @@ func (s *soak) stop(ctx context.Context, w *worker) error {
 			return err
 		}
 		if err := retry(ctx, "expire "+w.id+"'s leases", func(ctx context.Context) error {
-			_, err := leasetest.ExpireWorkerLeases(ctx, s.store, w.id)
-			return err
+			return expireLeases(ctx, s.store, w.id)
 		}); err != nil {
 			return err
 		}

@@ -82,6 +82,7 @@ type soak struct {
 	front   *pgtest.Proxy // the long run's: the test's own sessions reach the primary through it
 	runsDir string        // the workers' runs files
 	cancel  context.CancelFunc
+	cleaned sync.Once
 
 	mu              sync.Mutex
 	primary         *pgserver.Server
@@ -313,6 +314,9 @@ func (s *soak) setup(ctx context.Context) error {
 			return fmt.Errorf("a worker did not start: %w", err)
 		}
 	}
+	// Again, to run before the proxies made since close (cleanups run
+	// last first): the long run's schema is dropped through one.
+	s.t.Cleanup(s.cleanup)
 	return nil
 }
 
@@ -362,8 +366,10 @@ func (s *soak) killAll() {
 
 // cleanup ends every worker process still running, whatever state the
 // test left it in, drops the schema, and stops the servers TestMain does
-// not.
-func (s *soak) cleanup() {
+// not. It does so once, however often it is called.
+func (s *soak) cleanup() { s.cleaned.Do(s.cleanupOnce) }
+
+func (s *soak) cleanupOnce() {
 	s.killAll()
 	s.mu.Lock()
 	s.finished = true
