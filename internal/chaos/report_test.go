@@ -47,6 +47,7 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		sum.Panics += c.Panics
 		sum.HungHandlers += c.HungHandlers
 		sum.OutcomesAbandoned += c.OutcomesAbandoned
+		sum.RerunsFromAbandonedOutcomes += c.RerunsFromAbandonedOutcomes
 		sum.Cancelled += c.Cancelled
 	}
 	if sum.Panics > 0 || sum.HungHandlers > 0 {
@@ -83,14 +84,14 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		"stops with a row re-claimed %d, of idle workers %d; terminates that missed the listener and were done again %d; "+
 		"longest recovery kill %v stop %v terminate %v blackhole %v restart %v failover %v; "+
 		"cancels %d (of running events %d, waiting %d, ready %d; the longest a cancelled handler ran on %dms); pauses %d; ticks missed %d; "+
-		"workers' counters: claimed %d, reclaimed %d, claim errors %d, leases lost %d (local timeouts %d, cancelled %d), outcomes replayed %d, outcomes abandoned %d",
+		"workers' counters: claimed %d, reclaimed %d, claim errors %d, leases lost %d (local timeouts %d, cancelled %d), outcomes replayed %d, outcomes abandoned %d (re-runs from them %d)",
 		s.cfg.name, faulted.Round(time.Second), total.Round(time.Second), len(all), acked, unknown,
 		stopsReclaimed, stopsIdle, terminateMisses,
 		recovery[faultKill].Round(time.Millisecond), recovery[faultStop].Round(time.Millisecond), recovery[faultTerminate].Round(time.Millisecond),
 		recovery[faultBlackhole].Round(time.Millisecond), recovery[faultRestart].Round(time.Millisecond), recovery[faultFailover].Round(time.Millisecond),
 		cancels, v.Figures["cancelled_inprogress"], v.Figures["cancelled_waiting"], v.Figures["cancelled_ready"], v.Figures["cancelled_ran_on_ms"],
 		pauses, v.Figures["ticks_missed"],
-		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned)
+		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned, sum.RerunsFromAbandonedOutcomes)
 	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
 		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
 		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))
