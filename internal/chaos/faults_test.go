@@ -41,8 +41,10 @@ func (f fault) String() string {
 
 // Bounds of the injector's waits; reaching one fails the soak.
 const (
-	// slotBound bounds the wait for a worker free of other faults.
-	slotBound = 2 * time.Minute
+	// slotBound bounds the wait for a worker free of other faults: above
+	// a recovery's own bound (recoverBound, counted from the server's
+	// return).
+	slotBound = 4 * time.Minute
 	// preferBound bounds the wait for a worker fit for a stop (one holding
 	// claims); after it, any free worker does.
 	preferBound = 5 * time.Second
