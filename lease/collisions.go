@@ -195,7 +195,7 @@ WHERE n.nspname = $1 AND c.relname IN (SELECT jsonb_array_elements_text($3::json
 // them; whether a trigger of $2 runs them, or a function that one runs
 // names them (as the migrations write names: quoted and qualified).
 const functionsSQL = `
-SELECT p.proname, oidvectortypes(p.proargtypes),
+SELECT p.proname, oidvectortypes(p.proargtypes), p.prosrc,
     COALESCE((SELECT jsonb_agg(DISTINCT jsonb_build_array(gn.nspname, gc.relname))
               FROM pg_trigger g
               JOIN pg_class gc ON gc.oid = g.tgrelid
@@ -223,6 +223,7 @@ type relation struct {
 // function is a row of functionsSQL.
 type function struct {
 	args     string
+	body     string   // its source, as the server keeps it
 	triggers []string // the other tables whose triggers run it, quoted and qualified
 	ofTable  bool     // a trigger of the table runs it, or a function one runs names it
 }
@@ -274,6 +275,19 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 		coll.Collisions = append(coll.Collisions, NameCollision{Name: s.table, Use: "events table",
 			Found: kindText(r) + " that no migration of " + QuoteIdent(s.table+"_migrations") + " records"})
 	}
+	// partial[v](body) reports whether step v runs outside a transaction
+	// and creates a function of that body: a run of it that failed
+	// part-way leaves what it made.
+	partial := map[int]func(string) bool{}
+	for _, m := range ms {
+		rendered := ""
+		if m.NoTransaction {
+			rendered = s.render(m.sql)
+		}
+		partial[m.Version] = func(body string) bool {
+			return rendered != "" && strings.TrimSpace(body) != "" && strings.Contains(rendered, "$$"+body+"$$")
+		}
+	}
 	seen := map[string]bool{}
 	for _, m := range ms {
 		if applied[m.Version] {
@@ -301,9 +315,12 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 					case f.args != o.args: // another signature: no clash
 					case len(f.triggers) > 0:
 						found = "a function that a trigger on table " + strings.Join(f.triggers, ", ") + " runs"
-					case !applied[refs[suffix]] && !f.ofTable:
-						// Not made by an applied step, and not one a
-						// rerun of the step (its triggers there) finds.
+					case !applied[refs[suffix]] && !f.ofTable && !partial[refs[suffix]](f.body):
+						// Not made by an applied step, not one a rerun
+						// of the step (its triggers there) finds, and not
+						// the one a step run outside a transaction made,
+						// body for body, before it failed part-way, ahead
+						// of the trigger that runs it.
 						found = fmt.Sprintf("a function this table's migrations did not create (migration %d, which creates it, is not applied)", refs[suffix])
 					}
 				}
@@ -424,7 +441,7 @@ func (s *Store) readFunctions(ctx context.Context, q querier, names []string) (m
 	for rows.Next() {
 		var name, triggers string
 		var f function
-		if err := rows.Scan(&name, &f.args, &triggers, &f.ofTable); err != nil {
+		if err := rows.Scan(&name, &f.args, &f.body, &triggers, &f.ofTable); err != nil {
 			return nil, fmt.Errorf("lease: migrate: check names: %w", err)
 		}
 		var pairs [][]string

@@ -104,7 +104,7 @@ func RowStatements(s *Store) map[string]Statement {
 		"requeueByID":    {s.q.requeueByID, "bigint[], int, text"},
 		"discard":        {s.q.discard, "bigint, bigint"},
 		"cancel":         {s.q.cancel, "bigint, text"},
-		"deleteFinished": {s.q.deleteFinished, "bigint, bigint"},
+		"deleteFinished": {s.q.deleteFinished, "bigint, bigint, boolean"},
 		"get":            {s.q.get, "bigint"},
 		"getByEvent":     {s.q.getByEvent, "text"},
 		"rejected":       {s.q.rejected, "bigint[]"},

@@ -138,10 +138,10 @@ func TestOrderPerKeyMigrationOrdersEarlierRows(t *testing.T) {
 // A step run outside a transaction that fails part-way is run again from
 // its first statement by the next Migrate, which must end where a run
 // without the failure ends: for each such step and each statement it
-// could have failed after, a table with history taken through the step's
-// first statements and then migrated has the table, indexes, constraints
-// (validated or not), triggers, functions and rows of a table migrated
-// at once.
+// could fail after (the last: its record), a table with history on which
+// Migrate failed there, migrated again, has the table, indexes,
+// constraints (validated or not), triggers, functions and rows of a table
+// migrated at once.
 func TestStepsOutsideATransactionRunAgainAfterFailingPartWay(t *testing.T) {
 	ctx := context.Background()
 	ms := lease.Migrations()
@@ -164,22 +164,25 @@ func TestStepsOutsideATransactionRunAgainAfterFailingPartWay(t *testing.T) {
 		n := len(lease.Statements(lease.RenderedSQL(clean, m)))
 		for k := 1; k <= n; k++ {
 			s := fresh()
-			conn, err := s.DB().Conn(ctx)
+			// The step as Migrate runs it, failing after its first k
+			// statements.
+			stmts := lease.Statements(lease.RenderedSQL(s, m))[:k]
+			failing, err := lease.NewMigration(m.Version, m.Name, "-- leasework: workers running\n-- leasework: no transaction\n"+
+				strings.Join(stmts, "\n")+"\nSELECT 1 / 0;\n")
 			if err != nil {
 				t.Fatal(err)
 			}
-			for j, q := range lease.Statements(lease.RenderedSQL(s, m))[:k] {
-				if _, err := conn.ExecContext(ctx, q); err != nil {
-					t.Fatalf("migration %d statement %d: %v", m.Version, j+1, err)
-				}
+			_, err = lease.MigrateWith(ctx, s, append(ms[:i:i], failing))
+			if wantErr := fmt.Sprintf("migration %d (%s), statement %d", m.Version, m.Name, k+1); err == nil || !strings.Contains(err.Error(), wantErr) {
+				t.Fatalf("Migrate failing after %d statements of migration %d: %v; want an error in its statement %d", k, m.Version, err, k+1)
 			}
-			conn.Close()
 			applied, err := s.Migrate(ctx)
 			if err != nil || len(applied) == 0 || applied[0] != m.Version {
-				t.Fatalf("Migrate after %d statements of migration %d: %v, %v", k, m.Version, applied, err)
+				t.Errorf("Migrate after a failure after %d of %d statements of migration %d: %v, %v", k, n, m.Version, applied, err)
+				continue
 			}
 			if got := schemaState(t, s); got != want {
-				t.Errorf("migration %d run again after its first %d of %d statements ends elsewhere than a run at once:\n%s",
+				t.Errorf("migration %d run again after failing after %d of %d statements ends elsewhere than a run at once:\n%s",
 					m.Version, k, n, diffLines(got, want))
 			}
 		}

@@ -47,11 +47,9 @@ var writesWaitForScan = map[int]bool{3: true, 9: true}
 // headerLocks matches lock modes named in a header, the longest name first.
 var headerLocks = regexp.MustCompile(`\b(ACCESS EXCLUSIVE|SHARE ROW EXCLUSIVE|SHARE UPDATE EXCLUSIVE|ROW EXCLUSIVE|ROW SHARE|ACCESS SHARE|EXCLUSIVE|SHARE)\b`)
 
-// concurrently reports whether q builds or drops an index CONCURRENTLY,
-// which cannot run in a transaction block.
-func concurrently(q string) bool {
-	return regexp.MustCompile(`^(CREATE (UNIQUE )?|DROP )INDEX CONCURRENTLY\b`).MatchString(q)
-}
+// concurrentIndex matches a statement that builds or drops an index
+// CONCURRENTLY, which cannot run in a transaction block.
+var concurrentIndex = regexp.MustCompile(`^(CREATE (UNIQUE )?|DROP )INDEX CONCURRENTLY\b`)
 
 // TestMigrationsReadHistoryOnlyUnderLocksThatLetWorkThrough runs every
 // migration's statements in the transactions Migrate runs them in (a step
@@ -143,7 +141,7 @@ func TestMigrationsReadHistoryOnlyUnderLocksThatLetWorkThrough(t *testing.T) {
 		}
 		if m.NoTransaction {
 			for i, q := range stmts {
-				if concurrently(q) {
+				if concurrentIndex.MatchString(q) {
 					if _, err := conn.ExecContext(ctx, q); err != nil {
 						t.Fatalf("migration %d statement %d: %v\n%s", m.Version, i+1, err, q)
 					}

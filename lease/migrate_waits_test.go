@@ -37,8 +37,8 @@ func TestMigrationWaits(t *testing.T) {
 	s, live := tableWithHistory(t, ms, 1, history)
 	idle := probeWhile(t, s, live, func() error { time.Sleep(2 * time.Second); return nil })
 	t.Logf("%d DONE rows; live rows: %d READY (a third keyed), 100 INPROGRESS, 100 FAILED", history, 1000)
-	t.Logf("%-26s %10s %16s %16s", "migration", "took", "read: longest", "insert: longest")
-	t.Logf("%-26s %10s %16s %16s", "(none: 2 s idle)", "", idle.reads.String(), idle.inserts.String())
+	t.Logf("%-34s %10s %16s %16s", "migration", "took", "read: longest", "insert: longest")
+	t.Logf("%-34s %10s %16s %16s", "(none: 2 s idle)", "", idle.reads.String(), idle.inserts.String())
 	for i := 1; i < len(ms); i++ {
 		var applied []int
 		var took time.Duration
@@ -51,7 +51,7 @@ func TestMigrationWaits(t *testing.T) {
 		if !slices.Equal(applied, []int{ms[i].Version}) {
 			t.Fatalf("migration %d: applied %v", ms[i].Version, applied)
 		}
-		t.Logf("%-26s %10v %16s %16s", fmt.Sprintf("%d %s", ms[i].Version, ms[i].Name), took.Round(time.Millisecond), w.reads.String(), w.inserts.String())
+		t.Logf("%-34s %10v %16s %16s", fmt.Sprintf("%d %s", ms[i].Version, ms[i].Name), took.Round(time.Millisecond), w.reads.String(), w.inserts.String())
 	}
 
 	from := 3
@@ -64,7 +64,7 @@ func TestMigrationWaits(t *testing.T) {
 		took = time.Since(start)
 		return err
 	})
-	t.Logf("%-26s %10v %16s %16s", fmt.Sprintf("%d..%d in one Migrate", from+1, ms[len(ms)-1].Version), took.Round(time.Millisecond), w.reads.String(), w.inserts.String())
+	t.Logf("%-34s %10v %16s %16s", fmt.Sprintf("%d..%d in one Migrate", from+1, ms[len(ms)-1].Version), took.Round(time.Millisecond), w.reads.String(), w.inserts.String())
 	if len(applied) != len(ms)-from {
 		t.Fatalf("upgrade from %d applied %v", from, applied)
 	}

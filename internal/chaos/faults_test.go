@@ -44,7 +44,7 @@ const (
 	// slotBound bounds the wait for a worker free of other faults: above
 	// a recovery's own bound (recoverBound, counted from the server's
 	// return).
-	slotBound = 4 * time.Minute
+	slotBound = 5 * time.Minute
 	// preferBound bounds the wait for a worker fit for a stop (one holding
 	// claims); after it, any free worker does.
 	preferBound = 5 * time.Second

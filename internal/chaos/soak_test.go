@@ -37,7 +37,7 @@ var (
 	// shortSoak is CI's: a few faults of each kind, several hundred
 	// events, under a minute on an idle 2-core machine with -race.
 	shortSoak = soakConfig{name: "short", perKind: 3, meanGap: 500 * time.Millisecond,
-		minEvents: 700, rate: 60, bound: 8 * time.Minute}
+		minEvents: 700, rate: 60, bound: 15 * time.Minute}
 	// longSoak is LEASEWORK_SOAK=long's: at least 250 faults of each
 	// kind, and failovers of the primary to its streaming standby.
 	longSoak = soakConfig{name: "long", perKind: 260, failovers: 40, meanGap: 500 * time.Millisecond,
