@@ -173,7 +173,13 @@
 // handler, at the handler's request: the worker's own statements (claims,
 // renewals, outcomes) run outside it and never wait for it. Keep it short
 // all the same: an open transaction keeps PostgreSQL from cleaning the row
-// versions other writes leave behind meanwhile.
+// versions other writes leave behind meanwhile. And bound it on the
+// server: a worker whose connection goes silent (a dead network) between
+// the completion and COMMIT leaves the transaction open there, and its row
+// locked, so that no other worker can take the event (nor, with a key, its
+// followers) until the server ends the session, which with PostgreSQL's
+// defaults can take hours. Set idle_in_transaction_session_timeout (to a
+// few leases, say) for the workers' role or database.
 //
 // # Progress
 //

@@ -483,7 +483,7 @@ func (w *Worker) fire(ctx context.Context, s *schedule, now time.Time) {
 		s.retryAt, s.failures = time.Time{}, 0 // a failed firing older than the lookback is given up
 		return
 	}
-	eventID := firingEventID(s.Name, at)
+	eventID := breakFiringID(firingEventID(s.Name, at), w.cfg.WorkerID) // the id itself but in the chaos soak's deliberately broken builds (breaks_off.go)
 	dup, err := w.enqueueFiring(ctx, s, eventID, at)
 	if err != nil && ctx.Err() != nil {
 		return // stopping: not a firing's failure

@@ -195,6 +195,10 @@ func (h *txHandler) Handle(ctx context.Context, c *leasework.Claim) error {
 	if err != nil {
 		return err
 	}
+	if handled, err := breakTx(tctx, a, tx); handled { // false but in the chaos soak's deliberately broken builds (breaks_off.go)
+		committed = true
+		return err
+	}
 	if err := st.complete(tctx); err != nil {
 		return err
 	}

@@ -492,7 +492,7 @@ type queries struct {
 }
 
 func (s *Store) renderQueries() queries {
-	return queries{
+	q := queries{
 		claim:          s.render(claimSQL),
 		enqueue:        s.render(enqueueSQL),
 		claimEventIDs:  s.render(claimEventIDsSQL),
@@ -524,4 +524,6 @@ func (s *Store) renderQueries() queries {
 		stop:           s.render(stopSQL),
 		requeueRefs:    s.render(requeueRefsSQL),
 	}
+	breakQueries(&q) // a no-op but in the chaos soak's deliberately broken builds (breaks_off.go)
+	return q
 }

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,34 +28,85 @@ const (
 	childWorkerEnv = "LEASEWORK_CHAOS_WORKER" // the worker id, also its application_name
 	childDSNEnv    = "LEASEWORK_CHAOS_DSN"    // through the worker's proxy
 	childDriverEnv = "LEASEWORK_CHAOS_DRIVER" // "pgx" or "pq"
-	childSlotEnv   = "LEASEWORK_CHAOS_SLOT"   // which probe kind it serves
+	childSlotEnv   = "LEASEWORK_CHAOS_SLOT"   // which probe kind and queue it serves
+	childRunsEnv   = "LEASEWORK_CHAOS_RUNS"   // the file its handler runs are appended to
 )
 
 // The workers' configuration. PollInterval is long on purpose: a pickup
 // well under it shows that a notification woke the worker (see
-// finalProbes).
+// finalProbes). Nothing else waits for it: every queue's claim loop is
+// woken by each notification, and the schedule's firings (every second)
+// send one. The lease is short, so that a fault's claims are taken over
+// soon, but its renewals come every 3s: a worker's statements are then
+// bounded by 3s (framework's statement timeout is RenewEvery), which a
+// connection's start-up on a loaded machine needs; with 1s, every
+// connection given up before the server answered it, the workers kept a
+// loaded server busy with start-ups it could not finish.
 const (
-	workerLease       = 2 * time.Second
-	workerPoll        = 10 * time.Second
-	workerConcurrency = 8
-	workerMaxConns    = workerConcurrency + framework.ReservedConns
+	workerLease       = 6 * time.Second
+	workerRenewEvery  = 3 * time.Second
+	workerPoll        = 30 * time.Second
 	workerGrace       = 2 * time.Second
 	workerStopTimeout = 2 * time.Second
 	counterEvery      = 200 * time.Millisecond
 )
 
-// The soak's event kind, and what its payloads ask of the handler.
+// The workers' queues and their handler slots.
+var workerQueues = []framework.Queue{{Name: "default", Concurrency: 8}, {Name: bulkQueue, Concurrency: 4}}
+
 const (
-	soakKind      = "soak"
-	payloadOK     = "ok"
-	payloadFail   = "fail"  // a permanent error: the event must end FAILED
-	payloadFlaky  = "flaky" // fails on its first attempt, then succeeds
-	failText      = "soak: the event asked to fail"
-	transientText = "soak: a transient failure on the first attempt"
+	bulkQueue  = "bulk" // paused and resumed during the faults
+	probeSlots = 2
 )
 
-// probeKind is the kind only the worker of one slot serves.
-func probeKind(slot int) string { return "probe-" + strconv.Itoa(slot) }
+// workerMaxConns caps a worker's pool: a connection per handler slot, and
+// the worker's own.
+var workerMaxConns = 8 + 4 + probeSlots + framework.ReservedConns
+
+// The soak's event kinds.
+const (
+	plainKind  = "plain"  // writes a receipt into the sink, outside the claim's transaction
+	txKind     = "tx"     // Transactional: its effect commits with its completion
+	snoozyKind = "snoozy" // snoozes, then fails once, under a retry policy with an attempt cap
+	tickKind   = "tick"   // the schedule's
+	tickName   = "beat"
+	tickEvery  = time.Second
+)
+
+// What payloads ask of the handlers.
+const (
+	payloadOK     = "ok"
+	payloadFail   = "fail"   // a permanent error: the event must end FAILED
+	payloadFlaky  = "flaky"  // fails on its first attempt, then succeeds
+	payloadHold   = "hold"   // runs until its context ends (a cancel), or holdFor
+	payloadRetry  = "retry:" // + ms: asks, on its first attempt, for a retry after that delay
+	payloadSnooze = "snooze:"
+	failText      = "soak: the event asked to fail"
+	transientText = "soak: a transient failure"
+)
+
+// holdFor bounds a plain "hold" handler: longer than a renewal's period,
+// so that it is renewed; txHoldFor a Transactional one's, shorter than
+// the first renewal comes, so that a cancel lands while its transaction
+// is open and its completion is still to come.
+const (
+	holdFor   = 4 * time.Second
+	txHoldFor = 250 * time.Millisecond
+)
+
+// The retry policies: exact delays (no randomization), so that the history
+// can check them. The snoozy kind's cap counts attempts that are not
+// snoozes.
+var (
+	soakPolicy   = framework.RetryPolicy{InitialInterval: 40 * time.Millisecond, Multiplier: 2, MaxInterval: 2 * time.Second, RandomizationFactor: -1}
+	snoozyPolicy = framework.RetryPolicy{InitialInterval: 40 * time.Millisecond, Multiplier: 2, MaxInterval: 2 * time.Second, RandomizationFactor: -1, MaxAttempts: 3}
+)
+
+// probeKind is the kind, and probeQueue the queue, that only the worker of
+// one slot serves: a queue of its own, so that no other event's lease
+// shortens its claim loop's wait (see finalProbes).
+func probeKind(slot int) string  { return "probe-" + strconv.Itoa(slot) }
+func probeQueue(slot int) string { return "probe-" + strconv.Itoa(slot) }
 
 // Lines a worker process prints on stdout.
 const (
@@ -83,27 +135,44 @@ func runWorker(id string) int {
 	if drv == nil {
 		return fail(fmt.Errorf("%s=%q names no driver", childDriverEnv, os.Getenv(childDriverEnv)))
 	}
+	runs, err := os.OpenFile(os.Getenv(childRunsEnv), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fail(err)
+	}
+	defer runs.Close()
 	db, err := drv.Open(os.Getenv(childDSNEnv))
 	if err != nil {
 		return fail(err)
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(workerMaxConns)
+	queues := append(append([]framework.Queue(nil), workerQueues...), framework.Queue{Name: probeQueue(slot), Concurrency: probeSlots})
 	w, err := framework.New(db, drv, framework.Config{
-		Schema: soakSchema, WorkerID: id, Concurrency: workerConcurrency,
-		Lease: workerLease, PollInterval: workerPoll, Retention: -1,
+		Schema: soakSchema, WorkerID: id, Queues: queues, Concurrency: 8,
+		Lease: workerLease, RenewEvery: workerRenewEvery, PollInterval: workerPoll, Retention: -1,
 		GracePeriod: workerGrace, StopTimeout: workerStopTimeout,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return fail(err)
 	}
-	h := handler{db: db, worker: id}
-	retry := framework.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaxInterval: time.Second}
-	if err := w.Register(soakKind, leasework.HandlerFunc(h.soak), retry); err != nil {
-		return fail(err)
+	h := &handler{db: db, worker: id, rec: &recorder{f: runs}}
+	for _, k := range []struct {
+		kind   string
+		h      leasework.Handler
+		policy framework.RetryPolicy
+	}{
+		{plainKind, leasework.HandlerFunc(h.plain), soakPolicy},
+		{txKind, framework.Transactional(h.tx), soakPolicy},
+		{snoozyKind, leasework.HandlerFunc(h.snoozy), snoozyPolicy},
+		{tickKind, leasework.HandlerFunc(h.simple), soakPolicy},
+		{probeKind(slot), leasework.HandlerFunc(h.simple), soakPolicy},
+	} {
+		if err := w.Register(k.kind, k.h, k.policy); err != nil {
+			return fail(err)
+		}
 	}
-	if err := w.Register(probeKind(slot), leasework.HandlerFunc(h.receipt), retry); err != nil {
+	if err := w.Schedule(framework.Periodic{Name: tickName, Schedule: "@every " + tickEvery.String(), Kind: tickKind}); err != nil {
 		return fail(err)
 	}
 
@@ -148,32 +217,152 @@ func runWorker(id string) int {
 	return 0
 }
 
-// handler is the soak's handler: it writes a receipt into the sink table,
-// in a statement of its own, as a call to an external system would be
-// made: outside the claim's transaction, never rolled back by the claim.
+// runLine is one line of a worker's runs file: a handler's start, or its
+// end with what it returned.
+type runLine struct {
+	T      string `json:"t"` // "start" or "end"
+	Row    int64  `json:"row"`
+	Gen    int64  `json:"gen"`
+	Event  string `json:"ev,omitempty"`
+	Kind   string `json:"kind,omitempty"`
+	At     int64  `json:"at"` // wall clock, Unix nanoseconds
+	Result string `json:"result,omitempty"`
+	Delay  int64  `json:"delay,omitempty"` // nanoseconds, of a snooze or a RetryAfter
+	Err    string `json:"err,omitempty"`
+}
+
+// recorder appends a worker's handler runs to its file, one write per
+// line: what the kernel has is kept when the process is killed.
+type recorder struct {
+	f *os.File
+}
+
+func (r *recorder) write(l runLine) {
+	b, err := json.Marshal(l)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := r.f.Write(append(b, '\n')); err != nil {
+		fmt.Fprintf(os.Stderr, "record a handler run: %v\n", err)
+	}
+}
+
+// start records a handler's start and returns the function that records
+// its end with what it returns: call it just before returning err.
+func (r *recorder) start(c *leasework.Claim) func(err error) error {
+	r.write(runLine{T: "start", Row: c.ID, Gen: c.Generation, Event: c.EventID, Kind: c.Kind, At: time.Now().UnixNano()})
+	return func(err error) error {
+		l := runLine{T: "end", Row: c.ID, Gen: c.Generation, At: time.Now().UnixNano(), Result: "ok"}
+		var snooze *leasework.SnoozeError
+		var after *leasework.RetryAfterError
+		switch {
+		case err == nil:
+		case leasework.IsPermanent(err):
+			l.Result = "fail"
+		case errors.As(err, &snooze):
+			l.Result, l.Delay = "snooze", int64(snooze.Delay)
+		case errors.As(err, &after):
+			l.Result, l.Delay = "retry-after", int64(after.Delay)
+		default:
+			l.Result = "error"
+		}
+		if err != nil {
+			l.Err = err.Error()
+		}
+		r.write(l)
+		return err
+	}
+}
+
+// handler holds the soak's handlers. The plain ones write a receipt into
+// the sink table in a statement of their own, as a call to an external
+// system would be made: outside the claim's transaction, never rolled back
+// by the claim.
 type handler struct {
 	db     *sql.DB
 	worker string
+	rec    *recorder
 }
 
-func (h handler) soak(ctx context.Context, c *leasework.Claim) error {
-	switch string(c.Payload) {
-	case payloadFail:
+// plain runs a plain event as its payload asks.
+func (h *handler) plain(ctx context.Context, c *leasework.Claim) error {
+	end := h.rec.start(c)
+	if err := h.asked(ctx, c, holdFor); err != nil {
+		return end(err)
+	}
+	return end(h.receipt(ctx, c))
+}
+
+// tx is the Transactional kind's body: its effect is written in the
+// handler's transaction, with which the worker then completes the claim.
+// Its end is recorded before it returns, so before the completion and the
+// commit.
+func (h *handler) tx(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error {
+	end := h.rec.start(c)
+	if err := h.asked(ctx, c, txHoldFor); err != nil {
+		return end(err)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO `+effectsTable+` (event_id, row_id, generation, worker)
+		VALUES ($1, $2, $3, $4)`, c.EventID, c.ID, c.Generation, h.worker)
+	return end(err)
+}
+
+// snoozy snoozes for as many first attempts as its payload says
+// ("snooze:<n>:<ms>"), fails the attempt after, and succeeds after that.
+func (h *handler) snoozy(ctx context.Context, c *leasework.Claim) error {
+	end := h.rec.start(c)
+	var n, delayMS int
+	if _, err := fmt.Sscanf(string(c.Payload), payloadSnooze+"%d:%d", &n, &delayMS); err != nil {
+		return end(leasework.Permanent(fmt.Errorf("soak: payload %q: %w", c.Payload, err)))
+	}
+	switch {
+	case c.Attempt <= n:
+		return end(leasework.Snooze(time.Duration(delayMS) * time.Millisecond))
+	case c.Attempt == n+1:
+		return end(errors.New(transientText))
+	}
+	return end(h.receipt(ctx, c))
+}
+
+// simple writes a receipt: the schedule's firings and the probes.
+func (h *handler) simple(ctx context.Context, c *leasework.Claim) error {
+	end := h.rec.start(c)
+	return end(h.receipt(ctx, c))
+}
+
+// asked does what the payload asks before the handler's work, and returns
+// the error the handler must return, if any. A hold waits until the
+// context ends, or hold.
+func (h *handler) asked(ctx context.Context, c *leasework.Claim, hold time.Duration) error {
+	p := string(c.Payload)
+	switch {
+	case p == payloadFail:
 		return leasework.Permanent(errors.New(failText))
-	case payloadFlaky:
-		if c.Attempt == 1 {
-			return errors.New(transientText)
+	case p == payloadFlaky && c.Attempt == 1:
+		return errors.New(transientText)
+	case strings.HasPrefix(p, payloadRetry) && c.Attempt == 1:
+		ms, err := strconv.Atoi(strings.TrimPrefix(p, payloadRetry))
+		if err != nil {
+			return leasework.Permanent(fmt.Errorf("soak: payload %q: %w", p, err))
 		}
+		return leasework.RetryAfter(errors.New(transientText), time.Duration(ms)*time.Millisecond)
+	case p == payloadHold:
+		return wait(ctx, hold)
 	}
 	// A little work, so that claims are held for a while: up to 19ms.
-	t := time.NewTimer(time.Duration(c.ID%20) * time.Millisecond)
+	return wait(ctx, time.Duration(c.ID%20)*time.Millisecond)
+}
+
+// wait waits d, and returns the context's cause if it ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	case <-t.C:
+		return nil
 	}
-	return h.receipt(ctx, c)
 }
 
 // receiptTimeout bounds a receipt's write, as a handler bounds its call to
@@ -187,7 +376,7 @@ func (h handler) soak(ctx context.Context, c *leasework.Claim) error {
 // row INPROGRESS with a live lease minutes later).
 const receiptTimeout = 5 * time.Second
 
-func (h handler) receipt(ctx context.Context, c *leasework.Claim) error {
+func (h *handler) receipt(ctx context.Context, c *leasework.Claim) error {
 	ctx, cancel := context.WithTimeout(ctx, receiptTimeout)
 	defer cancel()
 	_, err := h.db.ExecContext(ctx, `INSERT INTO `+sinkTable+` (event_id, row_id, generation, worker)

@@ -13,18 +13,24 @@ import (
 )
 
 // The soak's schema: the events table of the lease store, and beside it the
-// sink (the handlers' receipts) and the audit of accepted writes.
+// sink (the plain handlers' receipts), the effects of the Transactional
+// handlers and the audit of every committed write to an events row.
 const (
-	soakSchema = "soak"
-	sinkTable  = `"soak"."sink"`
-	auditTable = `"soak"."audit"`
+	soakSchema   = "soak"
+	sinkTable    = `"soak"."sink"`
+	effectsTable = `"soak"."effects"`
+	auditTable   = `"soak"."audit"`
 )
 
 // Application names of the test's own sessions; a worker's is its id.
 const (
 	adminApp    = "soak-admin"    // fixtures, checks, pg_stat_activity
-	enqueuerApp = "soak-enqueuer" // the enqueuer's store
+	enqueuerApp = "soak-enqueuer" // the enqueuer's store, probes included
+	operatorApp = "soak-operator" // cancels, pauses and resumes of a queue
 )
+
+// operators are the writers of the history that are the test's own.
+var operators = []string{adminApp, enqueuerApp, operatorApp}
 
 // withApp returns dsn, a URL, with application_name set to app.
 func withApp(dsn, app string) (string, error) {
@@ -38,25 +44,20 @@ func withApp(dsn, app string) (string, error) {
 	return u.String(), nil
 }
 
-// createSinkAndAudit creates the sink table and the audit of the events
-// table of s.
+// createTables creates the sink, the effects table and the audit of the
+// events table of s.
 //
-// The audit is an AFTER UPDATE trigger: it sees only writes that the
-// database accepted, and, being in their transaction, only those that
-// committed. For every update that claims a row, renews it or writes its
-// outcome it records the row's claimant before the write (owner) and after
-// it (claimant), both generations, the writing session's application_name
-// (writer), and whether the lease still ran when the statement started
-// (lease_live): a guarded write compares lease_until with
-// clock_timestamp(), which is never earlier than statement_timestamp(), so
-// every write the guard let through has lease_live true.
-//
-// op is "claim" when the generation changed, "renew" for a write that
-// leaves the row INPROGRESS at its generation, "exhausted" when a claim
-// statement ended a row whose lease expired on its last attempt, and
-// "outcome" for every other write that takes a row out of INPROGRESS
-// (complete, retry, fail, release).
-func createSinkAndAudit(ctx context.Context, db *sql.DB, s *lease.Store) error {
+// The audit is the history's record of the database, and is kept dumb: an
+// AFTER trigger on every insert, update and delete of an events row appends
+// the row as it was before (old) and after (new), as JSON without its
+// payload, progress and metadata, with the writing
+// session's application_name (writer), its transaction (txid), the
+// statement's start (stmt_at) and the moment of the write (at). Being in
+// the writing transaction, it records exactly the writes that committed,
+// and for one row in the order they committed (the second writer of a row
+// waits for the first's commit before its own write). What the writes mean
+// is the history checker's business (internal/history).
+func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 	events := s.QualifiedTable()
 	for _, q := range []string{
 		`CREATE TABLE ` + sinkTable + ` (
@@ -68,44 +69,39 @@ func createSinkAndAudit(ctx context.Context, db *sql.DB, s *lease.Store) error {
 			at         timestamptz NOT NULL DEFAULT clock_timestamp()
 		)`,
 		`CREATE INDEX ON ` + sinkTable + ` (event_id)`,
-		`CREATE TABLE ` + auditTable + ` (
-			id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-			row_id         bigint      NOT NULL,
-			op             text        NOT NULL,
-			old_status     text        NOT NULL,
-			new_status     text        NOT NULL,
-			old_generation bigint      NOT NULL,
-			new_generation bigint      NOT NULL,
-			owner          text,
-			claimant       text,
-			writer         text        NOT NULL,
-			lease_live     boolean     NOT NULL,
-			at             timestamptz NOT NULL DEFAULT clock_timestamp()
+		`CREATE TABLE ` + effectsTable + ` (
+			id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			event_id   text        NOT NULL,
+			row_id     bigint      NOT NULL,
+			generation bigint      NOT NULL,
+			worker     text        NOT NULL,
+			txid       bigint      NOT NULL DEFAULT txid_current(),
+			at         timestamptz NOT NULL DEFAULT clock_timestamp()
 		)`,
-		`CREATE INDEX ON ` + auditTable + ` (row_id, id)`,
+		`CREATE TABLE ` + auditTable + ` (
+			id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			op      text        NOT NULL,
+			writer  text        NOT NULL,
+			txid    bigint      NOT NULL,
+			stmt_at timestamptz NOT NULL,
+			at      timestamptz NOT NULL,
+			old     jsonb,
+			new     jsonb
+		)`,
 		`CREATE FUNCTION "soak"."audit"() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			INSERT INTO ` + auditTable + ` (row_id, op, old_status, new_status, old_generation,
-				new_generation, owner, claimant, writer, lease_live)
-			VALUES (NEW.id,
-				CASE
-					WHEN NEW.generation <> OLD.generation THEN 'claim'
-					WHEN NEW.status = 'INPROGRESS' THEN 'renew'
-					WHEN NEW.status = 'FAILED' AND NEW.last_error LIKE 'lease expired on attempt %'
-						AND OLD.lease_until <= statement_timestamp() THEN 'exhausted'
-					ELSE 'outcome'
-				END,
-				OLD.status, NEW.status, OLD.generation, NEW.generation, OLD.worker, NEW.worker,
-				current_setting('application_name'),
-				COALESCE(OLD.lease_until > statement_timestamp(), false));
+			INSERT INTO ` + auditTable + ` (op, writer, txid, stmt_at, at, old, new)
+			VALUES (TG_OP, current_setting('application_name'), txid_current(), statement_timestamp(),
+				clock_timestamp(),
+				CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) - 'payload' - 'progress' - 'metadata' END,
+				CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) - 'payload' - 'progress' - 'metadata' END);
 			RETURN NULL;
 		END $$`,
-		`CREATE TRIGGER soak_audit AFTER UPDATE ON ` + events + ` FOR EACH ROW
-			WHEN (OLD.status = 'INPROGRESS' OR NEW.status = 'INPROGRESS')
-			EXECUTE FUNCTION "soak"."audit"()`,
+		`CREATE TRIGGER soak_audit AFTER INSERT OR UPDATE OR DELETE ON ` + events + `
+			FOR EACH ROW EXECUTE FUNCTION "soak"."audit"()`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("create the sink and the audit: %w", err)
+			return fmt.Errorf("create the sink, the effects and the audit: %w", err)
 		}
 	}
 	return nil
@@ -170,6 +166,23 @@ func terminate(ctx context.Context, db *sql.DB, app string) ([]backend, error) {
 		}
 	}
 	return out, rows.Err()
+}
+
+// expireLeases moves the leases of the INPROGRESS rows claimed by worker
+// one second into the past, as leasetest.ExpireWorkerLeases does, but
+// skips a row locked by a transaction: a stopped worker's Transactional
+// handler holds its row from its completion to its commit, and the fixture
+// would wait for the stopped process. Such a row's lease is left to run
+// out; nobody can take the row while it is locked anyway.
+func expireLeases(ctx context.Context, s *lease.Store, worker string) error {
+	_, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
+		SET lease_until = clock_timestamp() - interval '1 second'
+		WHERE id = ANY (ARRAY(SELECT id FROM `+s.QualifiedTable()+`
+			WHERE worker = $1 AND status = 'INPROGRESS' FOR UPDATE SKIP LOCKED))`, worker)
+	if err != nil {
+		return fmt.Errorf("expire the leases of %s: %w", worker, err)
+	}
+	return nil
 }
 
 // dbNow reads the database clock.

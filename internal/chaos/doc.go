@@ -1,32 +1,59 @@
 // Package chaos holds the chaos soak: a test, bounded in faults and in
-// time, that runs events through several worker processes while a fault
-// injector kills, pauses, disconnects and silences them and restarts the
-// PostgreSQL server under them, then checks from the database that nothing
-// was lost and no stale owner's write was accepted.
+// time, that runs events of every feature a user can turn on through
+// several worker processes while a fault injector kills, pauses,
+// disconnects and silences them and restarts the PostgreSQL server under
+// them (and, in the long run, fails it over to its standby), records the
+// whole history of the run, and checks it afterwards with
+// internal/history.
 //
 // The package has no code of its own: everything is in its tests.
 //
 //	go test -race -run Soak -v ./internal/chaos/                             # the short run, as CI runs it
-//	LEASEWORK_SOAK=long go test -run Soak -v -timeout 60m ./internal/chaos/  # at least 250 faults of each kind
+//	LEASEWORK_SOAK=long go test -run Soak -v -timeout 60m ./internal/chaos/  # 260 faults of each kind, 40 failovers
 //	LEASEWORK_SOAK_SEED=123 go test -run Soak -v ./internal/chaos/           # replay a run's schedule
-//	LEASEWORK_SOAK_TRACE=1 go test -run Soak -v ./internal/chaos/            # log every fault as it is done
+//	LEASEWORK_SOAK_TRACE=1 go test -run Soak -v ./internal/chaos/            # log every fault and cancel as it is done
+//	LEASEWORK_SOAK_FAULTS=2 LEASEWORK_SOAK=long go test -run Soak -v ./internal/chaos/  # the long run's configuration, 2 faults of each kind
+//	LEASEWORK_SOAK_HISTORY=h.json go test -run Soak -v ./internal/chaos/     # keep the history, as JSON
+//	LEASEWORK_BREAK=steal-leases go test -tags leasework_break -run Soak -v ./internal/chaos/  # a deliberate break, caught
 //
 // The seed fixes the schedule: the order of the faults, the gaps between
-// them and the choice of worker among those free. The timing of what the
-// workers and the server do in between is the machine's, so a replay
-// repeats the faults, not every interleaving.
+// them, the choice of worker among those free, the events enqueued, the
+// cancels' and the pauses' timing and targets among those found. The
+// timing of what the workers and the server do in between is the
+// machine's, so a replay repeats the faults, not every interleaving.
 //
 // # What runs
 //
 // The test starts a throwaway cluster of its own (it restarts it, so it
-// never uses the server named by $LEASEWORK_DSN) and four worker processes:
-// the test binary run again, drivers pgx and pq alternating, each through a
+// never uses the server named by $LEASEWORK_DSN), in the long run with a
+// synchronous streaming standby, and four worker processes: the test
+// binary run again, drivers pgx and pq alternating, each through a
 // loopback proxy of its own, with its worker id as application_name. Each
-// handler writes a receipt (event id, generation, worker) into a sink
-// table in a statement of its own, the stand-in for an external system;
-// some events ask to fail (leasework.Permanent) and some fail once, to be
-// retried. An enqueuer in the test keeps adding events throughout and
-// records which commits were acknowledged.
+// serves three queues (default, bulk, and a probe queue of its own) and
+// has the same periodic schedule ("@every 1s"). The kinds:
+//
+//   - plain: writes a receipt (event id, generation, worker) into a sink
+//     table in a statement of its own, the stand-in for an external system;
+//   - tx: a framework.Transactional handler whose business write (a row
+//     in an effects table) and completion share one transaction;
+//   - snoozy: snoozes one to three times (leasework.Snooze), fails once,
+//     then succeeds, under a retry policy that caps attempts at 3;
+//   - tick: the schedule's firings;
+//   - a probe kind per worker, for the recovery checks.
+//
+// Payloads ask the plain and tx handlers to succeed, to fail for good, to
+// fail once, to ask for a retry after a delay of their own
+// (leasework.RetryAfter), or to hold their handler (until its context ends,
+// or a few seconds). Retry policies have no randomization, so that the
+// history can check every delay. An enqueuer keeps adding events in small
+// transactions, keeping the backlog bounded (a busy machine gets fewer
+// events, not a longer drain): three in ten of the plain and tx events
+// keyed, over two hundred cold keys and three hot ones, and now and then a
+// chain, a holding head with events behind it on a fresh key; events
+// without a key spread over the queues and priorities, a few scheduled for
+// later. A canceller cancels running chain heads most, and other running,
+// waiting, not yet due and finished events. The bulk queue is paused and
+// resumed now and then.
 //
 // # The faults
 //
@@ -36,36 +63,66 @@
 //
 //   - kill: SIGKILL a worker and start a replacement;
 //   - stop: SIGSTOP a worker holding claims, expire its leases with the
-//     fixture (never a wait), wait until another worker claimed one of its
-//     rows again, then SIGCONT it: its late writes must be refused;
+//     fixture (never a wait; a row its stopped Transactional handler has
+//     locked is left to its lease), wait until another worker claimed one
+//     of its rows again, then SIGCONT it: its late writes must be refused;
 //   - terminate: pg_terminate_backend of every backend of one worker, its
 //     LISTEN connection included (a terminate that found the listener
 //     connecting again, and so hit none, is not counted and is done again);
 //   - blackhole: the worker's proxy stops forwarding on every open
 //     connection without closing it;
-//   - restart: fast shutdown of the server, and start again.
+//   - restart: fast shutdown of the server, and start again;
+//   - failover (the long run's): the primary crashes, its synchronous
+//     standby is promoted, every proxy (the test's sessions have one too)
+//     is pointed at it, and the old primary rejoins as its standby.
 //
-// After each fault the worker concerned (every worker, after a restart)
-// must recover by itself within a bound: it handles a probe event of a kind
-// only it serves, and it listens again on a connection opened after the
-// fault.
+// After each fault the worker concerned (every worker, after a restart or
+// a failover) must recover by itself within a bound counted from the fault
+// or from the server's return, whichever is later: it handles a probe
+// event of a kind only it serves, and it listens again on a connection
+// opened after the fault.
 //
-// # What is checked at the end
+// # The history, and what is checked
 //
-// Every event is finished, and FAILED exactly when its payload asked; no
-// acknowledged event is missing (lost); every DONE event has a receipt,
-// and one from its final claim. An AFTER UPDATE trigger records every
-// accepted claim, renewal and outcome write with the row's claimant and the
-// writing session's application_name: no outcome or renewal was accepted
-// from a session other than the row's current claimant, nor after its
-// lease's end, nor changing its generation, and each row's final state was
-// written at its final generation by its final claimant. After the last
-// fault each worker picks up a probe well within PollInterval (10s), by
-// NOTIFY: two probes in a row, the second of which no poll could have
-// found. Every worker process stops with status 0 on SIGTERM within a
-// bound, and none exited by itself. The run ends with one line:
+// The run is recorded as it goes, each recorder only appending: an AFTER
+// trigger on the events table appends every committed insert, update and
+// delete, the row before and after with the writer's application_name,
+// transaction and statement time (the audit: every claim, renewal,
+// outcome, promotion, cancel and fixture); each worker process appends its
+// handlers' starts and ends, with what they returned, to a file of its
+// own; the Transactional handlers' effects carry their transaction; the
+// test records its enqueues, cancels and pauses with their call and return
+// times and results, and when each worker process was gone. After the run,
+// internal/history checks the whole history: at most one live owner per
+// row at any instant (owners); per key, handler runs never overlap and
+// follow commit order (key_order); every acknowledged enqueue ends in one
+// terminal state at its last claim's generation (terminal); one business
+// effect per DONE Transactional event and none for a stale owner
+// (effects); a cancelled attempt's effect never commits (cancels); one
+// firing per schedule tick (ticks); snoozes never spend a budget
+// (snoozes); retries wait the delay asked or the policy's (retries); no
+// claim of a paused queue (pauses). A history with violations is written
+// to the temporary directory, and the run says where.
 //
-//	soak: seed=… events=… kill=… stop=… terminate=… blackhole=… restart=… duplicates=… stale_rejected=… stale_accepted=0 lost=0 pickup_after_restart=…
+// Besides: every event enqueued before the drain finishes, every worker
+// picks up a probe well within PollInterval (30s) by NOTIFY after the last
+// fault, stops with status 0 on SIGTERM within a bound, and none exited by
+// itself, panicked or hung; and every property checked something. The run
+// ends with its figures and, last, the history's verdict:
+//
+//	soak: seed=… events=… kill=… stop=… terminate=… blackhole=… restart=… failover=… duplicates=… reruns=… (outside faults …) stale_rejected=… pickup_after_restart=…
+//	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=…
+//
+// # Deliberate breaks
+//
+// A checker that cannot fail proves nothing. Built with the leasework_break
+// tag, the library has deliberate breaks (lease/breaks_on.go,
+// framework/breaks_on.go; never in a normal build), and $LEASEWORK_BREAK
+// names one: steal-leases (owners), claim-waiting and cancel-releases
+// (key_order), cancel-finished (terminal), tx-split (effects, cancels), tick-per-worker
+// (ticks), snooze-spends (snoozes), retry-doubled (retries), pause-ignored
+// (pauses). Such a run passes when the history shows the break's
+// properties violated, and prints the violations.
 //
 // # Platforms
 //

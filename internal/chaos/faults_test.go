@@ -11,7 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasework/leasework/lease/leasetest"
+	"github.com/leasework/leasework/internal/history"
+	"github.com/leasework/leasework/internal/pgtest"
 )
 
 // fault is a kind of fault the injector does.
@@ -23,12 +24,13 @@ const (
 	faultTerminate              // pg_terminate_backend of a worker's backends, its LISTEN connection included
 	faultBlackhole              // the worker's proxy stops forwarding on its open connections
 	faultRestart                // fast shutdown of the server, and start again
+	faultFailover               // the primary crashes, its standby is promoted, the old primary rejoins as the standby (the long run's)
 	numFaults
 
 	noFault fault = -1 // a worker's start, checked like a recovery
 )
 
-var faultNames = [numFaults]string{"kill", "stop", "terminate", "blackhole", "restart"}
+var faultNames = [numFaults]string{"kill", "stop", "terminate", "blackhole", "restart", "failover"}
 
 func (f fault) String() string {
 	if f < 0 || f >= numFaults {
@@ -39,7 +41,9 @@ func (f fault) String() string {
 
 // Bounds of the injector's waits; reaching one fails the soak.
 const (
-	// slotBound bounds the wait for a worker free of other faults.
+	// slotBound bounds the wait for a worker free of other faults: above
+	// a recovery's own bound (recoverBound, counted from the server's
+	// return).
 	slotBound = 5 * time.Minute
 	// preferBound bounds the wait for a worker fit for a stop (one holding
 	// claims); after it, any free worker does.
@@ -50,19 +54,40 @@ const (
 	reclaimBound = 20 * time.Second
 	// processBound bounds the wait for a signalled process to stop or exit.
 	processBound = 30 * time.Second
+	// serverBound bounds a restart or a failover of the server: shutdown,
+	// start-up (pgserver waits up to 3 minutes for it), promotion, a base
+	// backup.
+	serverBound = 5 * time.Minute
 )
 
-// schedule returns the soak's faults in order: perKind of each kind, in
-// rounds that each hold every kind once, shuffled by rng.
-func schedule(rng *rand.Rand, perKind int) []fault {
+// schedule returns the soak's faults in order: counts[f] of each kind f,
+// in rounds that each hold once every kind not yet done as often as asked,
+// shuffled by rng.
+func schedule(rng *rand.Rand, counts [numFaults]int) []fault {
 	var out []fault
-	for range perKind {
-		round := make([]fault, numFaults)
-		for i, p := range rng.Perm(int(numFaults)) {
-			round[i] = fault(p)
+	for round := 0; ; round++ {
+		var kinds []fault
+		for f, n := range counts {
+			if round < n {
+				kinds = append(kinds, fault(f))
+			}
 		}
-		out = append(out, round...)
+		if len(kinds) == 0 {
+			return out
+		}
+		for _, p := range rng.Perm(len(kinds)) {
+			out = append(out, kinds[p])
+		}
 	}
+}
+
+// counts returns how many faults of each kind the run does.
+func (c soakConfig) counts() [numFaults]int {
+	var out [numFaults]int
+	for f := range out {
+		out[f] = c.perKind
+	}
+	out[faultFailover] = c.failovers
 	return out
 }
 
@@ -76,7 +101,7 @@ func schedule(rng *rand.Rand, perKind int) []fault {
 func (s *soak) inject(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(s.seed, 1))
 	i := 0
-	for queue := schedule(rng, s.cfg.perKind); len(queue) > 0 && ctx.Err() == nil; queue = s.takeRedo() {
+	for queue := schedule(rng, s.cfg.counts()); len(queue) > 0 && ctx.Err() == nil; queue = s.takeRedo() {
 		var wg sync.WaitGroup
 		for _, f := range queue {
 			if !s.injectOne(ctx, &wg, rng, i, f) {
@@ -96,13 +121,18 @@ func (s *soak) injectOne(ctx context.Context, wg *sync.WaitGroup, rng *rand.Rand
 	if !sleep(ctx, gap) {
 		return false
 	}
-	if f == faultRestart {
-		// Restarts are done here, one at a time; the workers' recovery
-		// is checked meanwhile, beside later faults.
+	if f == faultRestart || f == faultFailover {
+		// Restarts and failovers are done here, one at a time; the
+		// workers' recovery is checked meanwhile, beside later faults.
 		start := time.Now()
-		checks, err := s.restart(ctx)
+		do := s.restart
+		if f == faultFailover {
+			do = s.failover
+		}
+		window := s.addFault(f, "")
+		checks, err := do(ctx)
 		if err != nil {
-			s.failf("fault %d (restart): %v", i, err)
+			s.failf("fault %d (%v): %v", i, f, err)
 			return false
 		}
 		wg.Go(func() {
@@ -110,12 +140,13 @@ func (s *soak) injectOne(ctx context.Context, wg *sync.WaitGroup, rng *rand.Rand
 			for _, check := range checks {
 				cw.Go(func() {
 					if err := check(); err != nil {
-						s.failf("fault %d (restart): %v", i, err)
+						s.failf("fault %d (%v): %v", i, f, err)
 					}
 				})
 			}
 			cw.Wait()
-			s.tracef("fault %d: restart, done and every worker recovered in %v", i, time.Since(start).Round(time.Millisecond))
+			s.endFault(window)
+			s.tracef("fault %d: %v, done and every worker recovered in %v", i, f, time.Since(start).Round(time.Millisecond))
 		})
 		return true
 	}
@@ -230,11 +261,28 @@ func (s *soak) count(f fault) {
 	s.faults[f]++
 }
 
+// addFault records the start of fault f, done to worker (every worker,
+// if empty), for the history, and returns its index.
+func (s *soak) addFault(f fault, worker string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultWindows = append(s.faultWindows, history.Fault{Kind: f.String(), Worker: worker, Start: time.Now()})
+	return len(s.faultWindows) - 1
+}
+
+// endFault records that the recovery from fault i was checked.
+func (s *soak) endFault(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faultWindows[i].End = time.Now()
+}
+
 // workerFault does f to sl's worker and checks that it recovers.
 func (s *soak) workerFault(ctx context.Context, f fault, sl *slot) error {
 	s.mu.Lock()
 	w := sl.w
 	s.mu.Unlock()
+	defer s.endFault(s.addFault(f, w.id))
 	var since time.Time // its listener must be newer than this
 	switch f {
 	case faultKill:
@@ -317,8 +365,7 @@ func (s *soak) stop(ctx context.Context, w *worker) error {
 			return err
 		}
 		if err := retry(ctx, "expire "+w.id+"'s leases", func(ctx context.Context) error {
-			_, err := leasetest.ExpireWorkerLeases(ctx, s.store, w.id)
-			return err
+			return expireLeases(ctx, s.store, w.id)
 		}); err != nil {
 			return err
 		}
@@ -370,9 +417,7 @@ func (s *soak) expired(ctx context.Context, id string) ([]int64, error) {
 }
 
 // restart restarts the server (fast shutdown) and returns once it is back,
-// with the checks that each worker recovered. The workers free of other
-// faults are taken at once, before any new fault can be; a worker busy
-// with another fault is checked once that fault is done.
+// with the checks that each worker recovered.
 func (s *soak) restart(ctx context.Context) ([]func() error, error) {
 	var since time.Time
 	if err := retry(ctx, "read the clock", func(ctx context.Context) (err error) {
@@ -381,15 +426,89 @@ func (s *soak) restart(ctx context.Context) ([]func() error, error) {
 	}); err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err := server.Restart(rctx)
+	s.mu.Lock()
+	primary := s.primary
+	s.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, serverBound)
+	err := primary.Restart(rctx)
 	cancel()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("restart the server: %w", err)
 	}
 	s.count(faultRestart)
+	return s.serverBack(ctx, faultRestart, since), nil
+}
+
+// failover crashes the primary, promotes its synchronous standby, points
+// every proxy at it, and makes the old primary its standby again; it
+// returns once the new primary accepts writes and has a synchronous
+// standby, with the checks that each worker recovered. No acknowledged
+// commit is lost: every commit waited for the standby.
+func (s *soak) failover(ctx context.Context) ([]func() error, error) {
+	var since time.Time
+	if err := retry(ctx, "read the clock", func(ctx context.Context) (err error) {
+		since, err = dbNow(ctx, s.admin)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	old, next := s.primary, s.standby
+	s.mu.Unlock()
+	fctx, cancel := context.WithTimeout(ctx, serverBound)
+	defer cancel()
+	if err := old.Crash(); err != nil {
+		return nil, fmt.Errorf("failover: crash the primary: %w", err)
+	}
+	if err := next.Promote(fctx); err != nil {
+		return nil, fmt.Errorf("failover: promote the standby: %w", err)
+	}
+	// No standby follows the new primary yet: its commits must not wait
+	// for one.
+	if err := next.RequireSyncStandby(fctx, ""); err != nil {
+		return nil, fmt.Errorf("failover: make the new primary's commits asynchronous until its standby streams: %w", err)
+	}
+	for _, p := range s.proxies() {
+		if err := p.Retarget(next.DSN()); err != nil {
+			return nil, fmt.Errorf("failover: point the proxies at the new primary: %w", err)
+		}
+	}
+	s.mu.Lock()
+	s.primary, s.standby = next, nil
+	s.mu.Unlock()
+	s.count(faultFailover)
+	if err := old.Rejoin(fctx, next, serverOptions()); err != nil {
+		return nil, fmt.Errorf("failover: the old primary rejoins as the new one's standby: %w", err)
+	}
+	if err := next.RequireSyncStandby(fctx, "*"); err != nil {
+		return nil, fmt.Errorf("failover: make the new standby synchronous: %w", err)
+	}
+	s.mu.Lock()
+	s.standby = old
+	s.mu.Unlock()
+	return s.serverBack(ctx, faultFailover, since), nil
+}
+
+// proxies returns every proxy: the test's and each worker's.
+func (s *soak) proxies() []*pgtest.Proxy {
+	var out []*pgtest.Proxy
+	if s.front != nil {
+		out = append(out, s.front)
+	}
+	for _, sl := range s.slots {
+		out = append(out, sl.proxy)
+	}
+	return out
+}
+
+// serverBack notes that the server is back after f, and returns the
+// checks that each worker recovered from it. The workers free of other
+// faults are taken at once, before any new fault can be; a worker busy
+// with another fault is checked once that fault is done.
+func (s *soak) serverBack(ctx context.Context, f fault, since time.Time) []func() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.serverUp = time.Now()
 	var checks []func() error
 	for _, sl := range s.slots {
 		taken := !sl.busy
@@ -405,10 +524,10 @@ func (s *soak) restart(ctx context.Context) ([]func() error, error) {
 				}
 			}
 			defer s.release(sl)
-			return s.recovered(ctx, sl, faultRestart, since)
+			return s.recovered(ctx, sl, f, since)
 		})
 	}
-	return checks, nil
+	return checks
 }
 
 // take waits until sl is free, for a restart's pending check, and marks it

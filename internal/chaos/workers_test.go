@@ -4,12 +4,14 @@ package chaos
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,9 +49,13 @@ type worker struct {
 	state  *os.ProcessState
 	err    error // from Wait
 
+	runs string // the file its handler runs are appended to
+
 	mu       sync.Mutex
 	counters framework.Counters // its last snapshot
+	lines    int                // snapshots read
 	final    bool               // counters is its final line
+	gone     time.Time          // when it was known to run no more code (see history.Process)
 	tail     tail               // the end of its output, for failure reports
 }
 
@@ -64,10 +70,11 @@ func (s *soak) startWorker(sl *slot) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	runs := filepath.Join(s.runsDir, id+".runs")
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(),
 		childWorkerEnv+"="+id, childDSNEnv+"="+dsn, childDriverEnv+"="+sl.driver,
-		fmt.Sprintf("%s=%d", childSlotEnv, sl.n))
+		fmt.Sprintf("%s=%d", childSlotEnv, sl.n), childRunsEnv+"="+runs)
 	// A worker must not outlive the test process, however that ends.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
@@ -81,7 +88,7 @@ func (s *soak) startWorker(sl *slot) (*worker, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start worker %s: %w", id, err)
 	}
-	w := &worker{id: id, slot: sl.n, cmd: cmd, exited: make(chan struct{})}
+	w := &worker{id: id, slot: sl.n, cmd: cmd, runs: runs, exited: make(chan struct{})}
 	// Both pipes are drained to their end, whatever the test does, so that
 	// a worker never blocks on a full pipe; Wait comes after.
 	var read sync.WaitGroup
@@ -91,6 +98,7 @@ func (s *soak) startWorker(sl *slot) (*worker, error) {
 		read.Wait()
 		w.err = cmd.Wait()
 		w.state = cmd.ProcessState
+		w.markGone()
 		close(w.exited)
 		if !w.ending.Load() {
 			s.failf("worker %s exited by itself: %v; the end of its output:\n%s", w.id, w.err, w.tail.last(reportBytes))
@@ -121,6 +129,7 @@ func (w *worker) readStdout(r io.Reader) {
 		}
 		w.mu.Lock()
 		w.counters, w.final = c, final
+		w.lines++
 		w.mu.Unlock()
 	}
 	_, _ = io.Copy(io.Discard, r)
@@ -132,6 +141,40 @@ func (w *worker) snapshot() (framework.Counters, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.counters, w.final
+}
+
+// freshCounters waits for a snapshot of the worker's counters taken after
+// the call (the second line printed after it), and returns it.
+func (w *worker) freshCounters(ctx context.Context) (framework.Counters, error) {
+	w.mu.Lock()
+	from := w.lines
+	w.mu.Unlock()
+	var c framework.Counters
+	err := poll(ctx, processBound, "a fresh line of "+w.id+"'s counters", func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		c = w.counters
+		return w.lines >= from+2, nil
+	})
+	return c, err
+}
+
+// markGone records that the worker runs no more code, if it was not known
+// already.
+func (w *worker) markGone() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone.IsZero() {
+		w.gone = time.Now()
+	}
+}
+
+// goneAt returns when the worker was known to run no more code; zero if it
+// was not.
+func (w *worker) goneAt() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gone
 }
 
 // signal sends sig to the worker.
@@ -160,6 +203,7 @@ func (w *worker) kill(bound time.Duration) error {
 	if err := w.signal(syscall.SIGKILL); err != nil {
 		return err
 	}
+	w.markGone() // a process sent SIGKILL runs no more code of its own
 	if err := w.wait(bound); err != nil {
 		return err
 	}

@@ -23,12 +23,12 @@ import (
 // neither TCP keepalives nor TCP_USER_TIMEOUT notice a blackholed
 // connection: only bounds kept by the application (deadlines, pings) do.
 type Proxy struct {
-	ln      net.Listener
-	network string // of the server: "tcp" or "unix"
-	target  string
-	dsn     string
+	ln  net.Listener
+	dsn string
 
 	mu       sync.Mutex
+	network  string // of the server: "tcp" or "unix"
+	target   string
 	pipes    map[*pipe]struct{}
 	closed   bool
 	refusing bool // set by Refuse: new connections are reset at once
@@ -54,13 +54,9 @@ func NewProxy(t testing.TB) *Proxy {
 // the same address is reached again by new connections.
 func NewProxyTo(t testing.TB, server string) *Proxy {
 	t.Helper()
-	cfg, err := pgconn.ParseConfig(server)
+	network, target, err := address(server)
 	if err != nil {
-		t.Fatalf("pgtest: proxy: parse the server's DSN: %v", err)
-	}
-	network, target := "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
-	if strings.HasPrefix(cfg.Host, "/") {
-		network, target = "unix", filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port))
+		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -72,6 +68,33 @@ func NewProxyTo(t testing.TB, server string) *Proxy {
 	go p.accept()
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// address returns the network and address of the server of dsn.
+func address(dsn string) (network, target string, err error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", "", fmt.Errorf("pgtest: proxy: parse the server's DSN: %w", err)
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		return "unix", filepath.Join(cfg.Host, fmt.Sprintf(".s.PGSQL.%d", cfg.Port)), nil
+	}
+	return "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
+}
+
+// Retarget sends the connections the proxy accepts from now on to the
+// server of server, a DSN, as a failover's new primary is reached through
+// the same address (a virtual IP, a DNS name). Connections open now are
+// left as they are.
+func (p *Proxy) Retarget(server string) error {
+	network, target, err := address(server)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.network, p.target = network, target
+	return nil
 }
 
 // withAddress returns dsn, a URL or key=value connection string, with its
@@ -157,13 +180,13 @@ func (p *Proxy) accept() {
 			return // closed
 		}
 		p.mu.Lock()
-		refusing := p.refusing
+		refusing, network, target := p.refusing, p.network, p.target
 		p.mu.Unlock()
 		if refusing {
 			reset(client)
 			continue
 		}
-		server, err := net.Dial(p.network, p.target)
+		server, err := net.Dial(network, target)
 		if err != nil {
 			client.Close()
 			continue

@@ -1,0 +1,251 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/history"
+)
+
+// readHistory gathers the run's history: the audit and the effects from
+// the database, the handler runs from the workers' files, and the test's
+// own records.
+func (s *soak) readHistory(ctx context.Context) (*history.History, error) {
+	policy := func(p framework.RetryPolicy) *history.Policy {
+		return &history.Policy{InitialInterval: p.InitialInterval, Multiplier: p.Multiplier, MaxInterval: p.MaxInterval, MaxAttempts: p.MaxAttempts}
+	}
+	h := &history.History{
+		Kinds: map[string]history.Kind{
+			plainKind:  {Policy: policy(soakPolicy)},
+			txKind:     {Transactional: true, Policy: policy(soakPolicy)},
+			snoozyKind: {Policy: policy(snoozyPolicy)},
+			tickKind:   {Policy: policy(soakPolicy)},
+		},
+		Schedules: []history.Schedule{{Name: tickName, Kind: tickKind, Every: tickEvery}},
+		Processes: map[string]history.Process{},
+		Operators: operators,
+	}
+	for i := range numWorkers {
+		h.Kinds[probeKind(i)] = history.Kind{Policy: policy(soakPolicy)}
+	}
+	s.mu.Lock()
+	h.Enqueues = append(h.Enqueues, s.enqueues...)
+	h.Cancels = append(h.Cancels, s.cancels...)
+	h.Pauses = append(h.Pauses, s.pauses...)
+	h.Faults = append(h.Faults, s.faultWindows...)
+	h.Settled = s.settled
+	all := s.all
+	s.mu.Unlock()
+	for _, w := range all {
+		h.Processes[w.id] = history.Process{Exited: w.goneAt()}
+		runs, err := readRuns(w.runs, w.id)
+		if err != nil {
+			return nil, err
+		}
+		h.Runs = append(h.Runs, runs...)
+	}
+	var err error
+	if h.Writes, err = s.readAudit(ctx); err != nil {
+		return nil, fmt.Errorf("read the audit: %w", err)
+	}
+	if h.Effects, err = s.readEffects(ctx); err != nil {
+		return nil, fmt.Errorf("read the effects: %w", err)
+	}
+	return h, nil
+}
+
+// historyEnv names a file to write the run's history to, as JSON; a run
+// whose history shows violations writes it to the temporary directory
+// anyway, and says where.
+const historyEnv = "LEASEWORK_SOAK_HISTORY"
+
+func writeHistory(path string, h *history.History) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// readRuns reads a worker's runs file: each start with its end, if any.
+func readRuns(path, worker string) ([]history.Run, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil // it never ran a handler
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type claim struct{ row, gen int64 }
+	var runs []history.Run
+	open := map[claim]int{} // index in runs
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		var l runLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", path, n, err)
+		}
+		k := claim{l.Row, l.Gen}
+		switch l.T {
+		case "start":
+			open[k] = len(runs)
+			runs = append(runs, history.Run{Worker: worker, Row: l.Row, EventID: l.Event, Kind: l.Kind, Generation: l.Gen, Start: time.Unix(0, l.At)})
+		case "end":
+			i, ok := open[k]
+			if !ok {
+				return nil, fmt.Errorf("%s line %d: the end of a run of row %d generation %d that never started", path, n, l.Row, l.Gen)
+			}
+			delete(open, k)
+			r := &runs[i]
+			r.End, r.Result, r.Delay, r.Err = time.Unix(0, l.At), l.Result, time.Duration(l.Delay), l.Err
+		default:
+			return nil, fmt.Errorf("%s line %d: %q", path, n, sc.Text())
+		}
+	}
+	return runs, sc.Err()
+}
+
+// rowColumns are the fields of a row image (old or new) of the audit that
+// the history follows, extracted by the server; all NULL when the image is
+// (the old row of an insert, the new row of a delete).
+func rowColumns(side string) string {
+	f := func(name, typ string) string { return "(" + side + "->>'" + name + "')::" + typ }
+	return strings.Join([]string{
+		f("id", "bigint"), f("event_id", "text"), f("kind", "text"), f("key", "text"), f("queue", "text"),
+		f("status", "text"), f("generation", "bigint"), f("attempt", "int"), f("max_attempts", "int"),
+		f("lease_until", "timestamptz"), f("next_attempt_at", "timestamptz"), f("worker", "text"),
+		f("key_seq", "bigint"), f("last_error", "text"), f("cancelled_at", "timestamptz"), // cancelled_at: from migration 11 on
+	}, ", ")
+}
+
+// image receives the columns of rowColumns.
+type image struct {
+	id                                   sql.NullInt64
+	eventID, kind, key, queue, status    sql.NullString
+	generation                           sql.NullInt64
+	attempt, maxAttempts                 sql.NullInt32
+	leaseUntil, nextAttempt, cancelledAt sql.NullTime
+	worker, lastError                    sql.NullString
+	keySeq                               sql.NullInt64
+}
+
+func (m *image) dest() []any {
+	return []any{&m.id, &m.eventID, &m.kind, &m.key, &m.queue, &m.status, &m.generation, &m.attempt, &m.maxAttempts,
+		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt}
+}
+
+func (m *image) state() history.State {
+	return history.State{Status: m.status.String, Generation: m.generation.Int64, Attempt: int(m.attempt.Int32),
+		MaxAttempts: int(m.maxAttempts.Int32), LeaseUntil: m.leaseUntil.Time, NextAttempt: m.nextAttempt.Time,
+		Worker: m.worker.String, KeySeq: m.keySeq.Int64, LastError: m.lastError.String, CancelledAt: m.cancelledAt.Time}
+}
+
+// readAudit reads every audit row, in order.
+func (s *soak) readAudit(ctx context.Context) ([]history.Write, error) {
+	rows, err := s.admin.QueryContext(ctx, `SELECT id, op, writer, txid, stmt_at, at, `+rowColumns("old")+`, `+rowColumns("new")+`
+		FROM `+auditTable+` ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []history.Write
+	for rows.Next() {
+		var w history.Write
+		var o, n image
+		dest := append([]any{&w.Seq, &w.Op, &w.Writer, &w.Txid, &w.Stmt, &w.At}, append(o.dest(), n.dest()...)...)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		w.Old, w.New = o.state(), n.state()
+		im := &n
+		if !n.id.Valid {
+			im = &o
+		}
+		w.Row, w.EventID, w.Kind, w.Key, w.Queue = im.id.Int64, im.eventID.String, im.kind.String, im.key.String, im.queue.String
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// readEffects reads every business effect that committed.
+func (s *soak) readEffects(ctx context.Context) ([]history.Effect, error) {
+	rows, err := s.admin.QueryContext(ctx, `SELECT event_id, row_id, generation, worker, txid FROM `+effectsTable+` ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []history.Effect
+	for rows.Next() {
+		var e history.Effect
+		if err := rows.Scan(&e.EventID, &e.Row, &e.Generation, &e.Worker, &e.Txid); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// checkHistory checks the history and reports its verdict: each violation
+// as a failure (at most a few per property), or, in a run against a
+// deliberate break, whether the break was caught. It returns the verdict.
+func (s *soak) checkHistory(ctx context.Context) (history.Verdict, bool) {
+	t := s.t
+	h, err := s.readHistory(ctx)
+	if err != nil {
+		t.Errorf("soak seed=%d: reading the history: %v", s.seed, err)
+		return history.Verdict{}, false
+	}
+	v := history.Check(h)
+	if path := os.Getenv(historyEnv); path != "" || !v.OK() {
+		if path == "" {
+			path = filepath.Join(os.TempDir(), fmt.Sprintf("leasework-soak-%d-history.json", s.seed))
+		}
+		if err := writeHistory(path, h); err != nil {
+			t.Errorf("soak seed=%d: writing the history: %v", s.seed, err)
+		} else {
+			t.Logf("the history is in %s (%d writes, %d runs)", path, len(h.Writes), len(h.Runs))
+		}
+	}
+	var report strings.Builder
+	for _, p := range history.Properties {
+		of := v.Of(p)
+		for i, x := range of {
+			if i == 10 {
+				fmt.Fprintf(&report, "\n  %s: and %d more", p, len(of)-i)
+				break
+			}
+			fmt.Fprintf(&report, "\n  %s", x)
+		}
+	}
+	if s.brk == "" {
+		if !v.OK() {
+			t.Errorf("soak seed=%d: the history shows %d violations:%s", s.seed, len(v.Violations), report.String())
+		}
+		return v, true
+	}
+	var missed []string
+	for _, p := range breaks[s.brk].properties {
+		if len(v.Of(p)) == 0 {
+			missed = append(missed, p)
+		}
+	}
+	if len(missed) > 0 {
+		t.Errorf("soak seed=%d: the library was broken (%s: %s), and the history shows no %s violation; it shows %d others:%s",
+			s.seed, s.brk, breaks[s.brk].what, strings.Join(missed, " nor "), len(v.Violations), report.String())
+	} else {
+		t.Logf("the break %s (%s) was caught: the history shows %d violations:%s", s.brk, breaks[s.brk].what, len(v.Violations), report.String())
+	}
+	return v, true
+}

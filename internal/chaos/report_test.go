@@ -1,0 +1,99 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/history"
+)
+
+// check checks the run's history and the workers' own figures, and prints
+// the soak's lines: its figures, then, last, the history's verdict.
+func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) {
+	t := s.t
+	fail := func(format string, args ...any) {
+		t.Errorf("soak seed=%d: "+format, append([]any{s.seed}, args...)...)
+	}
+	s.checked = true
+	v, ok := s.checkHistory(ctx)
+	if !ok {
+		return
+	}
+	s.phases.mark("history")
+
+	s.mu.Lock()
+	faults, recovery := s.faults, s.recovery
+	stopsReclaimed, stopsIdle, terminateMisses := s.stopsReclaimed, s.stopsIdle, s.terminateMisses
+	acked, unknown, cancels, pauses := s.acked, s.unknown, len(s.cancels), len(s.pauses)
+	all := s.all
+	s.mu.Unlock()
+
+	// The workers' own figures: the last each printed.
+	var sum framework.Counters
+	for _, w := range all {
+		c, _ := w.snapshot()
+		sum.Claimed += c.Claimed
+		sum.Reclaimed += c.Reclaimed
+		sum.ClaimErrors += c.ClaimErrors
+		sum.StaleRejections += c.StaleRejections
+		sum.OutcomesReplayed += c.OutcomesReplayed
+		sum.LeasesLost += c.LeasesLost
+		sum.LocalLeaseTimeouts += c.LocalLeaseTimeouts
+		sum.Panics += c.Panics
+		sum.HungHandlers += c.HungHandlers
+		sum.OutcomesAbandoned += c.OutcomesAbandoned
+		sum.RerunsFromAbandonedOutcomes += c.RerunsFromAbandonedOutcomes
+		sum.Cancelled += c.Cancelled
+	}
+	if sum.Panics > 0 || sum.HungHandlers > 0 {
+		var b strings.Builder
+		for _, w := range all {
+			if c, _ := w.snapshot(); c.Panics > 0 || c.HungHandlers > 0 {
+				fmt.Fprintf(&b, "\n%s: %d panics, %d hung handlers; the end of its output:\n%s", w.id, c.Panics, c.HungHandlers, w.tail.last(tailBytes/2))
+			}
+		}
+		fail("the workers counted %d handler panics and %d hung handlers; want none:%s", sum.Panics, sum.HungHandlers, b.String())
+	}
+	for f, n := range faults {
+		if want := s.cfg.counts()[f]; n != want {
+			fail("%d %v faults done; want %d", n, fault(f), want)
+		}
+	}
+	if s.brk == "" {
+		// What the soak exercised: every property checked something, and
+		// the cancels reached running key heads and waiting events.
+		for _, p := range history.Properties {
+			if v.Checked[p] == 0 {
+				fail("the history checked nothing of %s: the soak did not exercise it", p)
+			}
+		}
+		for _, fig := range []string{"cancelled_inprogress", "cancelled_waiting"} {
+			if v.Figures[fig] == 0 {
+				fail("no cancel hit a %s event: the soak did not exercise it", strings.TrimPrefix(fig, "cancelled_"))
+			}
+		}
+	}
+
+	t.Logf("soak phases: %v", &s.phases)
+	t.Logf("soak details: %s faults in %v, all done in %v; %d workers started; events acknowledged %d, of enqueues that failed %d (in the table or not); "+
+		"stops with a row re-claimed %d, of idle workers %d; terminates that missed the listener and were done again %d; "+
+		"longest recovery kill %v stop %v terminate %v blackhole %v restart %v failover %v; "+
+		"cancels %d (of running events %d, waiting %d, ready %d; the longest a cancelled handler ran on %dms); pauses %d; ticks missed %d; "+
+		"workers' counters: claimed %d, reclaimed %d, claim errors %d, leases lost %d (local timeouts %d, cancelled %d), outcomes replayed %d, outcomes abandoned %d (re-runs from them %d)",
+		s.cfg.name, faulted.Round(time.Second), total.Round(time.Second), len(all), acked, unknown,
+		stopsReclaimed, stopsIdle, terminateMisses,
+		recovery[faultKill].Round(time.Millisecond), recovery[faultStop].Round(time.Millisecond), recovery[faultTerminate].Round(time.Millisecond),
+		recovery[faultBlackhole].Round(time.Millisecond), recovery[faultRestart].Round(time.Millisecond), recovery[faultFailover].Round(time.Millisecond),
+		cancels, v.Figures["cancelled_inprogress"], v.Figures["cancelled_waiting"], v.Figures["cancelled_ready"], v.Figures["cancelled_ran_on_ms"],
+		pauses, v.Figures["ticks_missed"],
+		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned, sum.RerunsFromAbandonedOutcomes)
+	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
+		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
+		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))
+	t.Log(v.String())
+}

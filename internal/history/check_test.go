@@ -1,0 +1,676 @@
+package history
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const ms = time.Millisecond
+
+// good builds a history in which every promise holds, with something for
+// every property to check.
+func good() *builder {
+	b := newBuilder()
+	e := b.enqueue(0, ev{id: "e1"})
+	b.handle(e[0], "w1", 10)
+
+	// A key's head and its follower.
+	k := b.enqueue(20, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+	b.handle(k[0], "w1", 30)
+	b.handle(k[1], "w2", 40)
+
+	// A Transactional event: its effect commits with its completion.
+	t := b.enqueue(50, ev{id: "t1", kind: txKind})
+	b.handleTx(t[0], "w2", 60)
+
+	// A snooze, a failure, then success: the policy's cap of 3 is not
+	// reached, and the retry waits the delay of failure 1.
+	s := b.enqueue(70, ev{id: "s1", kind: snoozy})
+	b.claim(s[0], "w1", 80)
+	b.run(s[0], "w1", 81, 82, ResultSnooze, 5*ms)
+	b.retry(s[0], 83, 5*ms, true)
+	b.claim(s[0], "w1", 90)
+	b.run(s[0], "w1", 91, 92, ResultError, 0)
+	b.retry(s[0], 93, testPolicy.Delay(1), false)
+	b.claim(s[0], "w2", 110)
+	b.run(s[0], "w2", 111, 112, ResultOK, 0)
+	b.finish(s[0], 113, Done)
+
+	// A retry after the delay the handler asked.
+	a := b.enqueue(120, ev{id: "a1"})
+	b.claim(a[0], "w1", 130)
+	b.run(a[0], "w1", 131, 132, ResultRetryAfter, 50*ms)
+	b.retry(a[0], 133, 50*ms, false)
+	b.handle(a[0], "w2", 190)
+
+	// A stopped owner: its lease expires by the fixture, another worker
+	// takes the row; the stopped handler runs on, no longer live, while
+	// the key's next row runs.
+	st := b.enqueue(200, ev{id: "st1", key: "st"}, ev{id: "st2", key: "st"})
+	b.claim(st[0], "w1", 210)
+	b.run(st[0], "w1", 211, 400, ResultOK, 0)
+	b.write(st[0], op, 220, func(s *State) { s.LeaseUntil = b.at(219) })
+	b.handle(st[0], "w2", 230)
+	b.handle(st[1], "w3", 240)
+	b.h.Faults = append(b.h.Faults, Fault{Kind: "stop", Worker: "w1", Start: b.at(215), End: b.at(401)})
+
+	// A worker stopped between its claim and its handler's start: the
+	// handler starts after the next owner's, when its lease has ended
+	// (the fixture), and is never live.
+	zs := b.enqueue(245, ev{id: "zs1", key: "zs"}, ev{id: "zs2", key: "zs"})
+	b.claim(zs[0], "w1", 246)
+	b.write(zs[0], op, 247, func(s *State) { s.LeaseUntil = b.at(246) })
+	b.claim(zs[0], "w2", 248)
+	b.run(zs[0], "w2", 249, 250, ResultOK, 0)
+	b.h.Runs = append(b.h.Runs, Run{Worker: "w1", Row: zs[0], EventID: "zs1", Kind: plain, Generation: 1,
+		Start: b.at(249), End: b.at(262), Result: ResultOK})
+	b.finish(zs[0], 251, Done)
+	b.handle(zs[1], "w3", 252)
+
+	// A running Transactional head cancelled: its effect never commits,
+	// and its follower starts once the cancelled handler has stopped.
+	c := b.enqueue(250, ev{id: "c1", key: "c", kind: txKind}, ev{id: "c2", key: "c"})
+	b.claim(c[0], "w1", 260)
+	b.run(c[0], "w1", 261, 290, ResultError, 0)
+	b.cancel(c[0], 270)
+	b.handle(c[1], "w2", 300)
+
+	// A cancel that only marks a running head: its owner stops when its
+	// handler has returned, and only then does the key pass on.
+	mk := b.enqueue(340, ev{id: "mk1", key: "mk", kind: txKind}, ev{id: "mk2", key: "mk"})
+	b.claim(mk[0], "w1", 341)
+	b.run(mk[0], "w1", 342, 380, ResultError, 0)
+	b.mark(mk[0], 350)
+	// Cancelled again: the row is marked already.
+	b.h.Cancels = append(b.h.Cancels, Cancel{EventID: "mk1", Row: mk[0], Invoked: b.at(360), Returned: b.at(361),
+		Result: CancelOK, Generation: b.gen(mk[0]), Stopping: true})
+	b.stop(mk[0], "w1", 381)
+	b.handle(mk[1], "w2", 385)
+	// A marked head whose owner died: a claim ends it once its lease ended.
+	md := b.enqueue(390, ev{id: "md1", key: "md"}, ev{id: "md2", key: "md"})
+	b.claim(md[0], "w5", 391)
+	b.run(md[0], "w5", 392, -1, "", 0)
+	b.h.Processes["w5"] = Process{Exited: b.at(393)}
+	b.mark(md[0], 395)
+	b.stop(md[0], "w2", 391+lease+1)
+	b.handle(md[1], "w2", 391+lease+5)
+
+	// A waiting follower cancelled; its head goes on.
+	wk := b.enqueue(310, ev{id: "wk1", key: "wk"}, ev{id: "wk2", key: "wk"})
+	b.claim(wk[0], "w1", 320)
+	b.cancel(wk[1], 325)
+	b.run(wk[0], "w1", 321, 330, ResultOK, 0)
+	b.finish(wk[0], 331, Done)
+
+	// A cancel that found the event finished.
+	b.h.Cancels = append(b.h.Cancels, Cancel{EventID: "e1", Row: e[0], Invoked: b.at(400), Returned: b.at(401), Result: CancelFinished})
+
+	// An event that asks to fail.
+	f := b.enqueue(410, ev{id: "f1", want: Failed})
+	b.claim(f[0], "w1", 420)
+	b.run(f[0], "w1", 421, 422, ResultFail, 0)
+	b.finish(f[0], 423, Failed)
+
+	// A paused queue: nothing of it claimed until it resumes.
+	q := b.enqueue(500, ev{id: "q1", queue: "bulk"})
+	b.h.Pauses = append(b.h.Pauses, Pause{Queue: "bulk", Paused: b.at(501), Resumed: b.at(600)})
+	b.handle(q[0], "w1", 610)
+
+	// A killed worker: its run has no end; the row is claimed again once
+	// its lease ended.
+	kd := b.enqueue(700, ev{id: "kd1", key: "kd"}, ev{id: "kd2", key: "kd"})
+	b.claim(kd[0], "w4", 710)
+	b.run(kd[0], "w4", 711, -1, "", 0)
+	b.h.Processes["w4"] = Process{Exited: b.at(720)}
+	b.handle(kd[0], "w1", 810)
+	b.handle(kd[1], "w1", 820)
+
+	// A schedule's firings.
+	b.firing(1000, "w1")
+	b.firing(2000, "w2")
+	b.firing(4000, "w1")
+
+	b.h.Settled = b.at(5000)
+	return b
+}
+
+func TestGoodHistory(t *testing.T) {
+	v := Check(&good().h)
+	if !v.OK() {
+		t.Fatalf("%s\n%s", v, violations(v))
+	}
+	for _, p := range Properties {
+		if v.Checked[p] == 0 {
+			t.Errorf("%s checked nothing: %s", p, v)
+		}
+	}
+	if got := v.Figures["ticks_missed"]; got != 1 {
+		t.Errorf("ticks_missed = %d, want 1 (the tick at 3s)", got)
+	}
+	if got := v.Figures["cancelled_ran_on_ms"]; got != 30 {
+		t.Errorf("cancelled_ran_on_ms = %d, want 30", got)
+	}
+	if got, outside := v.Figures["reruns"], v.Figures["reruns_outside_faults"]; got != 2 || outside != 0 {
+		t.Errorf("reruns = %d, outside faults %d; want 2 (the stopped owners'), 0", got, outside)
+	}
+	if !strings.HasPrefix(v.String(), "history: ok owners=") {
+		t.Errorf("verdict line %q", v)
+	}
+	t.Log(v)
+}
+
+func violations(v Verdict) string {
+	var b strings.Builder
+	for _, x := range v.Violations {
+		b.WriteString("  " + x.String() + "\n")
+	}
+	return b.String()
+}
+
+// The bad histories: each breaks one promise, and the checker must say so.
+var bad = []struct {
+	name     string
+	property string
+	text     string // in a violation's text
+	build    func() *builder
+}{
+	// owners
+	{"claim while the lease runs", Owners, "two live owners", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 80, ResultOK, 0)
+		b.handle(r, "w2", 50) // w1's lease runs until 110
+		return b
+	}},
+	{"a stale owner's write accepted", Owners, "not the claimant", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.write(r, op, 20, func(s *State) { s.LeaseUntil = b.at(19) })
+		b.claim(r, "w2", 30)
+		b.run(r, "w2", 31, 35, ResultOK, 0)
+		b.write(r, "w1", 36, func(s *State) { s.Status, s.LeaseUntil = Done, time.Time{} })
+		return b
+	}},
+	{"a write after the lease ended", Owners, "after the lease of generation 1 ended", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultOK, 0)
+		b.finish(r, 200, Done) // the lease ended at 110
+		return b
+	}},
+	{"a gap in the history", Owners, "a gap in the history", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.handle(r, "w1", 10)
+		// Drop the claim from the audit.
+		for i, w := range b.h.Writes {
+			if w.New.Status == InProgress {
+				b.h.Writes = append(b.h.Writes[:i], b.h.Writes[i+1:]...)
+				break
+			}
+		}
+		return b
+	}},
+	{"a run without a claim", Owners, "which no claim in the history gave", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.handle(r, "w1", 10)
+		b.h.Runs = append(b.h.Runs, Run{Worker: "w2", Row: r, EventID: "e", Kind: plain, Generation: 7, Start: b.at(20), End: b.at(21), Result: ResultOK})
+		return b
+	}},
+	{"a run in another worker than the claim's", Owners, "which w1 claimed", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w2", 11, 12, ResultOK, 0)
+		b.finish(r, 13, Done)
+		return b
+	}},
+	{"one claim run twice", Owners, "two runs of generation 1", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultOK, 0)
+		b.run(r, "w1", 13, 14, ResultOK, 0)
+		b.finish(r, 15, Done)
+		return b
+	}},
+	{"a claim that names another worker", Owners, "names \"w2\" as its claimant", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.write(r, "w1", 10, func(s *State) {
+			s.Status, s.Generation, s.Attempt, s.Worker, s.LeaseUntil = InProgress, 1, 1, "w2", b.at(110)
+		})
+		b.run(r, "w2", 11, 12, ResultOK, 0)
+		b.finish(r, 13, Done)
+		return b
+	}},
+	{"a claim before the row was due", Owners, "before it was due", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultError, 0)
+		b.retry(r, 13, time.Second, false)
+		b.handle(r, "w1", 20)
+		return b
+	}},
+
+	// key_order
+	{"a follower claimed while its head runs", KeyOrder, "before an earlier row of key \"k\" finished", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+		b.claim(k[0], "w1", 10)
+		b.write(k[1], op, 11, func(s *State) { s.Status = Ready }) // promoted early
+		b.handle(k[1], "w2", 12)
+		b.run(k[0], "w1", 11, 30, ResultOK, 0)
+		b.finish(k[0], 31, Done)
+		return b
+	}},
+	{"a follower claimed behind a FAILED head", KeyOrder, "was unfinished (it ends FAILED)", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k", want: Failed}, ev{id: "k2", key: "k"})
+		b.claim(k[0], "w1", 10)
+		b.run(k[0], "w1", 11, 12, ResultFail, 0)
+		b.finish(k[0], 13, Failed)
+		b.write(k[1], op, 14, func(s *State) { s.Status = Ready }) // a FAILED head released its key
+		b.handle(k[1], "w2", 20)
+		return b
+	}},
+	{"the cancel overlap: the follower starts while the cancelled head's handler runs", KeyOrder, "was live until", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+		b.claim(k[0], "w1", 10)
+		b.run(k[0], "w1", 11, 60, ResultError, 0) // told at its next renewal
+		b.cancel(k[0], 20)                        // releases the key at once
+		b.handle(k[1], "w2", 25)                  // starts at 26, while k1's handler runs
+		return b
+	}},
+	{"a WAITING row claimed", KeyOrder, "while WAITING", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+		b.claim(k[1], "w1", 10)
+		b.run(k[1], "w1", 11, 12, ResultOK, 0)
+		b.finish(k[1], 13, Done)
+		b.handle(k[0], "w1", 20)
+		return b
+	}},
+	{"places against the real-time order of enqueues", KeyOrder, "has the earlier place", func() *builder {
+		b := newBuilder()
+		first := b.enqueue(0, ev{id: "k1", key: "k"})[0]
+		second := b.enqueue(10, ev{id: "k2", key: "k"})[0]
+		// The second enqueue was called after the first returned, yet
+		// took the earlier place.
+		b.cur[first], b.cur[second] = withSeq(b.cur[first], 2), withSeq(b.cur[second], 1)
+		for i := range b.h.Writes {
+			switch w := &b.h.Writes[i]; {
+			case w.Row == first && w.New.KeySeq == 1:
+				w.New.KeySeq = 2
+			case w.Row == second && w.New.KeySeq == 2:
+				w.New.KeySeq, w.New.Status = 1, Ready
+			}
+		}
+		b.cur[second] = withStatus(b.cur[second], Ready)
+		b.handle(second, "w1", 20)
+		b.handle(first, "w1", 30)
+		return b
+	}},
+	{"one enqueue's events out of the order given", KeyOrder, "was given after", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+		for i := range b.h.Writes {
+			w := &b.h.Writes[i]
+			if w.Row == k[0] && w.New.KeySeq == 1 {
+				w.New.KeySeq, w.New.Status = 2, Waiting
+			}
+			if w.Row == k[1] && w.New.KeySeq == 2 {
+				w.New.KeySeq, w.New.Status = 1, Ready
+			}
+		}
+		b.cur[k[0]], b.cur[k[1]] = withStatus(withSeq(b.cur[k[0]], 2), Waiting), withStatus(withSeq(b.cur[k[1]], 1), Ready)
+		b.handle(k[1], "w1", 10)
+		b.handle(k[0], "w1", 20)
+		return b
+	}},
+	{"a keyed row never put in line", KeyOrder, "never got its place", func() *builder {
+		b := newBuilder()
+		b.meta[1] = Write{EventID: "k1", Kind: plain, Key: "k", Queue: "default"}
+		b.next = 2
+		b.put(1, Insert, op, 0, State{}, State{Status: Ready, MaxAttempts: budget, NextAttempt: b.at(0)})
+		b.h.Enqueues = append(b.h.Enqueues, Enqueue{Invoked: b.at(0), Returned: b.at(1), Acked: true, Events: []Event{{EventID: "k1", Kind: plain, Key: "k"}}})
+		b.handle(1, "w1", 10)
+		return b
+	}},
+
+	// terminal
+	{"an acknowledged enqueue lost", Terminal, "is lost", func() *builder {
+		b := newBuilder()
+		b.h.Enqueues = append(b.h.Enqueues, Enqueue{Invoked: b.at(0), Returned: b.at(1), Acked: true, Events: []Event{{EventID: "gone", Kind: plain}}})
+		return b
+	}},
+	{"an event never finished", Terminal, "never finished", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.h.Settled = b.at(1000)
+		return b
+	}},
+	{"a finished event cancelled", Terminal, "changed a finished row", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.handle(r, "w1", 10)
+		b.cancel(r, 20)
+		return b
+	}},
+	{"DONE whose handler failed", Terminal, "returned error", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultError, 0)
+		b.finish(r, 13, Done)
+		return b
+	}},
+	{"DONE at a generation not its last claim's", Terminal, "its last claim was generation 2", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultOK, 0)
+		b.write(r, op, 13, func(s *State) { s.LeaseUntil = b.at(12) })
+		b.claim(r, "w2", 14)
+		b.write(r, "w2", 15, func(s *State) { s.Status, s.Generation, s.LeaseUntil = Done, 1, time.Time{} })
+		return b
+	}},
+	{"DONE though the payload asked to fail", Terminal, "asked for FAILED", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e", want: Failed})[0]
+		b.handle(r, "w1", 10)
+		return b
+	}},
+	{"DISCARDED by no cancel the test saw", Terminal, "no cancel call of the test returned", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.cancel(r, 10)
+		b.h.Cancels = nil
+		return b
+	}},
+
+	// effects
+	{"a Transactional event DONE without its effect", Effects, "with 0 business effects", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind})[0]
+		b.handle(r, "w1", 10)
+		return b
+	}},
+	{"an effect committed apart from its completion, twice", Effects, "with 2 business effects", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultOK, 0)
+		b.effect(r, nil) // committed alone; w1 killed before its completion
+		b.h.Processes["w1"] = Process{Exited: b.at(13)}
+		b.handleTx(r, "w2", 200)
+		return b
+	}},
+	{"a stale owner's effect", Effects, "a stale owner's effect", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultOK, 0)
+		b.write(r, op, 13, func(s *State) { s.LeaseUntil = b.at(12) })
+		b.claim(r, "w2", 20)
+		b.run(r, "w2", 21, 22, ResultOK, 0)
+		w := b.finish(r, 23, Done)
+		b.h.Effects = append(b.h.Effects, Effect{EventID: "t", Row: r, Generation: 1, Worker: "w1", Txid: w.Txid})
+		return b
+	}},
+	{"an effect in another transaction than its completion", Effects, "in transaction", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind})[0]
+		w := b.handle(r, "w1", 10)
+		b.h.Effects = append(b.h.Effects, Effect{EventID: "t", Row: r, Generation: w.New.Generation, Worker: "w1", Txid: w.Txid + 100})
+		return b
+	}},
+	{"a FAILED Transactional event with an effect", Effects, "yet a business effect", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind, want: Failed})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultFail, 0)
+		b.effect(r, nil)
+		b.finish(r, 13, Failed)
+		return b
+	}},
+
+	// cancels
+	{"a cancelled attempt's effect committed", Cancels, "committed its business effect", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 15, ResultOK, 0)
+		b.effect(r, nil)
+		b.cancel(r, 20)
+		return b
+	}},
+	{"a cancelled attempt's outcome written after the cancel", Cancels, "after the cancel", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 15, ResultOK, 0)
+		b.cancel(r, 12)
+		b.write(r, "w1", 16, func(s *State) { s.Status = Done })
+		return b
+	}},
+	{"a cancel that returned a generation it never wrote", Cancels, "no cancel write", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.handle(r, "w1", 10)
+		b.h.Cancels = append(b.h.Cancels, Cancel{EventID: "e", Row: r, Invoked: b.at(20), Returned: b.at(21), Result: CancelOK, Generation: 2})
+		return b
+	}},
+	{"a cancel that found an unfinished event finished", Cancels, "not finished by then", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.h.Cancels = append(b.h.Cancels, Cancel{EventID: "e", Row: r, Invoked: b.at(5), Returned: b.at(6), Result: CancelFinished})
+		b.handle(r, "w1", 10)
+		return b
+	}},
+
+	{"a cancelled attempt's completion accepted after the mark", Cancels, "accepted after its event was cancelled", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "t", kind: txKind})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 15, ResultOK, 0)
+		b.mark(r, 12)
+		b.effect(r, b.finish(r, 16, Done))
+		return b
+	}},
+	{"a marked row claimed again", Cancels, "claimed again", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.mark(r, 12)
+		b.h.Processes["w1"] = Process{Exited: b.at(13)}
+		b.handle(r, "w2", 200) // the lease ended at 110
+		return b
+	}},
+	{"a marked row ended while its attempt may run", Cancels, "the attempt may still run", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+		b.claim(k[0], "w1", 10)
+		b.run(k[0], "w1", 11, 60, ResultError, 0)
+		b.mark(k[0], 20)
+		b.stop(k[0], "w2", 21) // a claim statement, before the lease ended
+		b.handle(k[1], "w2", 30)
+		return b
+	}},
+	{"a marked row never stopped", Cancels, "never stopped", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.mark(r, 12)
+		b.h.Settled = b.at(1000)
+		return b
+	}},
+
+	// ticks
+	{"a tick fired twice", Ticks, "fired 2 times", func() *builder {
+		b := newBuilder()
+		b.firing(1000, "w1")
+		id := b.firing(1000, "w2")
+		// Each worker named its own firing.
+		m := b.meta[id]
+		for i := range b.h.Writes {
+			if b.h.Writes[i].Row == id {
+				b.h.Writes[i].EventID = m.EventID + ":w2"
+			}
+		}
+		return b
+	}},
+	{"a firing named for another time", Ticks, "whose event id names", func() *builder {
+		b := newBuilder()
+		id := b.firing(1000, "w1")
+		for i := range b.h.Writes {
+			if b.h.Writes[i].Row == id {
+				b.h.Writes[i].EventID = tickNam + ":" + b.at(2000).Format(time.RFC3339)
+			}
+		}
+		return b
+	}},
+	{"a firing off the grid", Ticks, "not on its grid", func() *builder {
+		b := newBuilder()
+		b.firing(1500, "w1")
+		return b
+	}},
+
+	// snoozes
+	{"a snooze that did not grow the budget", Snoozes, "grows the budget by one", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "s", kind: snoozy})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultSnooze, 5*ms)
+		b.retry(r, 13, 5*ms, false)
+		b.handle(r, "w1", 20)
+		return b
+	}},
+	{"snoozes spend the retry policy's cap", Snoozes, "the snoozes spent the policy's budget", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "s", kind: snoozy})[0]
+		at := 10
+		for range 3 {
+			b.claim(r, "w1", at)
+			b.run(r, "w1", at+1, at+2, ResultSnooze, 5*ms)
+			b.retry(r, at+3, 5*ms, true)
+			at += 10
+		}
+		b.claim(r, "w1", at)
+		b.run(r, "w1", at+1, at+2, ResultError, 0)
+		b.finish(r, at+3, Failed) // attempt 4 of a cap of 3: but three were snoozes
+		return b
+	}},
+	{"a budget spent by snoozes", Snoozes, "on a spent budget", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "s", kind: snoozy})[0]
+		at := 10
+		for range budget - 1 {
+			b.claim(r, "w1", at)
+			b.run(r, "w1", at+1, at+2, ResultSnooze, 5*ms)
+			b.retry(r, at+3, 5*ms, false) // the snooze does not grow the budget
+			at += 10
+		}
+		b.claim(r, "w1", at) // attempt 10 of 10; w1 dies
+		b.h.Processes["w1"] = Process{Exited: b.at(at + 1)}
+		// The lease expired on "the last attempt": a claim ends the row.
+		b.write(r, "w2", at+lease+1, func(s *State) { s.Status, s.LeaseUntil = Failed, time.Time{} })
+		return b
+	}},
+
+	// retries
+	{"a RetryAfter delay ignored", Retries, "asked for 50ms", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "a"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultRetryAfter, 50*ms)
+		b.retry(r, 13, testPolicy.Delay(1), false)
+		b.handle(r, "w1", 30)
+		return b
+	}},
+	{"a retry delay that counts snoozes as failures", Retries, "the policy's delay is 10ms", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "s", kind: snoozy})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultSnooze, 5*ms)
+		b.retry(r, 13, 5*ms, true)
+		b.claim(r, "w1", 20)
+		b.run(r, "w1", 21, 22, ResultError, 0)
+		b.retry(r, 23, testPolicy.Delay(2), false) // attempt 2 counted as failure 2
+		b.handle(r, "w1", 50)
+		return b
+	}},
+	{"FAILED on a retryable error with budget left", Retries, "with budget left", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "a"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultError, 0)
+		b.finish(r, 13, Failed)
+		return b
+	}},
+
+	// pauses
+	{"a claim of a paused queue", Pauses, "while queue \"bulk\" was paused", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "q", queue: "bulk"})[0]
+		b.h.Pauses = append(b.h.Pauses, Pause{Queue: "bulk", Paused: b.at(5), Resumed: b.at(100)})
+		b.handle(r, "w1", 10)
+		return b
+	}},
+}
+
+func withSeq(s State, seq int64) State    { s.KeySeq = seq; return s }
+func withStatus(s State, st string) State { s.Status = st; return s }
+
+func TestBadHistories(t *testing.T) {
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Check(&tc.build().h)
+			found := false
+			for _, x := range v.Of(tc.property) {
+				if strings.Contains(x.Text, tc.text) {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no %s violation saying %q; the verdict: %s\n%s", tc.property, tc.text, v, violations(v))
+				return
+			}
+			if !strings.Contains(v.String(), tc.property+"=") || !strings.Contains(v.String(), "violated") {
+				t.Errorf("verdict line %q", v)
+			}
+			t.Logf("%s\n%s", v, violations(v))
+		})
+	}
+}
+
+// TestEveryPropertyFails keeps the bad histories honest: each property is
+// seen failing at least once.
+func TestEveryPropertyFails(t *testing.T) {
+	seen := map[string]bool{}
+	for _, tc := range bad {
+		seen[tc.property] = true
+	}
+	for _, p := range Properties {
+		if !seen[p] {
+			t.Errorf("no bad history breaks %s", p)
+		}
+	}
+}
+
+func TestPolicyDelay(t *testing.T) {
+	p := Policy{InitialInterval: 40 * ms, Multiplier: 2, MaxInterval: 200 * ms}
+	for n, want := range map[int]time.Duration{1: 40 * ms, 2: 80 * ms, 3: 160 * ms, 4: 200 * ms, 50: 200 * ms} {
+		if got := p.Delay(n); got != want {
+			t.Errorf("Delay(%d) = %v, want %v", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+// Package history checks what the chaos soak recorded against the promises
+// leasework makes, after the run, in the spirit of Jepsen's Elle and
+// Porcupine: the recorders only append what happened, and [Check] reads the
+// whole [History] and returns every violation it finds, with counts of what
+// it checked per property. It is pure: history in, verdict out; no
+// database, no clock, no randomness.
+//
+// A history has four sources:
+//
+//   - the database's audit: every committed insert, update and delete of
+//     an events row, with the row before and after, the writing session's
+//     application_name and transaction, and the statement's time ([Write]);
+//   - the worker processes: each handler's start and end as the handler saw
+//     them, and what it returned ([Run]), appended to a file per process;
+//     and when each process was known gone ([Process]);
+//   - the business effects of Transactional handlers, written in the
+//     handler's transaction ([Effect]);
+//   - the test's own calls, with their invocation and return times and
+//     their results: enqueues ([Enqueue]), cancels ([Cancel]), pauses of a
+//     queue ([Pause]).
+//
+// Every time is one machine's wall clock: the database server, the worker
+// processes and the test run side by side.
+//
+// # Properties
+//
+// A run of a handler is live from its start until the earliest of its end
+// (or its process's death) and the end of its claim's lease: the last
+// lease_until its generation was given by the claim, a renewal or the
+// expiry fixture. A run that starts after its lease ended (a worker stopped
+// between its claim and the handler's start, and resumed after another
+// claim) is never live: it is a stale owner, whose writes are refused. A cancel, a discard or any other write that ends the
+// claim in the database does not end the run's life: the handler runs on
+// until it is told, and the promises must hold meanwhile.
+//
+//   - owners: every write is consistent with the one before it (the history
+//     has no gap); a claim raises the generation, names its writer, takes a
+//     due READY row or one whose lease has ended; every renewal and outcome
+//     was written by the row's claimant at its generation while its lease
+//     ran; every handler ran under a claim of its own worker; and at any
+//     instant at most one run of a row is live.
+//   - key_order: rows of a key take their places in the order their
+//     enqueues committed (checked against the real-time order of the
+//     acknowledged enqueues); none is claimed before every earlier row of
+//     its key is finished (DONE or DISCARDED); and no run of a row starts
+//     while a run of an earlier row of its key is live.
+//   - terminal: every acknowledged enqueue exists and ends in exactly one
+//     terminal state (DONE, FAILED, DISCARDED), never left: DONE and FAILED
+//     at its last claim's generation, written by that claim's worker (or
+//     by a claim that found its budget spent), DONE only after that claim's
+//     handler returned nil; DISCARDED by a cancel that returned its
+//     generation; and the state its payload asked for.
+//   - effects: a Transactional kind's event has its business effect exactly
+//     once when DONE, written in the completion's own transaction by the
+//     final claim, and none otherwise: never a stale owner's.
+//   - cancels: a cancel that returned a generation wrote it; the attempt it
+//     cancelled committed no effect and no write after it; a cancel that
+//     found the event finished found it so.
+//   - ticks: each firing of a schedule has the event id of its fire time, a
+//     fire time on the schedule's grid, and no other firing shares it.
+//   - snoozes: a snooze sends the event back to READY after the delay asked
+//     and grows its budget by one; a retry policy's attempt cap is reached
+//     by attempts that were not snoozes.
+//   - retries: a retry waits the delay the handler asked (RetryAfter), or
+//     the policy's delay for its count of failures, snoozes not counted.
+//   - pauses: no claim of a paused queue's row starts between the pause's
+//     return and the resume's call.
+package history

@@ -1,0 +1,244 @@
+package history
+
+import "time"
+
+// History is everything a soak recorded.
+type History struct {
+	// Kinds describes the event kinds: which are Transactional, and their
+	// retry policies. A kind not named has neither.
+	Kinds map[string]Kind
+
+	// Schedules are the periodic schedules the workers ran.
+	Schedules []Schedule
+
+	// Enqueues are the test's enqueue calls, acknowledged or not.
+	Enqueues []Enqueue
+
+	// Writes is the database's audit, in any order: Check orders each
+	// row's writes by Seq.
+	Writes []Write
+
+	// Runs are the handler runs the worker processes recorded.
+	Runs []Run
+
+	// Effects are the Transactional handlers' business effects that
+	// committed.
+	Effects []Effect
+
+	// Cancels are the test's cancel calls.
+	Cancels []Cancel
+
+	// Pauses are the test's pauses of a queue.
+	Pauses []Pause
+
+	// Processes are the worker processes by worker id.
+	Processes map[string]Process
+
+	// Faults are the faults done to the workers and the server, for the
+	// figures (a re-run inside a fault's window is the fault's).
+	Faults []Fault
+
+	// Operators are the application names of the test's own sessions:
+	// enqueues, fixtures, cancels. Every other writer is a worker.
+	Operators []string
+
+	// Settled is when the test began to wait for every event to finish:
+	// an event inserted before it must end finished; one inserted after it
+	// (a firing of a schedule, a final probe) may not have.
+	Settled time.Time
+}
+
+// Kind is what the checker knows of an event kind.
+type Kind struct {
+	// Transactional: the handler's business effect and its completion
+	// commit in one transaction, and every effect is in History.Effects.
+	Transactional bool
+
+	// Policy is the kind's retry policy; nil: its delays are not checked.
+	Policy *Policy
+}
+
+// Policy is a retry policy without randomization: the delay after failure
+// n (1 for the first) is InitialInterval × Multiplier^(n-1), capped at
+// MaxInterval, as framework.RetryPolicy computes it with a negative
+// RandomizationFactor.
+type Policy struct {
+	InitialInterval time.Duration
+	Multiplier      float64
+	MaxInterval     time.Duration
+	// MaxAttempts, when positive, fails an event whose handler returns an
+	// error once it has made this many attempts, snoozes not counted.
+	MaxAttempts int
+}
+
+// Delay returns the delay after failure n (1 for the first): the
+// arithmetic of github.com/cenkalti/backoff/v4's ExponentialBackOff
+// without randomization.
+func (p Policy) Delay(n int) time.Duration {
+	d := p.InitialInterval
+	for i := 1; i < n && i < 1000; i++ {
+		if float64(d) >= float64(p.MaxInterval)/p.Multiplier {
+			d = p.MaxInterval
+		} else {
+			d = time.Duration(float64(d) * p.Multiplier)
+		}
+	}
+	return d
+}
+
+// Schedule is a periodic schedule of a fixed interval: it fires at the
+// multiples of Every since the Unix epoch, each firing an event of Kind
+// whose id is Name, a colon and the fire time in UTC, RFC 3339.
+type Schedule struct {
+	Name  string
+	Kind  string
+	Every time.Duration
+}
+
+// Enqueue is one enqueue call of the test: its events, in one transaction.
+type Enqueue struct {
+	Invoked, Returned time.Time
+	// Acked is true when the commit returned nil: the events must exist.
+	// An enqueue whose commit failed may or may not have committed.
+	Acked  bool
+	Events []Event
+}
+
+// Event is one event of an enqueue.
+type Event struct {
+	EventID, Kind, Key string
+	// Want is the state its payload asks it to end in: "DONE" (the
+	// default when empty) or "FAILED".
+	Want string
+}
+
+// The operations of a [Write].
+const (
+	Insert = "INSERT"
+	Update = "UPDATE"
+	Delete = "DELETE"
+)
+
+// The states of an events row.
+const (
+	Ready      = "READY"
+	Waiting    = "WAITING"
+	InProgress = "INPROGRESS"
+	Done       = "DONE"
+	Failed     = "FAILED"
+	Discarded  = "DISCARDED"
+)
+
+// Write is one committed change of an events row, as the audit trigger
+// recorded it in the writing transaction.
+type Write struct {
+	Seq int64  // the audit's order: for one row, the order of the commits
+	Op  string // Insert, Update or Delete
+	Row int64
+	// The row's constants.
+	EventID, Kind, Key, Queue string
+	Writer                    string    // the writing session's application_name
+	Txid                      int64     // the writing transaction
+	Stmt                      time.Time // statement_timestamp() of the writing statement
+	At                        time.Time // clock_timestamp() in the trigger
+	// Old is the row before the write (zero for an insert), New after it
+	// (zero for a delete).
+	Old, New State
+}
+
+// State is the part of an events row the checker follows.
+type State struct {
+	Status      string
+	Generation  int64
+	Attempt     int
+	MaxAttempts int
+	LeaseUntil  time.Time // zero: NULL
+	NextAttempt time.Time
+	Worker      string
+	KeySeq      int64 // zero: not yet in line (or keyless)
+	LastError   string
+	// CancelledAt is when a cancel marked the row, zero if none did: a
+	// cancel of a running attempt may only mark its row, which stays
+	// INPROGRESS until that attempt's owner writes again (the
+	// acknowledged stop) or its lease ends (a claim then ends it); both
+	// end it DISCARDED at a new generation.
+	CancelledAt time.Time
+}
+
+// The results of a [Run]: what the handler returned.
+const (
+	ResultOK         = "ok"          // nil: complete
+	ResultFail       = "fail"        // leasework.Permanent: FAILED
+	ResultError      = "error"       // a retryable error: the policy's delay
+	ResultRetryAfter = "retry-after" // leasework.RetryAfter: Delay
+	ResultSnooze     = "snooze"      // leasework.Snooze: Delay, not a failure
+)
+
+// Run is one handler run, as its worker process recorded it: its start
+// when the handler was called, its end just before the handler returned
+// (before a Transactional handler's completion and commit).
+type Run struct {
+	Worker     string
+	Row        int64
+	EventID    string
+	Kind       string
+	Generation int64
+	Start      time.Time
+	End        time.Time // zero: no end recorded (the process died first, or the handler hung)
+	Result     string    // one of the Result constants; empty without an end
+	Delay      time.Duration
+	Err        string // the error returned, for reports
+}
+
+// Effect is a Transactional handler's business write, as it committed.
+type Effect struct {
+	EventID    string
+	Row        int64
+	Generation int64
+	Worker     string
+	Txid       int64
+}
+
+// The results of a [Cancel].
+const (
+	CancelOK       = "ok"       // it returned the row's new generation
+	CancelFinished = "finished" // the event was finished already
+	CancelUnknown  = "unknown"  // it failed: it may or may not have written
+)
+
+// Cancel is one call of lease.Store.Cancel by the test.
+type Cancel struct {
+	EventID           string
+	Row               int64
+	Invoked, Returned time.Time
+	Result            string
+	Generation        int64 // returned, with CancelOK
+	// Stopping, with CancelOK: the cancel only marked the row of a
+	// running attempt, whose generation it returned.
+	Stopping bool
+}
+
+// Pause is one pause of a queue: PauseQueue returned at Paused, and
+// ResumeQueue was called at Resumed (zero: never).
+type Pause struct {
+	Queue           string
+	Paused, Resumed time.Time
+}
+
+// Process is one worker process.
+type Process struct {
+	// Exited is when the process was known to run no more code: just
+	// after its SIGKILL was sent, or when it was seen to have exited.
+	// Zero: it was never seen to stop.
+	Exited time.Time
+}
+
+// Fault is one fault of the run: done to one worker, or to all (the
+// server's restart or failover) when Worker is empty, from Start until the
+// worker (every worker) had recovered, End (zero: never, as for a killed
+// process).
+type Fault struct {
+	Kind       string
+	Worker     string
+	Start, End time.Time
+}

@@ -1,0 +1,57 @@
+//go:build leasework_break
+
+package lease
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// This file breaks the library on purpose. It is built only with the
+// leasework_break tag, never in a normal build: the chaos soak
+// (internal/chaos) runs against each break, named by $LEASEWORK_BREAK, to
+// show that its history checker catches it.
+
+// breakQueries rewrites the statements for the break $LEASEWORK_BREAK
+// names, if it is one of the store's.
+func breakQueries(q *queries) {
+	switch os.Getenv("LEASEWORK_BREAK") {
+	case "steal-leases":
+		// The claim takes leases with less than 60% of their time left:
+		// a second owner while the first one's lease runs (a renewal
+		// every third of a lease keeps the leases of short handlers out
+		// of its reach; long ones are taken).
+		q.claim = mustReplace(q.claim, "AND lease_until <= statement_timestamp()\n      AND attempt < max_attempts",
+			"AND lease_until <= statement_timestamp() + 0.6 * $3 * interval '1 microsecond'\n      AND attempt < max_attempts")
+	case "claim-waiting":
+		// The claim takes WAITING rows as if each were its key's head.
+		q.claim = mustReplace(q.claim, "AND status = 'READY' AND next_attempt_at <= statement_timestamp()",
+			"AND status IN ('READY', 'WAITING') AND next_attempt_at <= statement_timestamp()")
+	case "cancel-releases":
+		// A cancel of a running attempt ends its row at once, as before
+		// the fix of issue 17's item 2: the key passes on while the
+		// cancelled handler still runs.
+		q.cancel = mustReplace(q.cancel, runningLease, "false")
+	case "cancel-finished":
+		// Cancel ends DONE rows too.
+		q.cancel = mustReplace(q.cancel, "o.status IN ('READY', 'INPROGRESS', 'FAILED', 'WAITING')",
+			"o.status IN ('READY', 'INPROGRESS', 'FAILED', 'WAITING', 'DONE')")
+	case "snooze-spends":
+		// A snooze does not grow the budget.
+		q.retry = mustReplace(q.retry, snoozed, "0")
+	case "retry-doubled":
+		// A retry waits twice the delay it was given.
+		q.retry = mustReplace(q.retry, "->> 1)::bigint * interval '1 microsecond'", "->> 1)::bigint * 2 * interval '1 microsecond'")
+	case "pause-ignored":
+		// The claim takes rows of a paused queue.
+		q.claim = mustReplace(q.claim, "NOT (SELECT yes FROM paused)", "true")
+	}
+}
+
+func mustReplace(s, old, repl string) string {
+	if !strings.Contains(s, old) {
+		panic(fmt.Sprintf("lease: break %s: the statement no longer has %q", os.Getenv("LEASEWORK_BREAK"), old))
+	}
+	return strings.ReplaceAll(s, old, repl)
+}

@@ -1,0 +1,29 @@
+//go:build leasework_break
+
+package lease
+
+import "testing"
+
+// TestBreaksApply renders the statements under each of the store's
+// deliberate breaks: a statement changed so that a break no longer finds
+// what it rewrites makes it panic, and the soak against it would prove
+// nothing.
+func TestBreaksApply(t *testing.T) {
+	clean, err := namesOnly(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := clean.renderQueries()
+	for _, name := range []string{"steal-leases", "claim-waiting", "cancel-releases", "cancel-finished", "snooze-spends", "retry-doubled", "pause-ignored"} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("LEASEWORK_BREAK", name)
+			s, err := namesOnly(Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.renderQueries(); got == want {
+				t.Errorf("break %s changed no statement", name)
+			}
+		})
+	}
+}
