@@ -38,10 +38,10 @@ const (
 // woken by each notification, and the schedule's firings (every second)
 // send one. The lease is short, so that a fault's claims are taken over
 // soon, but its renewals come every 3s: a worker's statements are then
-// bounded by 3s (framework's statement timeout is RenewEvery), which a
-// connection's start-up on a loaded machine needs; with 1s, every
-// connection given up before the server answered it, the workers kept a
-// loaded server busy with start-ups it could not finish.
+// bounded by 3s (framework's statement timeout is RenewEvery): room for a
+// loaded machine, whose connection start-ups can take longer than 1s (the
+// drivers then keep a start-up its statement stopped waiting for, for the
+// next statement: internal/netdial.KeepLate).
 const (
 	workerLease       = 6 * time.Second
 	workerRenewEvery  = 3 * time.Second
@@ -146,6 +146,7 @@ func runWorker(id string) int {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(workerMaxConns)
+	db.SetMaxIdleConns(workerMaxConns) // database/sql keeps 2 by default: a connection set up again for nearly every statement
 	queues := append(append([]framework.Queue(nil), workerQueues...), framework.Queue{Name: probeQueue(slot), Concurrency: probeSlots})
 	w, err := framework.New(db, drv, framework.Config{
 		Schema: soakSchema, WorkerID: id, Queues: queues, Concurrency: 8,
