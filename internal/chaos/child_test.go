@@ -94,6 +94,14 @@ const (
 	txHoldFor = 250 * time.Millisecond
 )
 
+// attemptTimeout bounds every attempt. A blackholed connection is never
+// found dead by TCP through the loopback proxy (the kernel acknowledges
+// every segment), as it would be within about 30s on a network
+// (TCP_USER_TIMEOUT): without a bound, a handler's statement sent on one
+// would wait for ever while its claim is renewed, and its event, with the
+// events of its key behind it, would never finish.
+const attemptTimeout = 20 * time.Second
+
 // The retry policies: exact delays (no randomization), so that the history
 // can check them. The snoozy kind's cap counts attempts that are not
 // snoozes.
@@ -151,7 +159,7 @@ func runWorker(id string) int {
 	w, err := framework.New(db, drv, framework.Config{
 		Schema: soakSchema, WorkerID: id, Queues: queues, Concurrency: 8,
 		Lease: workerLease, RenewEvery: workerRenewEvery, PollInterval: workerPoll, Retention: -1,
-		GracePeriod: workerGrace, StopTimeout: workerStopTimeout,
+		GracePeriod: workerGrace, StopTimeout: workerStopTimeout, AttemptTimeout: attemptTimeout,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
