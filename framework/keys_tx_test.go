@@ -199,7 +199,7 @@ func TestTransactionalKeyedEffectsInOrderExactlyOnce(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		for _, del := range []bool{false, true} {
 			t.Run(fmt.Sprintf("DeleteAtCompletion=%v", del), func(t *testing.T) {
-				const nkeys, perKey = 16, 12
+				const nkeys, perKey = 8, 10
 				s := newStore(t, drv)
 				table := keyedEffects(t, s)
 				w := keyedWorker(t, s, del, 8)

@@ -21,7 +21,7 @@ import (
 // 0, 1, 2, ... exactly once.
 func TestWorkerHandlesEachKeyInOrder(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		const keys, perKey = 20, 15
+		const keys, perKey = 12, 10
 		s := newStore(t, drv)
 		sink := ident(s.Schema()) + ".sink"
 		execSQL(t, s, `CREATE TABLE `+sink+` (n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key text NOT NULL, seq int NOT NULL)`)

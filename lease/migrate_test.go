@@ -19,7 +19,7 @@ import (
 // and every table works.
 func TestConcurrentFirstMigrationsOfOneSchema(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		const tables, perTable = 8, 10
+		const tables, perTable = 4, 6
 		ctx := context.Background()
 		db := pgtest.Open(t, drv)
 		schema := pgtest.SchemaName()

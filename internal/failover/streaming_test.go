@@ -30,7 +30,7 @@ func TestFailoverOnStreamingReplication(t *testing.T) {
 	}
 	res := loadRun{
 		dsn:    func(drv leasework.Driver, app string) string { return dsn(drv, app, servers...) },
-		events: 2000,
+		events: 1000,
 		failovers: []func(t *testing.T){
 			switchOver((*pgserver.Server).Crash),
 			switchOver((*pgserver.Server).Halt),
