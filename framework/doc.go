@@ -256,10 +256,13 @@
 // error, which names the fix, and counted in [Counters].ClaimErrors.
 // [Worker.Counters] returns the
 // in-process counters, [Worker.Stats] the table's figures; both are served
-// in the Prometheus text format by [Worker.MetricsHandler] and as JSON by
-// [Worker.Expvar], with the standard library only. The Prometheus text
-// also has per kind and queue series: claims, outcomes, and histograms of
-// queue wait and run time.
+// in the Prometheus text format by [Worker.MetricsHandler], with the
+// standard library only. The Prometheus text also has per kind and queue
+// series: claims, outcomes, and histograms of queue wait and run time. The
+// package registers nothing of its own on a global mux; to publish the
+// counters with expvar, one line does it:
+//
+//	expvar.Publish("leasework", expvar.Func(func() any { return w.Counters() }))
 //
 // For tracing and metrics of your own, [Worker.Observe] adds an
 // [Observer]: told of each claim (its context becomes the handler's, so a

@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"expvar"
 	"fmt"
 	"net/http"
 	"strings"
@@ -84,14 +83,6 @@ func (w *Worker) Counters() Counters {
 // at scrape rates, not per event.
 func (w *Worker) Stats(ctx context.Context) (lease.Stats, error) {
 	return w.store.Stats(ctx)
-}
-
-// Expvar returns the worker's counters as an expvar.Var, rendered as JSON.
-// Publish it under a name of your choosing:
-//
-//	expvar.Publish("leasework", w.Expvar())
-func (w *Worker) Expvar() expvar.Var {
-	return expvar.Func(func() any { return w.Counters() })
 }
 
 // MetricsHandler returns an http.Handler that serves the worker's counters,

@@ -3,9 +3,9 @@ package framework_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -58,10 +58,16 @@ func TestCountersStatsAndMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+}
 
-	var c framework.Counters
-	if err := json.Unmarshal([]byte(w.Expvar().String()), &c); err != nil || c != w.Counters() {
-		t.Errorf("expvar = %s, %v; want the counters as JSON", w.Expvar().String(), err)
+// The package registers nothing on the default mux: importing it (expvar
+// did) must not serve /debug/vars, or anything else, in a user's program.
+func TestNothingRegisteredOnTheDefaultMux(t *testing.T) {
+	for _, path := range []string{"/debug/vars", "/debug/pprof/", "/metrics", "/"} {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		if _, pattern := http.DefaultServeMux.Handler(r); pattern != "" {
+			t.Errorf("the default mux serves %s (pattern %q) in a program that imports framework", path, pattern)
+		}
 	}
 }
 
