@@ -1,6 +1,9 @@
 package leasework
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Status is the state of an event row.
 type Status string
@@ -10,11 +13,18 @@ type Status string
 // and FAILED are terminal; only an explicit requeue moves a FAILED row back to
 // READY.
 //
-// Rows with a key have two more states. A keyed row enqueued while an earlier
+// Rows with a key have one more state. A keyed row enqueued while an earlier
 // row of its key is unfinished (READY, INPROGRESS or FAILED) is WAITING: it
 // is never claimed, and becomes READY when the last unfinished row before it
-// is DONE, DISCARDED or deleted. DISCARDED is terminal: an operator gave up
-// on a FAILED row, which releases its key to the rows waiting behind it.
+// is DONE, DISCARDED or deleted.
+//
+// DISCARDED is terminal: the event was given up on without running to its
+// end, by a cancel (of a READY, WAITING or FAILED row at once; of a running
+// one once its attempt has stopped) or by an operator's discard of a FAILED
+// row. A keyed row DISCARDED releases its key to the rows waiting behind it.
+//
+// [Statuses] lists them all; code that shows or counts rows per status
+// iterates it rather than naming each.
 const (
 	StatusReady      Status = "READY"
 	StatusInProgress Status = "INPROGRESS"
@@ -24,14 +34,15 @@ const (
 	StatusDiscarded  Status = "DISCARDED"
 )
 
-// Valid reports whether s is one of the six states.
-func (s Status) Valid() bool {
-	switch s {
-	case StatusReady, StatusInProgress, StatusDone, StatusFailed, StatusWaiting, StatusDiscarded:
-		return true
-	}
-	return false
-}
+// statuses is every state, in the order an event goes through them.
+var statuses = [...]Status{StatusReady, StatusWaiting, StatusInProgress, StatusDone, StatusFailed, StatusDiscarded}
+
+// Statuses returns every state of an event row, in the order an event goes
+// through them: READY, WAITING, INPROGRESS, DONE, FAILED, DISCARDED.
+func Statuses() []Status { return slices.Clone(statuses[:]) }
+
+// Valid reports whether s is one of the states [Statuses] lists.
+func (s Status) Valid() bool { return slices.Contains(statuses[:], s) }
 
 // Claim is one event owned by one worker until LeaseUntil.
 //

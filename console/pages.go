@@ -13,10 +13,7 @@ import (
 )
 
 // statuses in the order the pages show them: the way an event goes.
-var statuses = []leasework.Status{
-	leasework.StatusReady, leasework.StatusWaiting, leasework.StatusInProgress,
-	leasework.StatusDone, leasework.StatusFailed, leasework.StatusDiscarded,
-}
+var statuses = leasework.Statuses()
 
 // view asks Options.Authorize whether the request may see page (about
 // event id, for the event page), and writes the refusal if not.
@@ -88,7 +85,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	d := overviewData{Stats: st, Held: held, Chart: newChart(minutes)}
 	for _, s := range statuses {
-		d.Statuses = append(d.Statuses, statusCount{s, statusRows(st, s)})
+		d.Statuses = append(d.Statuses, statusCount{s, st.Rows[s]})
 	}
 	for _, q := range queues {
 		if !q.Paused.IsZero() {
@@ -111,24 +108,6 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, PageOverview, "Overview", d)
-}
-
-func statusRows(st lease.Stats, s leasework.Status) int64 {
-	switch s {
-	case leasework.StatusReady:
-		return st.Ready
-	case leasework.StatusWaiting:
-		return st.Waiting
-	case leasework.StatusInProgress:
-		return st.InProgress
-	case leasework.StatusDone:
-		return st.Done
-	case leasework.StatusFailed:
-		return st.Failed
-	case leasework.StatusDiscarded:
-		return st.Discarded
-	}
-	return 0
 }
 
 type eventsData struct {

@@ -55,7 +55,7 @@ func waitIdle(t *testing.T, w *framework.Worker, s *lease.Store, n int64) {
 	t.Helper()
 	waitFor(t, "the events completed and none left", func() bool {
 		st, err := s.Stats(context.Background())
-		return err == nil && st.Ready == 0 && st.InProgress == 0 && w.Counters().Completed >= n
+		return err == nil && st.Rows[leasework.StatusReady] == 0 && st.Rows[leasework.StatusInProgress] == 0 && w.Counters().Completed >= n
 	})
 }
 

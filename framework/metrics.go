@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -152,11 +153,8 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		return
 	}
 	fmt.Fprintf(b, "# HELP leasework_events Rows per status.\n# TYPE leasework_events gauge\n")
-	for _, s := range []struct {
-		status string
-		n      int64
-	}{{"READY", st.Ready}, {"INPROGRESS", st.InProgress}, {"DONE", st.Done}, {"FAILED", st.Failed}} {
-		fmt.Fprintf(b, "leasework_events{table=\"%s\",status=\"%s\"} %d\n", tableName, s.status, s.n)
+	for _, s := range leasework.Statuses() {
+		fmt.Fprintf(b, "leasework_events{table=\"%s\",status=\"%s\"} %d\n", tableName, s, st.Rows[s])
 	}
 	metric("leasework_eligible_events", "gauge", "READY rows that are due.", table, st.Eligible)
 	metric("leasework_expired_claims", "gauge", "INPROGRESS rows whose lease has expired.", table, st.ExpiredClaims)

@@ -35,7 +35,7 @@ func TestCountersStatsAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Done != 2 || st.Failed != 1 || st.Ready != 1 || st.Eligible != 0 {
+	if st.Rows[leasework.StatusDone] != 2 || st.Rows[leasework.StatusFailed] != 1 || st.Rows[leasework.StatusReady] != 1 || st.Eligible != 0 {
 		t.Errorf("stats %+v; want 2 done, 1 failed, 1 ready not yet due", st)
 	}
 
@@ -56,6 +56,12 @@ func TestCountersStatsAndMetrics(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	// A gauge for every status, zero ones included.
+	for _, status := range leasework.Statuses() {
+		if want := `leasework_events{table="` + s.Schema() + `.events",status="` + string(status) + `"} `; !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
 		}
 	}
 }
@@ -99,7 +105,7 @@ func TestRetentionDeletesOldDoneRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Done != 1 || st.Failed != 1 {
+	if st.Rows[leasework.StatusDone] != 1 || st.Rows[leasework.StatusFailed] != 1 {
 		t.Errorf("stats %+v; want the young DONE row and the FAILED one kept", st)
 	}
 	if r, err := s.Get(ctx, ids[2].ID); err != nil || r.Status != leasework.StatusDone {

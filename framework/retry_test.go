@@ -179,7 +179,7 @@ func TestRegisterRefusesOverflowingPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Done != 20 || st.Ready != 20 || st.InProgress != 0 {
+	if st.Rows[leasework.StatusDone] != 20 || st.Rows[leasework.StatusReady] != 20 || st.Rows[leasework.StatusInProgress] != 0 {
 		t.Errorf("stats %+v; want the 20 sane events DONE and the 20 others untouched", st)
 	}
 }

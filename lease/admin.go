@@ -231,10 +231,9 @@ func (s *Store) Requeue(ctx context.Context, req RequeueRequest) ([]int64, error
 
 // Stats are the database-side figures of one table, read in one query.
 type Stats struct {
-	Ready, InProgress, Done, Failed int64
-	// Waiting counts keyed rows waiting behind an unfinished row of their
-	// key; Discarded counts FAILED rows an operator discarded.
-	Waiting, Discarded int64
+	// Rows counts the rows of each status; every status of
+	// leasework.Statuses is present, zero included.
+	Rows map[leasework.Status]int64
 	// HeldKeys counts keys held by a FAILED row: their waiting rows are not
 	// claimed until it is requeued or discarded ([Store.HeldKeys] lists
 	// them).
@@ -252,12 +251,20 @@ type Stats struct {
 // Stats reads the table's figures. It scans the table, so call it at
 // metrics-scrape rates, not per job.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	var st Stats
+	statuses := leasework.Statuses()
+	counts := make([]int64, len(statuses))
+	st := Stats{Rows: make(map[leasework.Status]int64, len(statuses))}
 	var age float64
-	err := s.db.QueryRowContext(ctx, s.q.stats).Scan(&st.Ready, &st.InProgress, &st.Done, &st.Failed,
-		&st.Waiting, &st.Discarded, &st.HeldKeys, &st.Eligible, &st.ExpiredClaims, &age)
-	if err != nil {
+	dest := make([]any, 0, len(statuses)+4)
+	for i := range counts {
+		dest = append(dest, &counts[i])
+	}
+	dest = append(dest, &st.HeldKeys, &st.Eligible, &st.ExpiredClaims, &age)
+	if err := s.db.QueryRowContext(ctx, s.q.stats).Scan(dest...); err != nil {
 		return Stats{}, s.wrapErr("stats", err)
+	}
+	for i, status := range statuses {
+		st.Rows[status] = counts[i]
 	}
 	st.OldestEligibleAge = time.Duration(age * float64(time.Second))
 	return st, nil

@@ -128,7 +128,7 @@ func TestClaimPlanIgnoresWaitingRows(t *testing.T) {
 		}
 	}
 	st, err := s.Stats(ctx)
-	if err != nil || st.Waiting != 20000 || st.HeldKeys != 2000 {
+	if err != nil || st.Rows[leasework.StatusWaiting] != 20000 || st.HeldKeys != 2000 {
 		t.Fatalf("stats = %+v, %v; want 20,000 waiting behind 2,000 held keys", st, err)
 	}
 }

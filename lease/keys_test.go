@@ -176,7 +176,7 @@ func TestDiscardReleasesAHeldKey(t *testing.T) {
 		t.Fatalf("held keys = %+v", held)
 	}
 	st, err := s.Stats(ctx)
-	if err != nil || st.HeldKeys != 1 || st.Waiting != 2 || st.Failed != 1 {
+	if err != nil || st.HeldKeys != 1 || st.Rows[leasework.StatusWaiting] != 2 || st.Rows[leasework.StatusFailed] != 1 {
 		t.Fatalf("stats = %+v, %v", st, err)
 	}
 	if _, err := s.Discard(ctx, leasework.Ref{ID: head.ID, Generation: 0}); !errors.Is(err, lease.ErrNotFailed) {

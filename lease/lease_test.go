@@ -236,7 +236,7 @@ func TestStatsAndRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Ready != 1 || st.InProgress != 1 || st.Done != 1 || st.Failed != 0 || st.Eligible != 1 || st.ExpiredClaims != 0 {
+	if st.Rows[leasework.StatusReady] != 1 || st.Rows[leasework.StatusInProgress] != 1 || st.Rows[leasework.StatusDone] != 1 || st.Rows[leasework.StatusFailed] != 0 || st.Eligible != 1 || st.ExpiredClaims != 0 {
 		t.Fatalf("stats = %+v", st)
 	}
 	if n, err := s.DeleteFinished(ctx, time.Hour, 10); err != nil || n != 0 {

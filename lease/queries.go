@@ -1,5 +1,12 @@
 package lease
 
+import (
+	"fmt"
+	"strings"
+
+	"github.com/leasework/leasework"
+)
+
 // The statements, one copy each. {{table}} and friends are replaced by quoted
 // identifiers when a Store is made; every value is a bound parameter.
 // Durations are bound as microseconds.
@@ -397,14 +404,10 @@ WITH requeued AS (
 )
 SELECT r.id FROM requeued AS r, pg_notify($3, r.kind) ORDER BY r.id`
 
-const statsSQL = `
-SELECT
-    count(*) FILTER (WHERE status = 'READY'),
-    count(*) FILTER (WHERE status = 'INPROGRESS'),
-    count(*) FILTER (WHERE status = 'DONE'),
-    count(*) FILTER (WHERE status = 'FAILED'),
-    count(*) FILTER (WHERE status = 'WAITING'),
-    count(*) FILTER (WHERE status = 'DISCARDED'),
+// statsSQL counts the rows of each status of leasework.Statuses, in that
+// order, then the figures of [Stats] after them.
+var statsSQL = `
+SELECT` + statusCounts() + `
     count(*) FILTER (WHERE status = 'FAILED' AND key IS NOT NULL),
     count(*) FILTER (WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()),
     count(*) FILTER (WHERE status = 'INPROGRESS' AND lease_until <= statement_timestamp()),
@@ -526,4 +529,14 @@ func (s *Store) renderQueries() queries {
 	}
 	breakQueries(&q) // a no-op but in the chaos soak's deliberately broken builds (breaks_off.go)
 	return q
+}
+
+// statusCounts is a select list's count of each status of
+// leasework.Statuses, in that order, each followed by a comma.
+func statusCounts() string {
+	var b strings.Builder
+	for _, st := range leasework.Statuses() {
+		fmt.Fprintf(&b, "\n    count(*) FILTER (WHERE status = '%s'),", st)
+	}
+	return b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
@@ -44,7 +45,7 @@ func TestRetentionPlanSkipsFailedRows(t *testing.T) {
 		t.Fatalf("DeleteFinished = %d, %v; want the 20 DONE rows", n, err)
 	}
 	st, err := s.Stats(ctx)
-	if err != nil || st.Failed != 50_000 || st.Done != 0 {
+	if err != nil || st.Rows[leasework.StatusFailed] != 50_000 || st.Rows[leasework.StatusDone] != 0 {
 		t.Fatalf("stats after retention = %+v, %v; want 50,000 FAILED rows kept and no DONE row", st, err)
 	}
 }

@@ -109,7 +109,7 @@ func TestHeldKeysListedAndCounted(t *testing.T) {
 			r = must(t, exitOK, on(t, st, d.Name, "stats", "-json")...)
 			var stats statsJSON
 			decode(t, r, &stats)
-			if stats.HeldKeys != 1 || stats.Waiting != 2 || stats.Failed != 1 || len(stats.Held) != 1 || stats.Held[0].HeadID != ids[0] {
+			if stats.HeldKeys != 1 || stats.Rows[leasework.StatusWaiting] != 2 || stats.Rows[leasework.StatusFailed] != 1 || len(stats.Held) != 1 || stats.Held[0].HeadID != ids[0] {
 				t.Fatalf("stats -json = %+v", stats)
 			}
 			r = must(t, exitOK, on(t, st, d.Name, "stats")...)

@@ -125,7 +125,7 @@ func TestDSNFromEnvironment(t *testing.T) {
 	r := must(t, exitOK, "stats", "-json", "-schema", st.Schema())
 	var got statsJSON
 	decode(t, r, &got)
-	if got.Schema != st.Schema() || got.Ready != 0 {
+	if got.Schema != st.Schema() || len(got.Rows) != len(leasework.Statuses()) || got.Rows[leasework.StatusReady] != 0 {
 		t.Fatalf("stats from $LEASEWORK_DSN = %+v", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 )
@@ -44,7 +45,11 @@ func TestMigrateIsIdempotent(t *testing.T) {
 			r = must(t, exitOK, args("stats", "-json")...)
 			var st statsJSON
 			decode(t, r, &st)
-			if !reflect.DeepEqual(st, statsJSON{Schema: schema, Table: "jobs", Held: []heldKeyJSON{}, PausedQueues: []string{}}) {
+			zero := map[leasework.Status]int64{}
+			for _, status := range leasework.Statuses() {
+				zero[status] = 0
+			}
+			if !reflect.DeepEqual(st, statsJSON{Schema: schema, Table: "jobs", Rows: zero, Held: []heldKeyJSON{}, PausedQueues: []string{}}) {
 				t.Fatalf("stats of a new table = %+v; want all zero", st)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -17,17 +18,13 @@ func (*statsCmd) flags(*flag.FlagSet) {}
 func (*statsCmd) check() error { return nil }
 
 type statsJSON struct {
-	Schema            string  `json:"schema"`
-	Table             string  `json:"table"`
-	Ready             int64   `json:"ready"`
-	InProgress        int64   `json:"inprogress"`
-	Done              int64   `json:"done"`
-	Failed            int64   `json:"failed"`
-	Waiting           int64   `json:"waiting"`
-	Discarded         int64   `json:"discarded"`
-	Eligible          int64   `json:"eligible"`
-	ExpiredClaims     int64   `json:"expired_claims"`
-	OldestEligibleAge float64 `json:"oldest_eligible_age_seconds"`
+	Schema string `json:"schema"`
+	Table  string `json:"table"`
+	// Rows counts the rows of each status, by its name: "READY", "DONE" …
+	Rows              map[leasework.Status]int64 `json:"rows"`
+	Eligible          int64                      `json:"eligible"`
+	ExpiredClaims     int64                      `json:"expired_claims"`
+	OldestEligibleAge float64                    `json:"oldest_eligible_age_seconds"`
 	// HeldKeys counts the keys held by a FAILED event; Held names the
 	// first few (list -held names them all).
 	HeldKeys int64         `json:"held_keys"`
@@ -65,8 +62,7 @@ func (*statsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error 
 		res := statsJSON{
 			PausedQueues: paused,
 			Schema:       st.Schema(), Table: st.Table(),
-			Ready: s.Ready, InProgress: s.InProgress, Done: s.Done, Failed: s.Failed,
-			Waiting: s.Waiting, Discarded: s.Discarded,
+			Rows:     s.Rows,
 			Eligible: s.Eligible, ExpiredClaims: s.ExpiredClaims,
 			OldestEligibleAge: s.OldestEligibleAge.Seconds(),
 			HeldKeys:          s.HeldKeys, Held: make([]heldKeyJSON, len(held)),
@@ -76,19 +72,16 @@ func (*statsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error 
 		}
 		return out.JSON(res)
 	}
-	rows := [][]string{
-		{"table", st.QualifiedTable()},
-		{"READY", itoa(s.Ready)},
-		{"INPROGRESS", itoa(s.InProgress)},
-		{"DONE", itoa(s.Done)},
-		{"FAILED", itoa(s.Failed)},
-		{"WAITING", itoa(s.Waiting)},
-		{"DISCARDED", itoa(s.Discarded)},
+	rows := [][]string{{"table", st.QualifiedTable()}}
+	for _, status := range leasework.Statuses() {
+		rows = append(rows, []string{string(status), itoa(s.Rows[status])})
+	}
+	rows = append(rows, [][]string{
 		{"eligible now", itoa(s.Eligible)},
 		{"expired claims", itoa(s.ExpiredClaims)},
 		{"oldest eligible age", s.OldestEligibleAge.Round(time.Millisecond).String()},
 		{"held keys", itoa(s.HeldKeys)},
-	}
+	}...)
 	for _, h := range held {
 		rows = append(rows, []string{"  held", heldLine(h)})
 	}

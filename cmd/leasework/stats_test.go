@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
@@ -43,7 +44,11 @@ func TestStats(t *testing.T) {
 			age := got.OldestEligibleAge
 			got.OldestEligibleAge = 0
 			want := statsJSON{Schema: st.Schema(), Table: st.Table(),
-				Ready: 3, InProgress: 1, Done: 1, Failed: 1, Eligible: 2, ExpiredClaims: 1, Held: []heldKeyJSON{}, PausedQueues: []string{}}
+				Rows: map[leasework.Status]int64{
+					leasework.StatusReady: 3, leasework.StatusInProgress: 1, leasework.StatusDone: 1, leasework.StatusFailed: 1,
+					leasework.StatusWaiting: 0, leasework.StatusDiscarded: 0,
+				},
+				Eligible: 2, ExpiredClaims: 1, Held: []heldKeyJSON{}, PausedQueues: []string{}}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("stats -json = %+v\nwant %+v", got, want)
 			}

@@ -144,7 +144,7 @@ func TestEnqueueInPgxTxRollsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Ready != 0 {
+	if st.Rows[leasework.StatusReady] != 0 {
 		t.Errorf("stats after rollback %+v; want no row", st)
 	}
 	// The next notification is the committed event's: the rolled-back one
@@ -233,7 +233,7 @@ func TestEnqueueInPgxTxSkipDuplicates(t *testing.T) {
 		t.Errorf("new row %+v, %v; want the first of the call", r, err)
 	}
 	st, err := s.Stats(ctx)
-	if err != nil || st.Ready != 2 {
+	if err != nil || st.Rows[leasework.StatusReady] != 2 {
 		t.Errorf("stats %+v, %v; want 2 READY rows", st, err)
 	}
 }

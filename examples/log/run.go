@@ -135,7 +135,7 @@ func waitAllDone(ctx context.Context, store *lease.Store, n int, workers []*work
 	defer tick.Stop()
 	for {
 		st, err := store.Stats(ctx)
-		if err == nil && st.Done == int64(n) {
+		if err == nil && st.Rows[leasework.StatusDone] == int64(n) {
 			return nil
 		}
 		alive := 0
