@@ -30,7 +30,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 )
 
 // env is what every section gets.

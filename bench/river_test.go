@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 	"github.com/riverqueue/river"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 )
 
 // testEnv returns an env on a throwaway server like the program's own (with

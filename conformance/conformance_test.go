@@ -19,7 +19,7 @@ import (
 	"github.com/leasework/leasework/conformance"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	pqdriver "github.com/leasework/leasework/driver/pq"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

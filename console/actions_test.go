@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/console"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

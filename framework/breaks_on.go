@@ -11,7 +11,7 @@ import (
 
 // This file breaks the library on purpose. It is built only with the
 // leasework_break tag, never in a normal build: the chaos soak
-// (internal/chaos) runs against each break, named by $LEASEWORK_BREAK, to
+// (internal/rig/chaos) runs against each break, named by $LEASEWORK_BREAK, to
 // show that its history checker catches it.
 
 var activeBreak = os.Getenv("LEASEWORK_BREAK")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // When outcomes are written slowly, the worker stops claiming instead of

@@ -9,7 +9,7 @@ import (
 	"github.com/leasework/leasework"
 	pqdriver "github.com/leasework/leasework/driver/pq"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 	_ "github.com/lib/pq" // registers "postgres" for the foreign pool
 )

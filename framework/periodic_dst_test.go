@@ -8,7 +8,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // Schedules in a zone at its daylight-saving changes. The rule (see

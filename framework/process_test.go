@@ -19,8 +19,8 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgserver"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )

@@ -13,8 +13,8 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgserver"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // txChild is the worker process of the exactly-once test: a Transactional

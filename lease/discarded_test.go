@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )

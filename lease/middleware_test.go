@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

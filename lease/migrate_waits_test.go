@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

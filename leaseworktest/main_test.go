@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -78,7 +78,7 @@
  * lost replies of writes that committed (AlreadyRecorded), the number of
  * workers beyond two, and replication: the model has one database, so a
  * failover that loses a committed claim is outside it (generations outrank
- * across a promotion by the timeline's floor, which internal/failover
+ * across a promotion by the timeline's floor, which internal/rig/failover
  * tests against real standbys).
  */
 

@@ -12,9 +12,12 @@ import (
 	"github.com/leasework/leasework"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	pqdriver "github.com/leasework/leasework/driver/pq"
-	"github.com/leasework/leasework/internal/pgserver"
 	"github.com/leasework/leasework/lease"
 )
+
+// envDSN names the environment variable that gives the database when -dsn
+// does not: the same one the tests and the examples read.
+const envDSN = "LEASEWORK_DSN"
 
 // connFlags are the flags every command takes: where the table is, and how
 // to print.
@@ -28,7 +31,7 @@ type connFlags struct {
 }
 
 func (f *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL URL or key=value `string` (default $"+pgserver.EnvDSN+")")
+	fs.StringVar(&f.dsn, "dsn", "", "PostgreSQL URL or key=value `string` (default $"+envDSN+")")
 	fs.StringVar(&f.driver, "driver", "pgx", "database/sql driver: pgx or pq")
 	fs.StringVar(&f.schema, "schema", lease.DefaultSchema, "`schema` of the events table (lower case)")
 	fs.StringVar(&f.table, "table", lease.DefaultTable, "events `table` (lower case)")
@@ -59,22 +62,22 @@ func (f *connFlags) open(getenv func(string) string) (*lease.Store, error) {
 	}
 	dsn := strings.TrimSpace(f.dsn)
 	if dsn == "" {
-		dsn = strings.TrimSpace(getenv(pgserver.EnvDSN))
+		dsn = strings.TrimSpace(getenv(envDSN))
 	}
 	if dsn == "" {
-		return nil, usagef("no database given: pass -dsn or set $%s (leasework never starts a server of its own)", pgserver.EnvDSN)
+		return nil, usagef("no database given: pass -dsn or set $%s (leasework never starts a server of its own)", envDSN)
 	}
 	// lib/pq parses the DSN in Open; pgx's database/sql connector only when
 	// it first connects. Parse it here too, so that a malformed DSN is a
 	// usage error whichever the driver.
 	if f.driver == "pgx" {
 		if _, err := pgx.ParseConfig(dsn); err != nil {
-			return nil, usagef("bad -dsn or $%s: %v", pgserver.EnvDSN, err)
+			return nil, usagef("bad -dsn or $%s: %v", envDSN, err)
 		}
 	}
 	db, err := drv.Open(dsn)
 	if err != nil {
-		return nil, usagef("bad -dsn or $%s: %v", pgserver.EnvDSN, err)
+		return nil, usagef("bad -dsn or $%s: %v", envDSN, err)
 	}
 	st, err := lease.New(db, drv, lease.Options{Schema: f.schema, Table: f.table})
 	if err != nil {

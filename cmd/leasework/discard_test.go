@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

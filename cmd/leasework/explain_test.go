@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

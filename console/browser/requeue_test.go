@@ -13,7 +13,7 @@ import (
 	"github.com/leasework/leasework/console"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/leasework/leasework"
 	leaseworkotel "github.com/leasework/leasework/contrib/otel"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // The pool's sockets carry the keepalives and user timeout that the package

@@ -14,7 +14,7 @@ import (
 	"github.com/leasework/leasework"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	pqdriver "github.com/leasework/leasework/driver/pq"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // The pool's sockets carry the keepalives and user timeout that the package

@@ -12,7 +12,7 @@ import (
 
 	"github.com/leasework/leasework/conformance"
 	pqdriver "github.com/leasework/leasework/driver/pq"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/lib/pq"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	pqdriver "github.com/leasework/leasework/driver/pq"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/lib/pq"
 )
 

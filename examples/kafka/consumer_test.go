@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // The inbox applies an event once, however often and however concurrently

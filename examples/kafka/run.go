@@ -15,7 +15,7 @@ import (
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 	"github.com/leasework/leasework/lease"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

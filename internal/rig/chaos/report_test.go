@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/history"
+	"github.com/leasework/leasework/internal/rig/history"
 )
 
 // check checks the run's history and the workers' own figures, and prints

@@ -18,7 +18,7 @@ import (
 // acknowledged event is lost, no stale write is accepted, and the workers
 // carry on by themselves on each new primary. Each failover starts with
 // commits synchronous. It is built only with the autofailover build tag:
-// go test -tags autofailover -run AutoFailover ./internal/failover/ (which
+// go test -tags autofailover -run AutoFailover ./internal/rig/failover/ (which
 // .ci/run does when $LEASEWORK_PG_AUTO_FAILOVER is set).
 func TestFailoverOnPgAutoFailover(t *testing.T) {
 	autoctl, bin := autoFailoverPrerequisites(t)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/internal/pgserver"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

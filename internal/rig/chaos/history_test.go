@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/history"
+	"github.com/leasework/leasework/internal/rig/history"
 )
 
 // readHistory gathers the run's history: the audit and the effects from

@@ -26,7 +26,7 @@ import (
 	"github.com/leasework/leasework"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	pqdriver "github.com/leasework/leasework/driver/pq"
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 	"github.com/leasework/leasework/lease"
 )
 

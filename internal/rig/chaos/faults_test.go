@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasework/leasework/internal/history"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/history"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // fault is a kind of fault the injector does.

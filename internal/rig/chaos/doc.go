@@ -4,17 +4,17 @@
 // disconnects and silences them and restarts the PostgreSQL server under
 // them (and, in the long run, fails it over to its standby), records the
 // whole history of the run, and checks it afterwards with
-// internal/history.
+// internal/rig/history.
 //
 // The package has no code of its own: everything is in its tests.
 //
-//	go test -race -run Soak -v ./internal/chaos/                             # the short run, as CI runs it
-//	LEASEWORK_SOAK=long go test -run Soak -v -timeout 60m ./internal/chaos/  # 260 faults of each kind, 40 failovers
-//	LEASEWORK_SOAK_SEED=123 go test -run Soak -v ./internal/chaos/           # replay a run's schedule
-//	LEASEWORK_SOAK_TRACE=1 go test -run Soak -v ./internal/chaos/            # log every fault and cancel as it is done
-//	LEASEWORK_SOAK_FAULTS=2 LEASEWORK_SOAK=long go test -run Soak -v ./internal/chaos/  # the long run's configuration, 2 faults of each kind
-//	LEASEWORK_SOAK_HISTORY=h.json go test -run Soak -v ./internal/chaos/     # keep the history, as JSON
-//	LEASEWORK_BREAK=steal-leases go test -tags leasework_break -run Soak -v ./internal/chaos/  # a deliberate break, caught
+//	go test -race -run Soak -v ./internal/rig/chaos/                             # the short run, as CI runs it
+//	LEASEWORK_SOAK=long go test -run Soak -v -timeout 60m ./internal/rig/chaos/  # 260 faults of each kind, 40 failovers
+//	LEASEWORK_SOAK_SEED=123 go test -run Soak -v ./internal/rig/chaos/           # replay a run's schedule
+//	LEASEWORK_SOAK_TRACE=1 go test -run Soak -v ./internal/rig/chaos/            # log every fault and cancel as it is done
+//	LEASEWORK_SOAK_FAULTS=2 LEASEWORK_SOAK=long go test -run Soak -v ./internal/rig/chaos/  # the long run's configuration, 2 faults of each kind
+//	LEASEWORK_SOAK_HISTORY=h.json go test -run Soak -v ./internal/rig/chaos/     # keep the history, as JSON
+//	LEASEWORK_BREAK=steal-leases go test -tags leasework_break -run Soak -v ./internal/rig/chaos/  # a deliberate break, caught
 //
 // The seed fixes the schedule: the order of the faults, the gaps between
 // them, the choice of worker among those free, the events enqueued, the
@@ -93,7 +93,7 @@
 // own; the Transactional handlers' effects carry their transaction; the
 // test records its enqueues, cancels and pauses with their call and return
 // times and results, and when each worker process was gone. After the run,
-// internal/history checks the whole history: at most one live owner per
+// internal/rig/history checks the whole history: at most one live owner per
 // row at any instant (owners); per key, handler runs never overlap and
 // follow commit order (key_order); every acknowledged enqueue ends in one
 // terminal state at its last claim's generation (terminal); one business

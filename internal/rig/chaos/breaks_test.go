@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/leasework/leasework/internal/history"
+	"github.com/leasework/leasework/internal/rig/history"
 )
 
 // breakEnv names a deliberate break of the library, for a run that shows
@@ -16,7 +16,7 @@ import (
 // leasework_break tag (lease/breaks_on.go, framework/breaks_on.go), and
 // the worker processes inherit the variable:
 //
-//	LEASEWORK_BREAK=steal-leases go test -tags leasework_break -run Soak -v ./internal/chaos/
+//	LEASEWORK_BREAK=steal-leases go test -tags leasework_break -run Soak -v ./internal/rig/chaos/
 //
 // Such a run passes when the history shows every property the break must
 // violate violated, and prints the violations.
@@ -55,7 +55,7 @@ func breakOf() (string, error) {
 		return "", fmt.Errorf("%s=%q names no break; the breaks: %s", breakEnv, name, strings.Join(names, ", "))
 	}
 	if !breaksBuilt {
-		return "", fmt.Errorf("%s=%s needs the library built broken: go test -tags leasework_break -run Soak ./internal/chaos/", breakEnv, name)
+		return "", fmt.Errorf("%s=%s needs the library built broken: go test -tags leasework_break -run Soak ./internal/rig/chaos/", breakEnv, name)
 	}
 	return name, nil
 }

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasework/leasework/internal/history"
-	"github.com/leasework/leasework/internal/pgserver"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/history"
+	"github.com/leasework/leasework/internal/rig/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 )
 
 // Events flow through a pgx worker and a pq worker while a synchronous

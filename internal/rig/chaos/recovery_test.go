@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasework/leasework/internal/history"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/history"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 

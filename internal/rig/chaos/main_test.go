@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 )
 
 // server is the soak's own throwaway cluster, which the soak restarts.

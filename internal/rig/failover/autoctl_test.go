@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasework/leasework/internal/pgserver"
+	"github.com/leasework/leasework/internal/rig/pgserver"
 )
 
 // autoCluster is a pg_auto_failover formation on loopback ports: a monitor

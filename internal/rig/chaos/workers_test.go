@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // slot is one of the soak's worker positions: its driver and proxy stay,

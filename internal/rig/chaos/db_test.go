@@ -56,7 +56,7 @@ func withApp(dsn, app string) (string, error) {
 // the writing transaction, it records exactly the writes that committed,
 // and for one row in the order they committed (the second writer of a row
 // waits for the first's commit before its own write). What the writes mean
-// is the history checker's business (internal/history).
+// is the history checker's business (internal/rig/history).
 func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 	events := s.QualifiedTable()
 	for _, q := range []string{

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasework/leasework/conformance"
-	"github.com/leasework/leasework/internal/pgtest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 )
 
 // envPromotedPort names, to the suite's child processes (the kill tests
