@@ -91,8 +91,8 @@ func (j *journal) observer() framework.Observer {
 }
 
 // An observer is told of every claim, its handler's return and its
-// outcome, in that order for each claim, with the context it returned from Claimed; the
-// handler runs under that context too.
+// outcome, in that order for each claim, with the context it returned
+// from Claimed; the handler runs under that context too.
 func TestObserverSeesEveryClaimAndOutcome(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
