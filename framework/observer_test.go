@@ -34,6 +34,20 @@ func (j *journal) add(eventID, line string) {
 	j.lines[eventID] = append(j.lines[eventID], line)
 }
 
+// addClaim records line under c's event id, and under its claim's own
+// key (see ofClaim).
+func (j *journal) addClaim(c *leasework.Claim, line string) {
+	j.add(c.EventID, line)
+	j.add(fmt.Sprintf("%s@%d", c.EventID, c.Generation), line)
+}
+
+// ofClaim is what the observer was told of one claim of an event: its
+// order is promised. The order between two claims of one event is not:
+// the next claim may be told before the outcome of the one before it.
+func (j *journal) ofClaim(eventID string, generation int64) string {
+	return j.of(fmt.Sprintf("%s@%d", eventID, generation))
+}
+
 func (j *journal) of(eventID string) string {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -45,9 +59,9 @@ func (j *journal) observer() framework.Observer {
 		Claimed: func(ctx context.Context, c *leasework.Claim, info framework.ClaimInfo) context.Context {
 			if info.Queue != c.Queue || info.Sent.IsZero() || info.Returned.Before(info.Sent) || info.Wait < 0 ||
 				(c.Reclaimed && info.Wait != 0) {
-				j.add(c.EventID, fmt.Sprintf("bad claim info %+v", info))
+				j.addClaim(c, fmt.Sprintf("bad claim info %+v", info))
 			}
-			j.add(c.EventID, fmt.Sprintf("claimed %d", c.Attempt))
+			j.addClaim(c, fmt.Sprintf("claimed %d", c.Attempt))
 			return context.WithValue(ctx, journalKey{}, c.EventID)
 		},
 		HandlerReturned: func(ctx context.Context, c *leasework.Claim, info framework.HandlerInfo) {
@@ -58,7 +72,7 @@ func (j *journal) observer() framework.Observer {
 			if ctx.Value(journalKey{}) != c.EventID {
 				line += " (not the Claimed context)"
 			}
-			j.add(c.EventID, line)
+			j.addClaim(c, line)
 		},
 		Settled: func(ctx context.Context, c *leasework.Claim, s framework.Settlement) {
 			line := s.Outcome.String()
@@ -71,14 +85,14 @@ func (j *journal) observer() framework.Observer {
 			if ctx.Value(journalKey{}) != c.EventID {
 				line += " (not the Claimed context)"
 			}
-			j.add(c.EventID, line)
+			j.addClaim(c, line)
 		},
 	}
 }
 
 // An observer is told of every claim, its handler's return and its
-// outcome, in that order, with the context it returned from Claimed; the
-// handler runs under that context too.
+// outcome, in that order for each claim, with the context it returned
+// from Claimed; the handler runs under that context too.
 func TestObserverSeesEveryClaimAndOutcome(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
@@ -114,14 +128,29 @@ func TestObserverSeesEveryClaimAndOutcome(t *testing.T) {
 		stop := start(t, w)
 		waitFor(t, "four events finished", func() bool { return w.Counters().Completed == 3 && w.Counters().Failed == 1 })
 		stop()
-		for id, want := range map[string]string{
-			"completes": "claimed 1 | returned err=<nil> | completed",
-			"fails":     "claimed 1 | returned err=no | failed no",
-			"retries":   "claimed 1 | returned err=once | retried once | claimed 2 | returned err=<nil> | completed",
-			"snoozes":   "claimed 1 | returned err=snoozed for 1ms | snoozed | claimed 2 | returned err=<nil> | completed",
+		for _, want := range []struct {
+			id     string
+			claims []string // of generation 1, 2 …
+		}{
+			{"completes", []string{"claimed 1 | returned err=<nil> | completed"}},
+			{"fails", []string{"claimed 1 | returned err=no | failed no"}},
+			{"retries", []string{"claimed 1 | returned err=once | retried once", "claimed 2 | returned err=<nil> | completed"}},
+			{"snoozes", []string{"claimed 1 | returned err=snoozed for 1ms | snoozed", "claimed 2 | returned err=<nil> | completed"}},
 		} {
-			if got := j.of(id); got != want {
-				t.Errorf("%s:\n got  %s\n want %s", id, got, want)
+			for i, claim := range want.claims {
+				if got := j.ofClaim(want.id, int64(i+1)); got != claim {
+					t.Errorf("%s, generation %d:\n got  %s\n want %s", want.id, i+1, got, claim)
+				}
+			}
+			// A claim comes after the handler of the claim before it
+			// returned (its outcome, committed, made the row claimable);
+			// its Settled may be told after the next claim's Claimed.
+			all := j.of(want.id)
+			if len(want.claims) == 2 && strings.Index(all, "claimed 2") < strings.Index(all, "returned err=") {
+				t.Errorf("%s: %s; want claimed 2 after the first handler returned", want.id, all)
+			}
+			if n := strings.Count(all, " | ") + 1; n != 3*len(want.claims) {
+				t.Errorf("%s: %s; want %d lines", want.id, all, 3*len(want.claims))
 			}
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 )
@@ -20,23 +21,22 @@ const lateMaxAge = 30 * time.Second
 // machine, a server starting again), every try is abandoned half done and
 // a pool that lost its connections never gets one back. Through KeepLate
 // a set-up goes on past its caller's context, bounded by the connector's
-// own connect timeout, and its connection goes to the next caller; a
-// caller finds a set-up already under way before it starts one of its
-// own. A caller that stops waiting gets its context's error at once, as
-// before.
+// own connect timeout, and its connection goes to the next caller (kept,
+// with no goroutine, until one comes or the pool is closed); a caller
+// finds a set-up already under way before it starts one of its own. A
+// caller that stops waiting gets its context's error at once, as before.
 func KeepLate(c driver.Connector) driver.Connector {
-	return &lateConnector{Connector: c, results: make(chan setUp), done: make(chan struct{})}
+	return &lateConnector{Connector: c}
 }
 
 type lateConnector struct {
 	driver.Connector
-	results   chan setUp
-	done      chan struct{} // closed by Close
-	closeOnce sync.Once
 
 	mu       sync.Mutex
-	inflight int // set-ups started whose result nobody has taken
-	waiting  int // callers waiting for a result
+	spares   []setUp      // connections set up that no caller took yet, oldest first
+	waiters  []chan setUp // callers waiting for a set-up, first come first
+	inflight int          // set-ups under way
+	closed   bool         // by Close: set-ups that finish are closed
 }
 
 // setUp is the result of one set-up.
@@ -47,56 +47,77 @@ type setUp struct {
 }
 
 func (l *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	began := time.Now()
-	for {
-		l.mu.Lock()
-		if l.inflight <= l.waiting {
-			l.inflight++
-			go l.setUp(ctx)
-		}
-		l.waiting++
-		l.mu.Unlock()
-		select {
-		case r := <-l.results:
-			l.mu.Lock()
-			l.waiting--
-			l.inflight--
+	l.mu.Lock()
+	for len(l.spares) > 0 {
+		s := l.spares[0]
+		l.spares = l.spares[1:]
+		if time.Since(s.at) < lateMaxAge {
 			l.mu.Unlock()
-			switch {
-			case r.err == nil && time.Since(r.at) > lateMaxAge:
-				_ = r.conn.Close()
-				continue
-			case r.err != nil && r.at.Before(began):
-				continue // an earlier caller's failure: try again
-			}
-			return r.conn, r.err
-		case <-ctx.Done():
-			l.mu.Lock()
-			l.waiting--
-			l.mu.Unlock()
-			return nil, fmt.Errorf("connect: %w (the set-up goes on, for the next caller)", context.Cause(ctx))
+			return s.conn, nil
 		}
+		_ = s.conn.Close()
 	}
+	ch := make(chan setUp, 1)
+	l.waiters = append(l.waiters, ch)
+	if l.inflight < len(l.waiters) {
+		l.inflight++
+		go l.setUp(ctx)
+	}
+	l.mu.Unlock()
+	select {
+	case r := <-ch:
+		return r.conn, r.err
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i := slices.Index(l.waiters, ch); i >= 0 {
+		l.waiters = slices.Delete(l.waiters, i, i+1)
+	} else {
+		// A set-up was handed to this caller as it gave up: pass it on.
+		l.handOver(<-ch)
+	}
+	return nil, fmt.Errorf("connect: %w (the set-up goes on, for the next caller)", context.Cause(ctx))
 }
 
 // setUp sets a connection up, bounded by the connector's own timeout and
-// not by ctx, and hands it to whichever caller waits first.
+// not by ctx, and hands it over.
 func (l *lateConnector) setUp(ctx context.Context) {
 	conn, err := l.Connector.Connect(context.WithoutCancel(ctx))
-	select {
-	case l.results <- setUp{conn, err, time.Now()}:
-	case <-l.done:
-		if err == nil {
-			_ = conn.Close()
-		}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight--
+	l.handOver(setUp{conn, err, time.Now()})
+}
+
+// handOver gives r to the first waiting caller; with none, keeps its
+// connection for the next one (a failure goes to nobody). l.mu is held.
+func (l *lateConnector) handOver(r setUp) {
+	switch {
+	case len(l.waiters) > 0:
+		ch := l.waiters[0]
+		l.waiters = l.waiters[1:]
+		ch <- r // buffered, and this waiter's only one
+	case r.err != nil:
+	case l.closed:
+		_ = r.conn.Close()
+	default:
+		l.spares = append(l.spares, r)
 	}
 }
 
-// Close makes the set-ups nobody waits for close their connections, and
-// closes the connector it wraps when that is an io.Closer; (*sql.DB).Close
-// calls it.
+// Close closes the connections kept for the next callers, makes set-ups
+// still under way close theirs, and closes the connector it wraps when
+// that is an io.Closer; (*sql.DB).Close calls it.
 func (l *lateConnector) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
+	l.mu.Lock()
+	l.closed = true
+	spares := l.spares
+	l.spares = nil
+	l.mu.Unlock()
+	for _, s := range spares {
+		_ = s.conn.Close()
+	}
 	if c, ok := l.Connector.(io.Closer); ok {
 		return c.Close()
 	}

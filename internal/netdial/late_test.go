@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,6 +120,14 @@ func TestASetUpItsCallerLeftGoesToTheNextCaller(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("a ping with 50ms for a 500ms set-up = %v; want context.DeadlineExceeded", err)
 		}
+		// Once the set-up is done its connection is kept without a
+		// goroutine (a program whose worker stopped leaves none running).
+		// A liveness bound: the set-up takes about 500ms.
+		for bound := time.Now().Add(2 * time.Minute); setUpRunning(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(bound) {
+				t.Fatal("2 minutes after the ping gave up, its set-up still has a goroutine")
+			}
+		}
 		// A liveness bound only: the kept set-up answers in about 450ms.
 		long, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -158,4 +168,10 @@ func TestStatementsShorterThanASetUpStillGetConnections(t *testing.T) {
 			}
 		}
 	})
+}
+
+// setUpRunning reports whether a goroutine of KeepLate's set-ups runs.
+func setUpRunning() bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "netdial.(*lateConnector).setUp")
 }
