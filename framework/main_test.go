@@ -111,6 +111,11 @@ func start(t testing.TB, w *framework.Worker) (stop func()) {
 // waitTimeout bounds every wait for a condition; reaching it fails the test.
 const waitTimeout = 2 * time.Minute
 
+// waitPoll is how often waitFor tries its condition: many conditions read
+// the database, and a wait polls for as long as the worker under test
+// takes, so polling faster only takes CPU from it.
+const waitPoll = 20 * time.Millisecond
+
 // waitFor polls cond until it holds.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
@@ -119,7 +124,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(waitPoll)
 	}
 }
 

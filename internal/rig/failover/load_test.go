@@ -325,7 +325,7 @@ func waitProgress(t *testing.T, progress func() int, what func() string, cond fu
 		if time.Since(since) > waitBound {
 			t.Fatalf("waited %v without progress for %s", waitBound, what())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond)
 	}
 }
 
@@ -338,7 +338,7 @@ func waitUntilWith(t *testing.T, what func() string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("waited %v for %s", waitBound, what())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond)
 	}
 }
 
