@@ -10,18 +10,9 @@ import (
 	"time"
 )
 
-// The bounds of [KeepLate].
-const (
-	// lateMaxAge is how long a connection set up for a caller that
-	// stopped waiting is kept for the next one; an older one is closed,
-	// not handed out.
-	lateMaxAge = 30 * time.Second
-	// lateJoin is how long a caller waits for set-ups already under way
-	// before it starts one of its own: long enough that callers of a
-	// loaded machine share the work, short enough that a set-up stuck on
-	// a dead network (until its connect timeout) holds nobody up.
-	lateJoin = time.Second
-)
+// lateMaxAge is how long a connection set up for a caller that stopped
+// waiting is kept for the next one; an older one is closed, not handed out.
+const lateMaxAge = 30 * time.Second
 
 // KeepLate returns c with the work of a connection set-up kept when its
 // caller stops waiting for it. database/sql sets a connection up on the
@@ -31,10 +22,9 @@ const (
 // a pool that lost its connections never gets one back. Through KeepLate
 // a set-up goes on past its caller's context, bounded by the connector's
 // own connect timeout, and its connection goes to the next caller (kept,
-// with no goroutine, until one comes or the pool is closed). A caller
-// waits up to a second for a set-up already under way before it starts
-// one of its own. A caller that stops waiting gets its context's error at
-// once, as before.
+// with no goroutine, until one comes or the pool is closed); a caller
+// finds a set-up already under way before it starts one of its own. A
+// caller that stops waiting gets its context's error at once, as before.
 func KeepLate(c driver.Connector) driver.Connector {
 	return &lateConnector{Connector: c}
 }
@@ -46,7 +36,6 @@ type lateConnector struct {
 	spares   []setUp      // connections set up that no caller took yet, oldest first
 	waiters  []chan setUp // callers waiting for a set-up, first come first
 	inflight int          // set-ups under way
-	started  time.Time    // when the last set-up started
 	closed   bool         // by Close: set-ups that finish are closed
 }
 
@@ -70,29 +59,15 @@ func (l *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	ch := make(chan setUp, 1)
 	l.waiters = append(l.waiters, ch)
-	if l.inflight < len(l.waiters) || time.Since(l.started) >= lateJoin {
-		l.start(ctx)
+	if l.inflight < len(l.waiters) {
+		l.inflight++
+		go l.setUp(ctx)
 	}
 	l.mu.Unlock()
-	join := time.NewTimer(lateJoin)
-	defer join.Stop()
-wait:
-	for {
-		select {
-		case r := <-ch:
-			return r.conn, r.err
-		case <-join.C:
-			// The set-ups under way are slow (one may be stuck on a dead
-			// network): one more, and whichever ends first is this
-			// caller's.
-			l.mu.Lock()
-			if slices.Contains(l.waiters, ch) {
-				l.start(ctx)
-			}
-			l.mu.Unlock()
-		case <-ctx.Done():
-			break wait
-		}
+	select {
+	case r := <-ch:
+		return r.conn, r.err
+	case <-ctx.Done():
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -103,13 +78,6 @@ wait:
 		l.handOver(<-ch)
 	}
 	return nil, fmt.Errorf("connect: %w (the set-up goes on, for the next caller)", context.Cause(ctx))
-}
-
-// start starts a set-up; l.mu is held.
-func (l *lateConnector) start(ctx context.Context) {
-	l.inflight++
-	l.started = time.Now()
-	go l.setUp(ctx)
 }
 
 // setUp sets a connection up, bounded by the connector's own timeout and

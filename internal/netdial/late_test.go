@@ -29,13 +29,6 @@ type slowServer struct {
 }
 
 func newSlowServer(t *testing.T, delay time.Duration) (dsn string, s *slowServer) {
-	return newStuckServer(t, delay, 0)
-}
-
-// newStuckServer is newSlowServer whose first stuck connections are never
-// forwarded: set-ups on a dead network, which only the connect timeout
-// ends.
-func newStuckServer(t *testing.T, delay time.Duration, stuck int64) (dsn string, s *slowServer) {
 	t.Helper()
 	server := pgtest.DSN(t)
 	cfg, err := pgconn.ParseConfig(server)
@@ -61,17 +54,13 @@ func newStuckServer(t *testing.T, delay time.Duration, stuck int64) (dsn string,
 			if err != nil {
 				return
 			}
-			n := s.accepted.Add(1)
+			s.accepted.Add(1)
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
 				defer client.Close()
-				hold := time.After(delay)
-				if n <= stuck {
-					hold = nil
-				}
 				select {
-				case <-hold:
+				case <-time.After(delay):
 				case <-done:
 					return
 				}
@@ -185,35 +174,4 @@ func TestStatementsShorterThanASetUpStillGetConnections(t *testing.T) {
 func setUpRunning() bool {
 	buf := make([]byte, 1<<20)
 	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "netdial.(*lateConnector).setUp")
-}
-
-// A set-up stuck on a dead network holds nobody up past a second: the
-// next caller starts one of its own, and gets its connection long before
-// the stuck one's connect timeout (30s) ends. Through both drivers' Open.
-func TestASetUpStuckOnADeadNetworkHoldsNobodyUp(t *testing.T) {
-	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		dsn, server := newStuckServer(t, 0, 1)
-		db, err := drv.Open(dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		err = db.PingContext(short)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("a ping through a connection never forwarded = %v; want context.DeadlineExceeded", err)
-		}
-		// Shorter than the stuck set-up's connect timeout (30s): waiting
-		// for it alone fails; a set-up of its own answers in about a
-		// second.
-		long, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := db.PingContext(long); err != nil {
-			t.Fatalf("the next ping: %v; want a connection of its own, not a wait for the stuck one", err)
-		}
-		if n := server.accepted.Load(); n != 2 {
-			t.Errorf("the server accepted %d connections; want 2: the stuck one and the next caller's", n)
-		}
-	})
 }
