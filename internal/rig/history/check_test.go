@@ -674,3 +674,29 @@ func TestPolicyDelay(t *testing.T) {
 		}
 	}
 }
+
+// A cancel of a row marked already, once the marked attempt's lease has
+// run out (its owner killed or stopped), ends the row DISCARDED at a new
+// generation, as a claim would: that is the marked attempt's stop. The
+// same cancel while the lease runs is a violation.
+func TestCancelEndsAMarkedRowOnceItsLeaseRanOut(t *testing.T) {
+	for _, late := range []bool{true, false} {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.mark(r, 12)
+		at := 10 + lease/2
+		if late {
+			at = 10 + lease + 5
+		}
+		b.cancel(r, at)
+		b.h.Settled = b.at(10 + 2*lease)
+		v := Check(&b.h)
+		switch {
+		case late && !v.OK():
+			t.Errorf("a cancel after the lease ran out: %s\n%s", v, violations(v))
+		case !late && len(v.Of(Cancels)) == 0:
+			t.Errorf("a cancel that ended a marked row while its lease ran: %s; want a cancels violation", v)
+		}
+	}
+}

@@ -66,6 +66,11 @@ func (c *checker) classify(r *row, w *Write) {
 				w.Seq, w.Writer, o.Generation, n.Generation, n.Status)
 		}
 		r.cancels = append(r.cancels, w)
+		if o.Status == InProgress && !o.CancelledAt.IsZero() {
+			// A cancel of a row marked already, whose lease has run
+			// out: it ends the row, as a claim would.
+			c.stop(r, w)
+		}
 
 	case n.Generation != o.Generation && o.Status == InProgress && !o.CancelledAt.IsZero() && n.Status != InProgress:
 		c.stop(r, w)
@@ -146,14 +151,15 @@ func (c *checker) claim(r *row, w *Write) {
 
 // stop checks the end of a row marked cancelled while an attempt ran it:
 // DISCARDED at a new generation, by the attempt's owner while its lease
-// runs (its acknowledged stop), or by a claim once the lease has ended.
+// runs (its acknowledged stop), or by a claim or a cancel once the lease
+// has ended.
 func (c *checker) stop(r *row, w *Write) {
 	o, n := w.Old, w.New
 	owner := w.Writer == o.Worker && o.LeaseUntil.After(w.Stmt)
 	switch {
 	case n.Status != Discarded || n.Generation < o.Generation || !n.LeaseUntil.IsZero():
 		c.fail(Owners, r, "audit %d by %s: a row marked cancelled became %s; want DISCARDED at a new generation", w.Seq, w.Writer, describe(n))
-	case c.operators[w.Writer]:
+	case c.operators[w.Writer] && o.LeaseUntil.After(w.Stmt):
 		c.fail(Cancels, r, "audit %d: the operator %s ended a row marked cancelled while generation %d's lease ran until %s", w.Seq, w.Writer, o.Generation, ts(o.LeaseUntil))
 	case !owner && o.LeaseUntil.After(w.Stmt):
 		c.fail(Cancels, r, "audit %d: %s ended generation %d, marked cancelled, at %s while %s's lease ran until %s: the attempt may still run",
