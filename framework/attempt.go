@@ -207,9 +207,6 @@ func (w *Worker) outcomeOf(a *attempt, err, cause error) (o outcome) {
 		text := fmt.Sprintf("framework: the handler's error (a %T) panicked when read: %v\n%s", err, r.Value, r.Stack)
 		o = w.decide(a, errors.New(text), cause)
 	}
-	if o.op == opRetry {
-		w.wakeAfter(a.q, o.delay)
-	}
 	return o
 }
 

@@ -394,11 +394,13 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.snoozed++ })
 		log.Debug("event snoozed", "delay", o.delay)
 		settled = Settlement{Outcome: OutcomeSnoozed}
+		w.wakeAfter(a.q, o.delay)
 	case o.op == opRetry && (r.Status == leasework.StatusReady || r.Gone):
 		w.count.retried.Add(1)
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.retried++ })
 		log.Info("attempt failed; will retry", "delay", o.delay, "err", logText(o.text))
 		settled = Settlement{Outcome: OutcomeRetried, Error: o.text}
+		w.wakeAfter(a.q, o.delay)
 	default: // fail, or retry on the row's last allowed attempt
 		w.count.failed.Add(1)
 		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.failed++ })

@@ -25,8 +25,11 @@ func newQueue(q Queue) *queue {
 }
 
 // wakeAfter wakes q's claim loop once d has passed, when that comes before
-// its next poll: a retry or snooze this worker writes comes due then, and
-// nothing notifies it. (Another worker's are found when this one is idle:
+// its next poll: a retry or snooze this worker has written comes due then,
+// and nothing notifies it. It is armed once the write is recorded, never
+// when the outcome is decided: a wake that came while the row was still
+// in progress would find nothing, and the worker would sleep until the
+// row's lease ran out. (Another worker's are found when this one is idle:
 // see untilNextWake.) A wake with nothing to claim costs one empty claim.
 func (w *Worker) wakeAfter(q *queue, d time.Duration) {
 	if d >= w.cfg.PollInterval {

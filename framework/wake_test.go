@@ -43,6 +43,41 @@ func TestRetryRunsWhenItsDelayEndsNotAtThePoll(t *testing.T) {
 	})
 }
 
+// A retry runs when its delay ends even when writing it takes longer than
+// the delay: the worker wakes for it once the write commits. It used to arm
+// the wake when it decided on the retry, and under load the wake came
+// while the row was still in progress; the worker then slept until the
+// row's lease ran out (an hour here) or the next poll.
+func TestRetryRunsWhenItsDelayEndsAfterASlowWrite(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := newStore(t, drv)
+		execSQL(t, s, `CREATE FUNCTION `+ident(s.Schema())+`.slow_retry() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				PERFORM pg_sleep(0.5);
+				RETURN NEW;
+			END $$`)
+		execSQL(t, s, `CREATE TRIGGER slow_retry BEFORE UPDATE ON `+s.QualifiedTable()+` FOR EACH ROW
+			WHEN (OLD.status = 'INPROGRESS' AND NEW.status = 'READY') EXECUTE FUNCTION `+ident(s.Schema())+`.slow_retry()`)
+		w := newWorker(t, s, framework.Config{PollInterval: wakePoll, Lease: time.Hour})
+		var calls atomic.Int32
+		register(t, w, "k", framework.RetryPolicy{InitialInterval: 100 * time.Millisecond, RandomizationFactor: -1},
+			func(context.Context, *leasework.Claim) error {
+				if calls.Add(1) == 1 {
+					return errors.New("once")
+				}
+				return nil
+			})
+		start(t, w)
+		waitListening(t, w)
+		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+		r := waitRow(t, s, id, "the retry, due 100ms after its 500ms write, to complete (the lease and the next poll are an hour and a day away)",
+			func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+		if r.Attempt != 2 || calls.Load() != 2 {
+			t.Errorf("DONE after attempt %d, %d handler calls; want 2 and 2", r.Attempt, calls.Load())
+		}
+	})
+}
+
 // An event enqueued to run later runs when it comes due: its insert wakes
 // the worker, which finds nothing due yet, reads when the earliest row
 // comes due (lease.Store.NextWake), and claims then.
