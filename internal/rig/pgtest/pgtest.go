@@ -36,8 +36,22 @@ var dsn string
 // exits. When benchmarks are asked for (-test.bench), a throwaway server runs
 // with fsync on. A throwaway server's DSN is exported in $LEASEWORK_DSN, so child
 // processes of the tests (the kill tests) use the same server.
-func Main(m *testing.M) {
-	os.Exit(run(m))
+//
+// Each of after runs once the tests passed and the server stopped; one that
+// returns an error fails the binary with it (a package's leak check over
+// the tests that ran in parallel, for one).
+func Main(m *testing.M, after ...func() error) {
+	code := run(m)
+	for _, f := range after {
+		if code != 0 {
+			break
+		}
+		if err := f(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func run(m *testing.M) int {
@@ -78,9 +92,17 @@ func Open(t testing.TB, drv leasework.Driver) *sql.DB {
 	if err != nil {
 		t.Fatalf("open %s: %v", drv.Name(), err)
 	}
+	// As the README advises for a worker's pool: database/sql keeps two
+	// idle connections by default, and a worker under test would set the
+	// others up again for nearly every statement.
+	db.SetMaxIdleConns(maxIdleConns)
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// maxIdleConns is how many idle connections a test pool keeps: more than
+// any test's worker uses at once.
+const maxIdleConns = 32
 
 // SchemaName returns a fresh schema name for one test.
 func SchemaName() string {
