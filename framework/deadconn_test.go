@@ -31,6 +31,7 @@ const deadConnWait = time.Minute
 // statement is in flight: no row can be claimed without the worker knowing,
 // and the long lease never needs to expire.
 func TestDeadConnWorkerRecovers(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		ctx := context.Background()
 		s := newStore(t, drv) // direct: enqueues and inspects

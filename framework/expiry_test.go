@@ -16,6 +16,7 @@ import (
 // The crashed owner's lease is a fixture set to run out three seconds after
 // the worker starts; the test waits on the row, never on the time.
 func TestWorkerWakesAtAnotherWorkersLeaseExpiry(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		ctx := context.Background()

@@ -196,6 +196,7 @@ func checkFinished(t testing.TB, s *lease.Store, deleteAtCompletion bool, total 
 // Every completion is made in a handler's transaction, so every follower
 // was promoted by the commit of its head's handler transaction.
 func TestTransactionalKeyedEffectsInOrderExactlyOnce(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		for _, del := range []bool{false, true} {
 			t.Run(fmt.Sprintf("DeleteAtCompletion=%v", del), func(t *testing.T) {
@@ -254,6 +255,7 @@ func TestTransactionalKeyedEffectsInOrderExactlyOnce(t *testing.T) {
 // left waiting with no head (the follow-up's commit-time step and the
 // head's release run in one commit under the key's lock).
 func TestTransactionalEnqueuesFollowUpOfItsKey(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		for _, del := range []bool{false, true} {
 			t.Run(fmt.Sprintf("DeleteAtCompletion=%v", del), func(t *testing.T) {
@@ -678,6 +680,7 @@ func TestKeyedCompletionsUnderEnqueueBurst(t *testing.T) {
 // exists once, each key's events are handled one at a time in key_seq
 // order, no row is left waiting with no head, and no outcome is abandoned.
 func TestTransactionalEnqueuesIntoAnotherKey(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		const orders, perOrder, accounts, outside = 12, 4, 3, 10
 		s := newStore(t, drv)

@@ -20,6 +20,7 @@ import (
 // seq) in a sink table; the sink's own order must list each key's events
 // 0, 1, 2, ... exactly once.
 func TestWorkerHandlesEachKeyInOrder(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		const keys, perKey = 12, 10
 		s := newStore(t, drv)

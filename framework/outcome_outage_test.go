@@ -113,6 +113,7 @@ func (l *runLog) of(eventID string) []leasework.Claim {
 // the outcomes up after 8 failed writes (about 2s) with most of their lease
 // left, and the events ran again when their leases expired.
 func TestOutcomeSurvivesAnOutageShorterThanItsLease(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		const n = 20
 		// 20s of lease, renewed every 2s: each claim is confirmed for at
@@ -178,6 +179,7 @@ func TestOutcomeSurvivesAnOutageShorterThanItsLease(t *testing.T) {
 // abandoned, no earlier, counted as a re-run to come, and the event does
 // run again, once, at the next generation.
 func TestOutcomeAbandonedWhenAnOutageOutlastsItsLease(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		const leaseLen = 6 * time.Second
 		s := newStore(t, drv)
@@ -266,6 +268,7 @@ func TestOutcomeAbandonedWhenAnOutageOutlastsItsLease(t *testing.T) {
 // the first generation, the handler run once. Meanwhile the worker claims
 // no more than it holds at most, twice Concurrency.
 func TestPendingOutcomeKeepsItsLeaseRenewed(t *testing.T) {
+	alongside(t)
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		const concurrency, events = 2, 6
 		// Renewed every second, a claim is lost only if the worker stalls
