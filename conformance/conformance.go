@@ -127,6 +127,10 @@ func properties() []property {
 		orderProperties(), queueProperties(), cancelProperties(), snoozeProperties())
 }
 
+// suiteIdleConns is how many idle connections a pool the suite opens with
+// Driver.Open keeps. A pool from Target.OpenDB keeps what it was given.
+const suiteIdleConns = 16
+
 // open opens a pool for dsn with OpenDB, or Driver.Open when it is nil.
 func (target Target) open(dsn string) (*sql.DB, error) {
 	if target.OpenDB == nil {
@@ -134,6 +138,10 @@ func (target Target) open(dsn string) (*sql.DB, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open: %w", err)
 		}
+		// Its concurrent properties use a dozen connections at once;
+		// database/sql keeps two idle, and would set the others up again
+		// for nearly every statement.
+		db.SetMaxIdleConns(suiteIdleConns)
 		return db, nil
 	}
 	db, err := target.OpenDB(dsn)

@@ -255,7 +255,11 @@ func (s *soak) setup(ctx context.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		return pgx.Open(dsn)
+		db, err := pgx.Open(dsn)
+		if err == nil {
+			db.SetMaxIdleConns(8) // database/sql keeps 2: a connection set up again for nearly every statement
+		}
+		return db, err
 	}
 	var err error
 	if s.admin, err = open(adminApp); err != nil {

@@ -98,6 +98,7 @@ func openStore(t *testing.T, drv leasework.Driver, dsn, schema string, migrate b
 	t.Helper()
 	db, err := drv.Open(dsn)
 	must(t, "open a pool", err)
+	db.SetMaxIdleConns(8) // database/sql keeps 2: a connection set up again for nearly every statement
 	t.Cleanup(func() { db.Close() })
 	s, err := lease.New(db, drv, lease.Options{Schema: schema})
 	must(t, "open a store", err)

@@ -24,6 +24,9 @@ const waitBound = 4 * time.Minute
 // through the timer.
 const loadPollInterval = 10 * time.Minute
 
+// loadConcurrency is each load worker's Concurrency.
+const loadConcurrency = 50
+
 // loadRun is one run of events through workers of both drivers while the
 // primary fails over.
 type loadRun struct {
@@ -99,9 +102,10 @@ func (l loadRun) run(t *testing.T) loadResult {
 		name := "worker-" + drv.Name()
 		db, err := drv.Open(l.dsn(drv, name))
 		must(t, "open "+name+"'s pool", err)
+		db.SetMaxIdleConns(loadConcurrency) // as the README advises for a worker's pool
 		t.Cleanup(func() { db.Close() })
 		w, err := framework.New(db, drv, framework.Config{
-			WorkerID: name, Schema: schema, Concurrency: 50, Lease: 3 * time.Second,
+			WorkerID: name, Schema: schema, Concurrency: loadConcurrency, Lease: 3 * time.Second,
 			PollInterval: loadPollInterval, Retention: -1, Logger: testLogger(t),
 		})
 		must(t, "configure "+name, err)
