@@ -17,7 +17,7 @@ import (
 	"github.com/leasework/leasework/lease"
 )
 
-// screenshotPath is the README's picture of the overview.
+// screenshotPath is the picture of the overview in docs/console.md.
 const screenshotPath = "../../docs/console.png"
 
 // The overview of a table with representative data renders, and a full

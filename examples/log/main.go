@@ -1,4 +1,8 @@
-// Command log is the smallest complete leasework program.
+// Command log is leasework's multi-process demonstration: several worker
+// processes share one table, and with -crash one of them exits holding
+// claims that another takes over once their leases run out. It uses the
+// repository's test rigs; the program to copy into your own module is
+// examples/quickstart.
 //
 // It writes orders and their "order.placed" events in the same transaction
 // (the transactional outbox), starts worker processes that log each event

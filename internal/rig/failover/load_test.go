@@ -102,7 +102,7 @@ func (l loadRun) run(t *testing.T) loadResult {
 		name := "worker-" + drv.Name()
 		db, err := drv.Open(l.dsn(drv, name))
 		must(t, "open "+name+"'s pool", err)
-		db.SetMaxIdleConns(loadConcurrency) // as the README advises for a worker's pool
+		db.SetMaxIdleConns(loadConcurrency) // as docs/operations.md advises for a worker's pool
 		t.Cleanup(func() { db.Close() })
 		w, err := framework.New(db, drv, framework.Config{
 			WorkerID: name, Schema: schema, Concurrency: loadConcurrency, Lease: 3 * time.Second,

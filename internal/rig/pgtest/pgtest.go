@@ -92,7 +92,7 @@ func Open(t testing.TB, drv leasework.Driver) *sql.DB {
 	if err != nil {
 		t.Fatalf("open %s: %v", drv.Name(), err)
 	}
-	// As the README advises for a worker's pool: database/sql keeps two
+	// As docs/operations.md advises for a worker's pool: database/sql keeps two
 	// idle connections by default, and a worker under test would set the
 	// others up again for nearly every statement.
 	db.SetMaxIdleConns(maxIdleConns)
