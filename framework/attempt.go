@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/handlerctx"
 	"github.com/leasework/leasework/lease"
 	"github.com/sourcegraph/conc/panics"
 )
@@ -79,7 +80,7 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.T
 	if timeout > 0 {
 		ctx, a.stopTimer = context.WithTimeoutCause(ctx, timeout, leasework.ErrAttemptTimeout)
 	}
-	a.ctx, a.cancel = context.WithValue(ctx, claimKey{}, a), cancel
+	a.ctx, a.cancel = handlerctx.With(ctx, a), cancel
 
 	w.mu.Lock()
 	if w.stopped {

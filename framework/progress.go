@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/handlerctx"
 )
 
 // MaxProgressSize is the largest progress [RecordProgress] accepts: a
@@ -23,22 +24,31 @@ var (
 	ErrProgressTooLarge = errors.New("framework: progress too large")
 )
 
-type claimKey struct{}
-
+// attemptFrom returns the worker's attempt ctx belongs to: not one a test
+// runs (leaseworktest), which has no worker.
 func attemptFrom(ctx context.Context) (*attempt, bool) {
-	a, ok := ctx.Value(claimKey{}).(*attempt)
-	return a, ok
+	a, ok := handlerctx.From(ctx)
+	if !ok {
+		return nil, false
+	}
+	wa, ok := a.(*attempt)
+	return wa, ok
 }
 
 // ClaimFromContext returns the claim a handler's context belongs to. The
 // claim is the one passed to the handler; do not modify it.
 func ClaimFromContext(ctx context.Context) (*leasework.Claim, bool) {
-	a, ok := attemptFrom(ctx)
+	a, ok := handlerctx.From(ctx)
 	if !ok {
-		return testClaimFrom(ctx) // a handler a test runs (testhook.go)
+		return nil, false
 	}
-	return &a.claim, true
+	return a.Claim(), true
 }
+
+var _ handlerctx.Attempt = (*attempt)(nil)
+
+// Claim is the claim handed to the handler (handlerctx.Attempt).
+func (a *attempt) Claim() *leasework.Claim { return &a.claim }
 
 // RecordProgress stores progress for the claim ctx belongs to, under the
 // ownership guard. The next attempt of the event (after a retry, a crash, a
@@ -53,13 +63,19 @@ func ClaimFromContext(ctx context.Context) (*leasework.Claim, bool) {
 // with that cause), [ErrProgressTooLarge] beyond [MaxProgressSize] bytes,
 // and [ErrNoClaim] for a context that is not a handler's.
 func RecordProgress(ctx context.Context, progress []byte) error {
-	a, ok := attemptFrom(ctx)
+	a, ok := handlerctx.From(ctx)
 	if !ok {
-		return recordTestProgress(ctx, progress) // ErrNoClaim unless a test runs the handler (testhook.go)
+		return ErrNoClaim
 	}
 	if len(progress) > MaxProgressSize {
 		return fmt.Errorf("%w: %d bytes; at most %d are allowed", ErrProgressTooLarge, len(progress), MaxProgressSize)
 	}
+	return a.RecordProgress(ctx, progress)
+}
+
+// RecordProgress writes progress under the ownership guard
+// (handlerctx.Attempt); see the package function.
+func (a *attempt) RecordProgress(ctx context.Context, progress []byte) error {
 	deadline, _, stale := a.state()
 	if stale || !time.Now().Before(deadline) {
 		return fmt.Errorf("framework: record progress of row %d generation %d: %w", a.ref.ID, a.ref.Generation, leasework.ErrLeaseLost)

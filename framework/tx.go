@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/errprefix"
+	"github.com/leasework/leasework/internal/handlerctx"
 )
 
 // TxFunc is the body of a handler made with [Transactional]: it makes the
@@ -96,15 +97,22 @@ func Transactional(fn TxFunc) leasework.Handler {
 // a context that is not a handler's, and an error when ctx is not a
 // Transactional handler's or tx is not its transaction.
 func CompleteInTx(ctx context.Context, tx *sql.Tx) error {
-	st, ok := ctx.Value(txKey{}).(*txState)
+	a, ok := handlerctx.From(ctx)
 	if !ok {
-		if _, ok := attemptFrom(ctx); !ok {
-			return completeTestTx(ctx, tx) // ErrNoClaim unless a test runs the handler (testhook.go)
-		}
-		return errors.New("framework: CompleteInTx: the context is not a Transactional handler's")
+		return ErrNoClaim
 	}
-	if tx != st.tx {
-		return errors.New("framework: CompleteInTx: tx is not the transaction Transactional began for this handler")
+	return a.CompleteInTx(ctx, tx)
+}
+
+// CompleteInTx runs the guarded completion in the attempt's transaction
+// (handlerctx.Attempt); see the package function.
+func (a *attempt) CompleteInTx(ctx context.Context, tx *sql.Tx) error {
+	st, ok := ctx.Value(txKey{}).(*txState)
+	switch {
+	case !ok || st.a != a:
+		return handlerctx.ErrNotTransactional
+	case tx != st.tx:
+		return handlerctx.ErrNotHandlersTx
 	}
 	return st.complete(ctx)
 }

@@ -6,13 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
-	"github.com/leasework/leasework/internal/testclaim"
+	"github.com/leasework/leasework/internal/handlerctx"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -149,11 +151,52 @@ func run(t testing.TB, ctx context.Context, c leasework.Claim, tx *sql.Tx, handl
 	if why := check(c); why != "" {
 		t.Fatalf("leaseworktest: a worker never hands out this claim: %s", why)
 	}
-	a := &testclaim.Attempt{Claim: &c, Tx: tx}
-	hctx, cancel := context.WithCancelCause(testclaim.With(ctx, a))
+	a := &attempt{claim: &c, tx: tx}
+	hctx, cancel := context.WithCancelCause(handlerctx.With(ctx, a))
 	err := call(hctx, &c, handle)
 	cancel(errReturned)
-	return &Result{Claim: c, Progress: a.Progress(), CompletedInTx: a.CompletedInTx()}, err
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return &Result{Claim: c, Progress: a.progress, CompletedInTx: a.completedInTx}, err
+}
+
+// attempt is a handler call a test makes: what framework.ClaimFromContext,
+// RecordProgress and CompleteInTx act on when no worker runs the handler.
+// Nothing is written to a database: a test's claim has no row.
+type attempt struct {
+	claim *leasework.Claim
+	tx    *sql.Tx // the transaction of WorkTx, or nil
+
+	mu            sync.Mutex
+	progress      [][]byte
+	completedInTx bool
+}
+
+var _ handlerctx.Attempt = (*attempt)(nil)
+
+func (a *attempt) Claim() *leasework.Claim { return a.claim }
+
+// RecordProgress keeps a copy of progress for the Result.
+func (a *attempt) RecordProgress(_ context.Context, progress []byte) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.progress = append(a.progress, slices.Clone(progress))
+	return nil
+}
+
+// CompleteInTx records that the handler asked for its completion in tx,
+// after the checks a worker makes.
+func (a *attempt) CompleteInTx(_ context.Context, tx *sql.Tx) error {
+	switch {
+	case a.tx == nil:
+		return handlerctx.ErrNotTransactional
+	case tx != a.tx:
+		return handlerctx.ErrNotHandlersTx
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.completedInTx = true
+	return nil
 }
 
 // call runs handle, turning a panic into the *leasework.PanicError a worker
