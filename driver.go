@@ -36,7 +36,9 @@ type Driver interface {
 	// IsConnectionError reports whether err means the connection failed or
 	// was lost (refused, reset, closed by the server), as opposed to a
 	// statement the server rejected. The statement may or may not have
-	// been applied.
+	// been applied. The conformance suite checks it both ways: false for
+	// a serialization failure, true for a statement on a connection whose
+	// backend the server terminated.
 	IsConnectionError(err error) bool
 }
 

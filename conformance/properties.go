@@ -438,6 +438,12 @@ func errorsAreClassified(e *env) {
 	if c := leasework.Classify(drv, lostErr); c != leasework.ClassConnection {
 		e.t.Fatalf("terminated connection %v (%T): classified %v, want %v", lostErr, lostErr, c, leasework.ClassConnection)
 	}
+	// The driver's own verdict, not only Classify's: a driver that never
+	// reports a connection error would pass the check above on the
+	// SQLSTATE or the standard library's errors alone.
+	if !drv.IsConnectionError(lostErr) {
+		e.t.Fatalf("terminated connection %v (%T): IsConnectionError is false", lostErr, lostErr)
+	}
 	if leasework.Classify(drv, nil) != leasework.ClassNone || leasework.Classify(drv, errors.New("x")) != leasework.ClassOther {
 		e.t.Fatal("Classify of nil or a plain error is wrong")
 	}

@@ -116,7 +116,10 @@ func (Driver) SQLState(err error) string {
 }
 
 // IsConnectionError reports whether err means the connection failed or was
-// lost: pgconn's connect errors, and errors on a connection pgx has closed.
+// lost: pgconn's connect errors, an error the server sent as it ended the
+// session (severity FATAL or PANIC, such as 57P01 when its backend is
+// terminated, or a connection exception, class 08), and errors on a
+// connection pgx has closed.
 func (Driver) IsConnectionError(err error) bool {
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {
@@ -124,7 +127,7 @@ func (Driver) IsConnectionError(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return false
+		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC" || strings.HasPrefix(pgErr.Code, "08")
 	}
 	return pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed")
 }
