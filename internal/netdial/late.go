@@ -47,6 +47,8 @@ type setUp struct {
 }
 
 func (l *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	var stale []driver.Conn // spares too old to hand out, closed once l.mu is released
+	defer func() { closeAll(stale) }()
 	l.mu.Lock()
 	for len(l.spares) > 0 {
 		s := l.spares[0]
@@ -55,7 +57,7 @@ func (l *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
 			l.mu.Unlock()
 			return s.conn, nil
 		}
-		_ = s.conn.Close()
+		stale = append(stale, s.conn)
 	}
 	ch := make(chan setUp, 1)
 	l.waiters = append(l.waiters, ch)
@@ -64,20 +66,31 @@ func (l *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		go l.setUp(ctx)
 	}
 	l.mu.Unlock()
+	closeAll(stale)
+	stale = nil
 	select {
 	case r := <-ch:
 		return r.conn, r.err
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if i := slices.Index(l.waiters, ch); i >= 0 {
 		l.waiters = slices.Delete(l.waiters, i, i+1)
-	} else {
-		// A set-up was handed to this caller as it gave up: pass it on.
-		l.handOver(<-ch)
+	} else if c := l.handOver(<-ch); c != nil {
+		// A set-up was handed to this caller as it gave up: passed on, or
+		// closed with the pool.
+		stale = append(stale, c)
 	}
+	l.mu.Unlock()
 	return nil, fmt.Errorf("connect: %w (the set-up goes on, for the next caller)", context.Cause(ctx))
+}
+
+// closeAll closes conns: never under l.mu, as closing may wait on the
+// network.
+func closeAll(conns []driver.Conn) {
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 // setUp sets a connection up, bounded by the connector's own timeout and
@@ -85,14 +98,19 @@ func (l *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
 func (l *lateConnector) setUp(ctx context.Context) {
 	conn, err := l.Connector.Connect(context.WithoutCancel(ctx))
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.inflight--
-	l.handOver(setUp{conn, err, time.Now()})
+	c := l.handOver(setUp{conn, err, time.Now()})
+	l.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
 }
 
 // handOver gives r to the first waiting caller; with none, keeps its
-// connection for the next one (a failure goes to nobody). l.mu is held.
-func (l *lateConnector) handOver(r setUp) {
+// connection for the next one (a failure goes to nobody). After Close it
+// returns the connection for the caller to close once it has released
+// l.mu, which is held.
+func (l *lateConnector) handOver(r setUp) driver.Conn {
 	switch {
 	case len(l.waiters) > 0:
 		ch := l.waiters[0]
@@ -100,10 +118,11 @@ func (l *lateConnector) handOver(r setUp) {
 		ch <- r // buffered, and this waiter's only one
 	case r.err != nil:
 	case l.closed:
-		_ = r.conn.Close()
+		return r.conn
 	default:
 		l.spares = append(l.spares, r)
 	}
+	return nil
 }
 
 // Close closes the connections kept for the next callers, makes set-ups
