@@ -24,22 +24,7 @@ func TestRetryRunsWhenItsDelayEndsNotAtThePoll(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := newStore(t, drv)
 		w := newWorker(t, s, framework.Config{PollInterval: wakePoll})
-		var calls atomic.Int32
-		register(t, w, "k", framework.RetryPolicy{InitialInterval: 100 * time.Millisecond, RandomizationFactor: -1},
-			func(context.Context, *leasework.Claim) error {
-				if calls.Add(1) == 1 {
-					return errors.New("once")
-				}
-				return nil
-			})
-		start(t, w)
-		waitListening(t, w)
-		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
-		r := waitRow(t, s, id, "the retry, due 100ms after the first attempt, to complete (the next poll is a day away)",
-			func(r lease.Row) bool { return r.Status == leasework.StatusDone })
-		if r.Attempt != 2 || calls.Load() != 2 {
-			t.Errorf("DONE after attempt %d, %d handler calls; want 2 and 2", r.Attempt, calls.Load())
-		}
+		retryOnce(t, s, w, "the retry, due 100ms after the first attempt, to complete (the next poll is a day away)")
 	})
 }
 
@@ -59,23 +44,29 @@ func TestRetryRunsWhenItsDelayEndsAfterASlowWrite(t *testing.T) {
 		execSQL(t, s, `CREATE TRIGGER slow_retry BEFORE UPDATE ON `+s.QualifiedTable()+` FOR EACH ROW
 			WHEN (OLD.status = 'INPROGRESS' AND NEW.status = 'READY') EXECUTE FUNCTION `+ident(s.Schema())+`.slow_retry()`)
 		w := newWorker(t, s, framework.Config{PollInterval: wakePoll, Lease: time.Hour})
-		var calls atomic.Int32
-		register(t, w, "k", framework.RetryPolicy{InitialInterval: 100 * time.Millisecond, RandomizationFactor: -1},
-			func(context.Context, *leasework.Claim) error {
-				if calls.Add(1) == 1 {
-					return errors.New("once")
-				}
-				return nil
-			})
-		start(t, w)
-		waitListening(t, w)
-		id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
-		r := waitRow(t, s, id, "the retry, due 100ms after its 500ms write, to complete (the lease and the next poll are an hour and a day away)",
-			func(r lease.Row) bool { return r.Status == leasework.StatusDone })
-		if r.Attempt != 2 || calls.Load() != 2 {
-			t.Errorf("DONE after attempt %d, %d handler calls; want 2 and 2", r.Attempt, calls.Load())
-		}
+		retryOnce(t, s, w, "the retry, due 100ms after its 500ms write, to complete (the lease and the next poll are an hour and a day away)")
 	})
+}
+
+// retryOnce runs on w one event whose first attempt fails with a retry due
+// 100ms later, and checks that the retry completes it, waiting for what.
+func retryOnce(t *testing.T, s *lease.Store, w *framework.Worker, what string) {
+	t.Helper()
+	var calls atomic.Int32
+	register(t, w, "k", framework.RetryPolicy{InitialInterval: 100 * time.Millisecond, RandomizationFactor: -1},
+		func(context.Context, *leasework.Claim) error {
+			if calls.Add(1) == 1 {
+				return errors.New("once")
+			}
+			return nil
+		})
+	start(t, w)
+	waitListening(t, w)
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	r := waitRow(t, s, id, what, func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+	if r.Attempt != 2 || calls.Load() != 2 {
+		t.Errorf("DONE after attempt %d, %d handler calls; want 2 and 2", r.Attempt, calls.Load())
+	}
 }
 
 // An event enqueued to run later runs when it comes due: its insert wakes
