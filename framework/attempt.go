@@ -40,7 +40,7 @@ type attempt struct {
 
 	obsMu   sync.Mutex      // orders the observers' HandlerReturned and Settled
 	settled bool            // the observers were told how it settled; under obsMu
-	obsCtx  context.Context // what the observers' Claimed returned; nil without observers
+	obsCtx  context.Context // what the observers' Claimed returned
 }
 
 // errAttemptOver ends an attempt's context after its handler returned.
@@ -67,11 +67,8 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.T
 	if !c.Reclaimed && !c.DueAt.IsZero() {
 		wait = max(c.LeaseUntil.Add(-w.cfg.Lease).Sub(c.DueAt), 0)
 	}
-	base := w.handlerCtx
-	if len(w.observers) > 0 {
-		base = w.observeClaimed(base, &a.claim, ClaimInfo{Queue: q.name, Wait: wait, Sent: sent, Returned: returned})
-		a.obsCtx = base
-	}
+	base := w.observeClaimed(w.handlerCtx, &a.claim, ClaimInfo{Queue: q.name, Wait: wait, Sent: sent, Returned: returned})
+	a.obsCtx = base
 	ctx, cancel := context.WithCancelCause(base)
 	timeout := w.cfg.AttemptTimeout
 	if a.kind != nil && a.kind.timeout > 0 {
@@ -87,7 +84,7 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.T
 		w.mu.Unlock()
 		a.stopTimer()
 		cancel(leasework.ErrShutdown)
-		a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the worker stopped before the handler started"})
+		a.finish(Settlement{Outcome: OutcomeAbandoned, Error: "the worker stopped before the handler started"})
 		return false
 	}
 	a.mu.Lock()
@@ -97,18 +94,6 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.T
 	q.running++
 	q.held++
 	w.mu.Unlock()
-
-	w.count.claimed.Add(1)
-	w.byKind.update(c.Kind, q.name, func(s *kindSeries) {
-		s.claimed++
-		if !c.Reclaimed && !c.DueAt.IsZero() {
-			s.wait.observe(wait)
-		}
-	})
-	if c.Reclaimed {
-		w.count.reclaimed.Add(1)
-		w.log.Info("reclaimed an expired claim", "id", c.ID, "event_id", c.EventID, "generation", c.Generation, "attempt", c.Attempt)
-	}
 	go w.runAttempt(a)
 	return true
 }
@@ -123,15 +108,11 @@ func (w *Worker) runAttempt(a *attempt) {
 	} else {
 		began := time.Now()
 		err = w.call(a)
-		ran := time.Since(began)
-		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.run.observe(ran) })
-		if a.obsCtx != nil {
-			info := HandlerInfo{Started: began, Ran: ran, Err: err}
-			if a.ctx.Err() != nil {
-				info.Cause = context.Cause(a.ctx)
-			}
-			a.observeReturned(info)
+		info := HandlerInfo{Started: began, Ran: time.Since(began), Err: err}
+		if a.ctx.Err() != nil {
+			info.Cause = context.Cause(a.ctx)
 		}
+		a.observeReturned(info)
 	}
 	cause := context.Cause(a.ctx)
 	a.end()
@@ -139,33 +120,26 @@ func (w *Worker) runAttempt(a *attempt) {
 	a.stopTimer()
 	switch a.txPhase() {
 	case txCommitted: // the handler's transaction recorded the outcome
-		w.forget(a)
-		w.count.completed.Add(1)
-		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
-		w.log.Debug("event completed in the handler's transaction", "id", a.ref.ID, "generation", a.ref.Generation,
-			"event_id", a.claim.EventID, "attempt", a.claim.Attempt)
-		a.settle(Settlement{Outcome: OutcomeCompleted, InHandlerTx: true})
+		a.finish(Settlement{Outcome: OutcomeCompleted, InHandlerTx: true})
 		return
 	case txRejected: // stale: another owner has the claim
-		if errors.Is(cause, leasework.ErrCancelled) && w.outcomes.push(outcome{a: a, op: opRelease}) {
+		if errors.Is(cause, leasework.ErrCancelled) && w.outcomes.push(outcome{a: a, write: lease.Release(a.ref)}) {
 			// Cancelled while it ran: the row waits for this attempt to
 			// stop, which it now has. Its outcome write says so; rejected
 			// as cancelled, it ends the row (lease.Store.Cancel).
 			return
 		}
-		w.forget(a)
-		w.count.staleRejections.Add(1)
-		w.log.Warn("completion in the handler's transaction rejected: the claim is no longer owned; its writes were rolled back",
-			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
-		a.settle(Settlement{Outcome: OutcomeRejected, InHandlerTx: true, Cancelled: errors.Is(cause, leasework.ErrCancelled)})
+		a.finish(Settlement{Outcome: OutcomeRejected, InHandlerTx: true, Cancelled: errors.Is(cause, leasework.ErrCancelled)})
 		return
 	}
 	o := w.outcomeOf(a, err, cause)
 	o.commitUnknown = a.txPhase() == txCommitUnknown
 	if !w.outcomes.push(o) {
+		// Told apart from the settlement: a handler that hung as the
+		// worker stopped was settled then.
 		w.log.Warn("handler returned after the worker stopped; its outcome is not recorded and its claim is left to expire",
 			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
-		a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the handler returned after the worker stopped"})
+		a.finish(Settlement{Outcome: OutcomeAbandoned, Error: "the handler returned after the worker stopped", Rerun: o.reruns()})
 	}
 }
 
@@ -226,22 +200,25 @@ func isNilPointer(err error) bool {
 func (w *Worker) decide(a *attempt, err, cause error) outcome {
 	o := outcome{a: a}
 	if err == nil {
-		o.op = opComplete
+		o.write = lease.Complete(a.ref)
+		if w.cfg.Retention == 0 {
+			o.write = lease.CompleteAndDelete(a.ref)
+		}
 		return o
 	}
 	var snooze *leasework.SnoozeError
 	if errors.As(err, &snooze) && !leasework.IsPermanent(err) {
 		// Not a failure: back to READY after the delay, the last error kept.
-		o.op, o.snooze, o.delay, o.text = opRetry, true, handlerDelay(snooze.Delay), a.claim.LastError
+		o.write = lease.Snooze(a.ref, handlerDelay(snooze.Delay), a.claim.LastError)
 		return o
 	}
 	if errors.Is(cause, leasework.ErrShutdown) && !leasework.IsPermanent(err) {
-		o.op = opRelease
+		o.write = lease.Release(a.ref)
 		return o
 	}
-	o.text = err.Error()
+	text := err.Error()
 	if cause != nil && !errors.Is(err, cause) {
-		o.text += " (" + cause.Error() + ")"
+		text += " (" + cause.Error() + ")"
 	}
 	policy := RetryPolicy{}
 	if a.kind != nil {
@@ -250,20 +227,17 @@ func (w *Worker) decide(a *attempt, err, cause error) outcome {
 	// The policy counts failures, this one included, never snoozes.
 	failure := a.claim.Failures() + 1
 	switch {
-	case leasework.IsPermanent(err):
-		o.op = opFail
+	case leasework.IsPermanent(err), a.kind == nil:
+		o.write = lease.Fail(a.ref, text)
 	case policy.MaxAttempts > 0 && failure >= policy.MaxAttempts:
-		o.op = opFail
-		o.text = fmt.Sprintf("failed attempt %d of the retry policy's %d: %s", failure, policy.MaxAttempts, o.text)
-	case a.kind == nil:
-		o.op = opFail
+		o.write = lease.Fail(a.ref, fmt.Sprintf("failed attempt %d of the retry policy's %d: %s", failure, policy.MaxAttempts, text))
 	default:
-		o.op = opRetry
-		o.delay = policy.delay(failure)
+		delay := policy.delay(failure)
 		var after *leasework.RetryAfterError
 		if errors.As(err, &after) {
-			o.delay = handlerDelay(after.Delay)
+			delay = handlerDelay(after.Delay)
 		}
+		o.write = lease.Retry(a.ref, delay, text)
 	}
 	return o
 }
@@ -332,7 +306,7 @@ func (a *attempt) abandon() {
 	// Not on Run's goroutine: the observers of a claim are serialized, and
 	// this one's HandlerReturned may be running, for as long as it likes,
 	// as a hung handler does.
-	go a.settle(Settlement{Outcome: OutcomeAbandoned, Error: "the handler was still running as the worker stopped"})
+	go a.finish(Settlement{Outcome: OutcomeAbandoned, Error: "the handler was still running as the worker stopped"})
 }
 
 // lose records that the database rejected a write for this claim, and

@@ -159,11 +159,11 @@ func BenchmarkThroughputReference(b *testing.B) {
 							errs <- err
 							return
 						}
-						refs := make([]leasework.Ref, len(claims))
+						writes := make([]lease.Write, len(claims))
 						for i, c := range claims {
-							refs[i] = c.Ref()
+							writes[i] = lease.Complete(c.Ref())
 						}
-						if _, err := s.CompleteMany(ctx, refs); err != nil {
+						if _, err := s.WriteMany(ctx, writes...); err != nil {
 							errs <- err
 							return
 						}

@@ -122,7 +122,7 @@ func TestRetentionDeletesOldDiscardedRows(t *testing.T) {
 			if err != nil || len(claims) != 1 {
 				t.Fatalf("claim = %v, %v", claims, err)
 			}
-			if err := s.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: "broken"}); err != nil {
+			if _, err := s.Write(ctx, lease.Fail(claims[0].Ref(), "broken")); err != nil {
 				t.Fatal(err)
 			}
 			for _, e := range []lease.Enqueued{ids[0], ids[2]} {

@@ -394,11 +394,11 @@ func TestTransactionalStaleKeyedHeadKeepsItsKey(t *testing.T) {
 				if err := insertKeyedEffect(ctx, tx, s, table, &rival[0]); err != nil {
 					t.Fatal(err)
 				}
-				complete := s.CompleteTx
+				complete := lease.Complete(rival[0].Ref())
 				if del {
-					complete = s.CompleteAndDeleteTx
+					complete = lease.CompleteAndDelete(rival[0].Ref())
 				}
-				if err := complete(ctx, tx, rival[0].Ref()); err != nil {
+				if err := s.WriteTx(ctx, tx, complete); err != nil {
 					t.Fatal(err)
 				}
 				if err := tx.Commit(); err != nil {

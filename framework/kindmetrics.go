@@ -6,75 +6,71 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // latencyBuckets are the upper bounds, in seconds, of the latency
 // histograms: from a few milliseconds (a wakeup by notification) to ten
 // minutes.
-var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+var latencyBuckets = latencyBucketsArray[:]
 
-// histogram counts observations by latencyBuckets. Its methods are called
-// under kindMetrics.mu.
+// histogram counts observations by latencyBuckets, without a lock: every
+// field is an atomic, so the attempts of many kinds and queues record at
+// once. A rendering may see an observation in one field and not yet in
+// another; each count it shows is one that was reached.
 type histogram struct {
-	counts []uint64 // per bucket, not cumulative
-	sum    float64
-	n      uint64
+	counts [len(latencyBucketsArray) + 1]atomic.Uint64 // per bucket, not cumulative; the last is above every bound
+	nanos  atomic.Int64                                // the sum, in nanoseconds
 }
 
+// latencyBucketsArray sizes histogram.counts.
+var latencyBucketsArray = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
 func (h *histogram) observe(d time.Duration) {
-	if h.counts == nil {
-		h.counts = make([]uint64, len(latencyBuckets))
-	}
-	s := max(d.Seconds(), 0)
-	if i, _ := slices.BinarySearch(latencyBuckets, s); i < len(latencyBuckets) {
-		h.counts[i]++
-	}
-	h.sum += s
-	h.n++
+	d = max(d, 0)
+	i, _ := slices.BinarySearch(latencyBuckets, d.Seconds())
+	h.counts[i].Add(1)
+	h.nanos.Add(int64(d))
 }
 
 // kindQueue names one series: a kind in a queue.
 type kindQueue struct{ kind, queue string }
 
-// kindSeries is what the worker counts per kind and queue.
+// kindSeries is what the worker counts per kind and queue. An attempt
+// looks its series up once, when it is claimed, and updates it without a
+// lock.
 type kindSeries struct {
-	claimed, completed, retried, snoozed, failed uint64
+	claimed, completed, retried, snoozed, failed atomic.Uint64
 	wait, run                                    histogram
 }
 
 // kindMetrics holds the series of every kind and queue the worker has
-// claimed from.
+// claimed from: a map read without a lock once a series exists.
 type kindMetrics struct {
-	mu     sync.Mutex
-	series map[kindQueue]*kindSeries
+	series sync.Map // kindQueue -> *kindSeries
 }
 
-// update runs f on the series of kind in queue.
-func (m *kindMetrics) update(kind, queue string, f func(*kindSeries)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.series == nil {
-		m.series = map[kindQueue]*kindSeries{}
-	}
+// of returns the series of kind in queue, made on first use.
+func (m *kindMetrics) of(kind, queue string) *kindSeries {
 	k := kindQueue{kind, queue}
-	s, ok := m.series[k]
-	if !ok {
-		s = &kindSeries{}
-		m.series[k] = s
+	if s, ok := m.series.Load(k); ok {
+		return s.(*kindSeries)
 	}
-	f(s)
+	s, _ := m.series.LoadOrStore(k, &kindSeries{})
+	return s.(*kindSeries)
 }
 
 // write renders the series in the Prometheus text format, worker being
 // the worker's label value.
 func (m *kindMetrics) write(b *strings.Builder, worker string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	keys := make([]kindQueue, 0, len(m.series))
-	for k := range m.series {
-		keys = append(keys, k)
-	}
+	series := map[kindQueue]*kindSeries{}
+	var keys []kindQueue
+	m.series.Range(func(k, s any) bool {
+		series[k.(kindQueue)] = s.(*kindSeries)
+		keys = append(keys, k.(kindQueue))
+		return true
+	})
 	slices.SortFunc(keys, func(a, b kindQueue) int {
 		return strings.Compare(a.kind+"\x00"+a.queue, b.kind+"\x00"+b.queue)
 	})
@@ -83,15 +79,15 @@ func (m *kindMetrics) write(b *strings.Builder, worker string) {
 	}
 	b.WriteString("# HELP leasework_kind_claimed_total Claims taken, per kind and queue.\n# TYPE leasework_kind_claimed_total counter\n")
 	for _, k := range keys {
-		fmt.Fprintf(b, "leasework_kind_claimed_total{%s} %d\n", labels(k), m.series[k].claimed)
+		fmt.Fprintf(b, "leasework_kind_claimed_total{%s} %d\n", labels(k), series[k].claimed.Load())
 	}
 	b.WriteString("# HELP leasework_kind_outcomes_total Outcomes written, per kind, queue and outcome.\n# TYPE leasework_kind_outcomes_total counter\n")
 	for _, k := range keys {
-		s := m.series[k]
+		s := series[k]
 		for _, o := range []struct {
 			name string
 			n    uint64
-		}{{"completed", s.completed}, {"retried", s.retried}, {"snoozed", s.snoozed}, {"failed", s.failed}} {
+		}{{"completed", s.completed.Load()}, {"retried", s.retried.Load()}, {"snoozed", s.snoozed.Load()}, {"failed", s.failed.Load()}} {
 			fmt.Fprintf(b, "leasework_kind_outcomes_total{%s,outcome=\"%s\"} %d\n", labels(k), o.name, o.n)
 		}
 	}
@@ -106,16 +102,16 @@ func (m *kindMetrics) write(b *strings.Builder, worker string) {
 	} {
 		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", h.name, h.help, h.name)
 		for _, k := range keys {
-			hist := h.of(m.series[k])
+			hist := h.of(series[k])
 			var cum uint64
 			for i, le := range latencyBuckets {
-				if hist.counts != nil {
-					cum += hist.counts[i]
-				}
+				cum += hist.counts[i].Load()
 				fmt.Fprintf(b, "%s_bucket{%s,le=\"%s\"} %d\n", h.name, labels(k), formatBound(le), cum)
 			}
-			fmt.Fprintf(b, "%s_bucket{%s,le=\"+Inf\"} %d\n", h.name, labels(k), hist.n)
-			fmt.Fprintf(b, "%s_sum{%s} %g\n%s_count{%s} %d\n", h.name, labels(k), hist.sum, h.name, labels(k), hist.n)
+			cum += hist.counts[len(latencyBuckets)].Load()
+			fmt.Fprintf(b, "%s_bucket{%s,le=\"+Inf\"} %d\n", h.name, labels(k), cum)
+			sum := time.Duration(hist.nanos.Load()).Seconds()
+			fmt.Fprintf(b, "%s_sum{%s} %g\n%s_count{%s} %d\n", h.name, labels(k), sum, h.name, labels(k), cum)
 		}
 	}
 }

@@ -133,6 +133,13 @@ type Settlement struct {
 	// failure: the handler ran to its end, and the event runs again once
 	// the lease expires (see [Counters].RerunsFromAbandonedOutcomes).
 	Rerun bool
+	// Delay is how long a retried or snoozed event waits for its next
+	// attempt.
+	Delay time.Duration
+	// Replayed is true when the outcome's write was found already
+	// recorded by an earlier try of it whose reply was lost (see
+	// [Counters].OutcomesReplayed).
+	Replayed bool
 }
 
 // Observe adds an observer to the worker. It must be called before Run;
@@ -204,11 +211,11 @@ func (a *attempt) observeReturned(info HandlerInfo) {
 	}
 }
 
-// settle tells the observers how a's outcome settled, once.
+// settle tells the observers how a's outcome settled, once (see finish).
 func (a *attempt) settle(s Settlement) {
 	a.obsMu.Lock()
 	defer a.obsMu.Unlock()
-	if a.settled || a.obsCtx == nil {
+	if a.settled {
 		return
 	}
 	a.settled = true

@@ -11,31 +11,18 @@ import (
 	"github.com/leasework/leasework/lease"
 )
 
-type op int
-
-const (
-	opComplete op = iota
-	opRetry
-	opFail
-	opRelease
-	numOps
-)
-
-var opNames = [numOps]string{"complete", "retry", "fail", "release"}
-
 // outcome is what to write for one finished attempt.
 type outcome struct {
-	a      *attempt
-	op     op
-	delay  time.Duration // opRetry
-	snooze bool          // opRetry: leasework.Snooze, not a failure
-	text   string        // opRetry, opFail: the error recorded in the row
-	tries  int           // failed writes so far
-	alone  bool          // written on its own: a batch it was in failed for another reason than the connection
+	a     *attempt
+	write lease.Write
+	tries int  // failed writes so far
+	alone bool // written on its own: a batch it was in failed for another reason than the connection
 	// commitUnknown: the handler's transaction completed the claim, but its
 	// COMMIT failed; the row shows whether it committed.
 	commitUnknown bool
 }
+
+func (o outcome) op() lease.Op { return o.write.Op() }
 
 // maxAloneTries bounds the writes of one outcome written on its own that
 // fail for another reason than the connection (a value the database
@@ -159,58 +146,63 @@ func (w *Worker) pause(d time.Duration) {
 	}
 }
 
-// flush writes pending outcomes, one statement per kind of outcome, and
-// returns those to try again. A batch that fails because of the connection
-// (or a timeout) is tried again whole. A batch that fails for any other
-// reason is written again claim by claim, so that one value the database
+// flush writes pending outcomes in one call to the store, which sends one
+// statement per op, and returns those to try again. The writes of a
+// statement that fails because of the connection (or a timeout) are tried
+// again as they were. Those of a statement that fails for any other reason
+// are written again claim by claim, so that one value the database
 // refuses never holds back the others. deadline, when not zero, bounds
 // every statement (the end of a stop).
 func (w *Worker) flush(pending []outcome, deadline time.Time) []outcome {
-	var groups [numOps][]outcome
-	var alone []outcome
+	var batch, alone, again []outcome
 	for _, o := range pending {
 		if o.alone {
 			alone = append(alone, o)
 		} else {
-			groups[o.op] = append(groups[o.op], o)
+			batch = append(batch, o)
 		}
 	}
-	var again []outcome
-	for i, group := range groups {
-		if len(group) == 0 {
+	perOp := map[lease.Op]int{}
+	for _, o := range batch {
+		perOp[o.op()]++
+	}
+	failed := map[lease.Op]bool{}
+	for i, r := range w.write(batch, deadline) {
+		o := batch[i]
+		switch {
+		case r.Verdict != lease.VerdictNoAnswer:
+			w.recorded(o, r)
 			continue
-		}
-		res, err := w.writeGroup(op(i), group, deadline)
-		if err != nil {
+		case !failed[o.op()]:
+			failed[o.op()] = true
 			w.count.outcomeWriteErrors.Add(1)
+			switch {
+			case w.transient(r.Err):
+				w.log.Warn("outcome write failed; will try again", "op", o.op(), "claims", perOp[o.op()], "err", r.Err)
+			case perOp[o.op()] > 1:
+				w.log.Warn("outcome write failed; writing its claims one by one", "op", o.op(), "claims", perOp[o.op()], "err", r.Err)
+			}
 		}
 		switch {
-		case err == nil:
-			for i, r := range res {
-				w.recorded(group[i], r)
-			}
-		case w.transient(err):
-			w.log.Warn("outcome write failed; will try again", "op", opNames[i], "claims", len(group), "err", err)
-			again = append(again, w.keepForRetry(group, err)...)
-		case len(group) == 1:
-			again = append(again, w.failedAlone(group[0], err)...)
+		case w.transient(r.Err):
+			again = append(again, w.keepForRetry([]outcome{o}, r.Err)...)
+		case perOp[o.op()] == 1:
+			again = append(again, w.failedAlone(o, r.Err)...)
 		default:
-			w.log.Warn("outcome write failed; writing its claims one by one", "op", opNames[i], "claims", len(group), "err", err)
-			alone = append(alone, group...)
+			alone = append(alone, o)
 		}
 	}
 	for _, o := range alone {
-		res, err := w.writeGroup(o.op, []outcome{o}, deadline)
-		if err != nil {
-			w.count.outcomeWriteErrors.Add(1)
-		}
+		r := w.write([]outcome{o}, deadline)[0]
 		switch {
-		case err == nil:
-			w.recorded(o, res[0])
-		case w.transient(err):
-			again = append(again, w.keepForRetry([]outcome{o}, err)...)
+		case r.Verdict != lease.VerdictNoAnswer:
+			w.recorded(o, r)
+		case w.transient(r.Err):
+			w.count.outcomeWriteErrors.Add(1)
+			again = append(again, w.keepForRetry([]outcome{o}, r.Err)...)
 		default:
-			again = append(again, w.failedAlone(o, err)...)
+			w.count.outcomeWriteErrors.Add(1)
+			again = append(again, w.failedAlone(o, r.Err)...)
 		}
 	}
 	return again
@@ -230,37 +222,37 @@ func (w *Worker) transient(err error) bool {
 	return false
 }
 
-func (w *Worker) writeGroup(o op, group []outcome, deadline time.Time) ([]lease.Result, error) {
-	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
+// write passes a batch of outcomes to the store, each statement bounded
+// by the statement timeout, and all of them by deadline when it is not
+// zero. Every result is a verdict: a statement that failed gives its
+// writes lease.VerdictNoAnswer.
+func (w *Worker) write(batch []outcome, deadline time.Time) []lease.Result {
+	if len(batch) == 0 {
+		return nil
+	}
+	writes := make([]lease.Write, len(batch))
+	ops := map[lease.Op]bool{}
+	for i, o := range batch {
+		writes[i] = o.write
+		ops[o.op()] = true
+	}
+	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout()*time.Duration(len(ops)))
 	defer cancel()
 	if !deadline.IsZero() {
 		var cancelAtDeadline context.CancelFunc
 		ctx, cancelAtDeadline = context.WithDeadline(ctx, deadline)
 		defer cancelAtDeadline()
 	}
-	s := w.store
-	switch o {
-	case opComplete:
-		refs := refsOf(group)
-		if w.cfg.Retention == 0 {
-			return s.CompleteAndDeleteMany(ctx, refs)
+	res, err := w.store.WriteMany(ctx, writes...)
+	if err != nil {
+		// A write no statement can make: the worker made it, so this is
+		// a bug; each write is refused on its own.
+		res = make([]lease.Result, len(batch))
+		for i, o := range batch {
+			res[i] = lease.Result{Op: o.op(), Ref: o.a.ref, Verdict: lease.VerdictNoAnswer, Err: err}
 		}
-		return s.CompleteMany(ctx, refs)
-	case opRetry:
-		reqs := make([]lease.RetryRequest, len(group))
-		for i, g := range group {
-			reqs[i] = lease.RetryRequest{Ref: g.a.ref, Delay: g.delay, Error: g.text, Snooze: g.snooze}
-		}
-		return s.RetryMany(ctx, reqs)
-	case opFail:
-		reqs := make([]lease.FailRequest, len(group))
-		for i, g := range group {
-			reqs[i] = lease.FailRequest{Ref: g.a.ref, Reason: g.text}
-		}
-		return s.FailMany(ctx, reqs)
-	default:
-		return s.ReleaseMany(ctx, refsOf(group))
 	}
+	return res
 }
 
 // keepForRetry returns the outcomes of a write that failed transiently that
@@ -299,7 +291,7 @@ func (w *Worker) failedAlone(o outcome, err error) []outcome {
 	o.alone = true
 	deadline, _, _ := o.a.state()
 	if o.tries < maxAloneTries && time.Now().Before(deadline) {
-		w.log.Warn("outcome write failed; will try again", "op", opNames[o.op], "id", o.a.ref.ID,
+		w.log.Warn("outcome write failed; will try again", "op", o.op(), "id", o.a.ref.ID,
 			"generation", o.a.ref.Generation, "event_id", o.a.claim.EventID, "err", err)
 		return []outcome{o}
 	}
@@ -310,103 +302,70 @@ func (w *Worker) failedAlone(o outcome, err error) []outcome {
 // abandon gives up writing an outcome: the claim's lease expires and
 // another worker claims the event again.
 func (w *Worker) abandon(o outcome, why string, err error) {
-	w.count.outcomesAbandoned.Add(1)
-	rerun := o.op == opComplete || o.op == opFail
-	if rerun {
-		w.count.rerunsFromAbandonedOutcomes.Add(1)
-	}
-	w.log.Error("outcome not recorded; the lease will expire and the event will be claimed again",
-		"why", why, "op", opNames[o.op], "id", o.a.ref.ID, "generation", o.a.ref.Generation,
-		"event_id", o.a.claim.EventID, "tries", o.tries, "err", err)
-	w.forget(o.a)
 	text := why
 	if err != nil {
 		text += ": " + err.Error()
 	}
-	o.a.settle(Settlement{Outcome: OutcomeAbandoned, Error: text, Rerun: rerun})
+	o.a.finish(Settlement{Outcome: OutcomeAbandoned, Error: text, Rerun: o.reruns()})
 }
 
-// recorded counts and logs the database's answer to one outcome write.
+// reruns reports whether the event runs again if o is not written: the
+// handler ran to its end (a completion or a failure); a retry, a snooze
+// or a release runs it again anyway.
+func (o outcome) reruns() bool {
+	switch o.op() {
+	case lease.OpComplete, lease.OpCompleteAndDelete, lease.OpFail:
+		return true
+	}
+	return false
+}
+
+// recorded settles one outcome from the database's verdict on its write.
 //
-// An answer that the write was already recorded (an earlier try committed
-// though its reply was lost) counts as the write's success. So does an
-// answer that the row is gone when an earlier try of this write failed and
-// the answer came before the claim's local deadline: while the lease held,
-// nobody else could have taken the row, so only that earlier try (a
-// completion that deletes its row, or its effect followed by the next
-// claim's) can have made it go.
+// A write found already recorded (an earlier try committed though its
+// reply was lost) is the write's success. So is a row gone when an
+// earlier try of this write failed and the answer came before the claim's
+// local deadline: while the lease held, nobody else could have taken the
+// row, so only that earlier try (a completion that deletes its row, or its
+// effect followed by the next claim's) can have made it go.
 func (w *Worker) recorded(o outcome, r lease.Result) {
 	a := o.a
-	var settled Settlement
-	defer func() {
-		w.forget(a)
-		a.settle(settled)
-	}()
-	if o.commitUnknown && r.Err != nil {
+	deadline, _, _ := a.state()
+	leaseHeld := time.Now().Before(deadline)
+	if o.commitUnknown && (r.Verdict == lease.VerdictDone || (r.Verdict == lease.VerdictGone && leaseHeld)) {
 		// The handler's COMMIT failed, yet the row shows its completion:
 		// DONE at the claim's generation, or deleted before the lease
 		// could expire (nobody else could have taken the row). It
 		// committed; the effect and the completion are both there.
-		deadline, _, _ := a.state()
-		if r.DoneByClaim || (r.Gone && time.Now().Before(deadline)) {
-			w.count.completed.Add(1)
-			w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
-			w.log.Info("the handler's transaction committed though its COMMIT reported an error",
-				"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
-			settled = Settlement{Outcome: OutcomeCompleted, InHandlerTx: true}
-			return
-		}
-	}
-	replayed := r.Err == nil && r.AlreadyRecorded
-	if r.Err != nil && r.Gone && o.tries > 0 {
-		deadline, _, _ := a.state()
-		replayed = time.Now().Before(deadline)
-	}
-	if r.Err != nil && !replayed {
-		w.count.staleRejections.Add(1)
-		settled = Settlement{Outcome: OutcomeRejected, Cancelled: r.Cancelled}
-		if r.Cancelled {
-			w.log.Info("outcome rejected: the event was cancelled while its handler ran", "op", opNames[o.op],
-				"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
-			return
-		}
-		w.log.Warn("outcome rejected: the claim is no longer owned", "op", opNames[o.op],
-			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID, "gone", r.Gone)
+		w.log.Info("the handler's transaction committed though its COMMIT reported an error",
+			"id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID)
+		a.finish(Settlement{Outcome: OutcomeCompleted, InHandlerTx: true})
 		return
 	}
-	log := w.log.With("id", a.ref.ID, "generation", a.ref.Generation, "event_id", a.claim.EventID, "attempt", a.claim.Attempt)
-	if replayed {
-		w.count.outcomesReplayed.Add(1)
-		log.Info("outcome found already recorded by an earlier try of the same write", "op", opNames[o.op], "tries", o.tries+1)
+	replayed := r.Verdict == lease.VerdictRecorded || (r.Verdict == lease.VerdictGone && o.tries > 0 && leaseHeld)
+	if r.Err != nil && !replayed {
+		a.finish(Settlement{Outcome: OutcomeRejected, Cancelled: r.Verdict == lease.VerdictCancelled})
+		return
 	}
-	switch {
-	case o.op == opComplete:
-		w.count.completed.Add(1)
-		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.completed++ })
-		log.Debug("event completed")
-		settled = Settlement{Outcome: OutcomeCompleted, InHandlerTx: o.commitUnknown}
-	case o.op == opRelease:
-		w.count.released.Add(1)
-		log.Debug("claim released")
-		settled = Settlement{Outcome: OutcomeReleased}
-	case o.op == opRetry && o.snooze:
-		w.count.snoozed.Add(1)
-		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.snoozed++ })
-		log.Debug("event snoozed", "delay", o.delay)
-		settled = Settlement{Outcome: OutcomeSnoozed}
-		w.wakeAfter(a.q, o.delay)
-	case o.op == opRetry && (r.Status == leasework.StatusReady || r.Gone):
-		w.count.retried.Add(1)
-		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.retried++ })
-		log.Info("attempt failed; will retry", "delay", o.delay, "err", logText(o.text))
-		settled = Settlement{Outcome: OutcomeRetried, Error: o.text}
-		w.wakeAfter(a.q, o.delay)
-	default: // fail, or retry on the row's last allowed attempt
-		w.count.failed.Add(1)
-		w.byKind.update(a.claim.Kind, a.q.name, func(s *kindSeries) { s.failed++ })
-		log.Warn("event failed", "err", logText(o.text))
-		settled = Settlement{Outcome: OutcomeFailed, Error: o.text}
+	s := Settlement{Replayed: replayed, InHandlerTx: o.commitUnknown}
+	switch o.op() {
+	case lease.OpComplete, lease.OpCompleteAndDelete:
+		s.Outcome = OutcomeCompleted
+	case lease.OpRelease:
+		s.Outcome = OutcomeReleased
+	case lease.OpSnooze:
+		s.Outcome, s.Delay = OutcomeSnoozed, o.write.Delay()
+		w.wakeAfter(a.q, s.Delay)
+	case lease.OpRetry:
+		s.Outcome, s.Error = OutcomeFailed, o.write.Text()
+		if r.Status == leasework.StatusReady || r.Verdict == lease.VerdictGone {
+			s.Outcome, s.Delay = OutcomeRetried, o.write.Delay()
+			w.wakeAfter(a.q, s.Delay)
+		}
+	default: // OpFail
+		s.Outcome, s.Error = OutcomeFailed, o.write.Text()
 	}
+	a.finish(s)
 }
 
 // forget drops a claim whose outcome is settled.
@@ -418,12 +377,4 @@ func (w *Worker) forget(a *attempt) {
 	}
 	w.mu.Unlock()
 	signal(a.q.slotFreed) // a claim waiting for the outcomes may go on
-}
-
-func refsOf(group []outcome) []leasework.Ref {
-	refs := make([]leasework.Ref, len(group))
-	for i, g := range group {
-		refs[i] = g.a.ref
-	}
-	return refs
 }

@@ -88,7 +88,7 @@ func TestPausedWorkerCannotCompleteRetryOrRenew(t *testing.T) {
 			t.Errorf("row %d: %s generation %d worker %q error %q; want the rival's untouched claim", r.ID, r.Status, r.Generation, r.Worker, r.LastError)
 		}
 	}
-	res2, err := s.CompleteMany(ctx, []leasework.Ref{claims[0].Ref(), claims[1].Ref()})
+	res2, err := s.WriteMany(ctx, lease.Complete(claims[0].Ref()), lease.Complete(claims[1].Ref()))
 	if err != nil || res2[0].Err != nil || res2[1].Err != nil {
 		t.Fatalf("the rival's completion = %+v, %v; want accepted", res2, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/handlerctx"
+	"github.com/leasework/leasework/lease"
 )
 
 // MaxProgressSize is the largest progress [RecordProgress] accepts: a
@@ -82,8 +83,11 @@ func (a *attempt) RecordProgress(ctx context.Context, progress []byte) error {
 	}
 	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	err := a.w.store.SetProgress(wctx, a.ref, progress)
-	if errors.Is(err, leasework.ErrLeaseLost) {
+	_, err := a.w.store.Write(wctx, lease.Progress(a.ref, progress))
+	switch {
+	case errors.Is(err, leasework.ErrCancelled):
+		a.lose("rejected progress", leasework.ErrCancelled)
+	case errors.Is(err, leasework.ErrLeaseLost):
 		a.lose("rejected progress", leasework.ErrLeaseLost)
 	}
 	return err

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/lease"
 )
 
 // renewLoop renews the worker's live claims, each once its last confirmed
@@ -44,23 +45,26 @@ func (w *Worker) renew(ctx context.Context) {
 	if len(due) == 0 {
 		return
 	}
-	refs := make([]leasework.Ref, len(due))
+	writes := make([]lease.Write, len(due))
 	for i, a := range due {
-		refs[i] = a.ref
+		writes[i] = lease.Renew(a.ref, w.cfg.Lease)
 	}
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.statementTimeout())
 	defer cancel()
 	sent := time.Now() // before the statement: the new lease cannot start earlier
-	res, err := w.store.RenewMany(sctx, refs, w.cfg.Lease)
+	res, err := w.store.WriteMany(sctx, writes...)
+	if err == nil && len(res) > 0 && res[0].Verdict == lease.VerdictNoAnswer {
+		err = res[0].Err // one statement: all of them failed
+	}
 	if err != nil {
 		if ctx.Err() == nil { // not merely stopping
-			w.log.Warn("renewal failed; claims not confirmed in time will be given up", "claims", len(refs), "err", err)
+			w.log.Warn("renewal failed; claims not confirmed in time will be given up", "claims", len(writes), "err", err)
 		}
 		return
 	}
 	for i, r := range res {
 		switch {
-		case r.Busy:
+		case r.Verdict == lease.VerdictBusy:
 			// The row is locked by another transaction, most often the
 			// claim's own handler completing it: neither renewed nor lost.
 			continue
@@ -68,7 +72,7 @@ func (w *Worker) renew(ctx context.Context) {
 			// The handler's transaction completed the claim and holds or
 			// held the row: a rejection means its COMMIT made the row DONE.
 			continue
-		case r.Cancelled:
+		case r.Verdict == lease.VerdictCancelled:
 			due[i].lose("rejected renewal", leasework.ErrCancelled)
 			continue
 		case r.Err != nil:

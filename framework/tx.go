@@ -10,6 +10,7 @@ import (
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/errprefix"
 	"github.com/leasework/leasework/internal/handlerctx"
+	"github.com/leasework/leasework/lease"
 )
 
 // TxFunc is the body of a handler made with [Transactional]: it makes the
@@ -26,8 +27,8 @@ type TxFunc func(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error
 // past its lease, or its claim is taken over.
 //
 // For each attempt it begins a transaction on the worker's pool, runs fn,
-// runs the guarded completion in the same transaction (lease.Store.CompleteTx,
-// or CompleteAndDeleteTx with Config.DeleteAtCompletion) unless fn already
+// runs the guarded completion in the same transaction (lease.Store.WriteTx,
+// with lease.CompleteAndDelete under Config.DeleteAtCompletion) unless fn already
 // did through [CompleteInTx], and commits:
 //
 //   - fn returns nil, the completion is accepted and COMMIT succeeds: the
@@ -142,12 +143,11 @@ func (st *txState) complete(ctx context.Context) error {
 		return st.rejected
 	}
 	a := st.a
-	var err error
+	w := lease.Complete(a.ref)
 	if a.w.cfg.Retention == 0 {
-		err = a.w.store.CompleteAndDeleteTx(ctx, st.tx, a.ref)
-	} else {
-		err = a.w.store.CompleteTx(ctx, st.tx, a.ref)
+		w = lease.CompleteAndDelete(a.ref)
 	}
+	err := a.w.store.WriteTx(ctx, st.tx, w)
 	switch {
 	case err == nil:
 		st.completed = true

@@ -48,7 +48,7 @@ type Worker struct {
 	kindList       []string
 
 	middleware []Middleware // Use's, in order; applied by start
-	observers  []Observer   // Observe's, in order
+	observers  []Observer   // the worker's own (ownObserver), then Observe's, in order
 
 	claimReturned func(queue string, n int, err error) // a test's hook, after each claim statement
 	byKind        kindMetrics                          // per kind and queue, for MetricsHandler
@@ -80,7 +80,7 @@ func New(db *sql.DB, drv leasework.Driver, cfg Config) (*Worker, error) {
 	for i, q := range cfg.Queues {
 		queues[i] = newQueue(q)
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:             cfg,
 		queues:          queues,
 		store:           store,
@@ -91,7 +91,9 @@ func New(db *sql.DB, drv leasework.Driver, cfg Config) (*Worker, error) {
 		listening:       make(chan struct{}),
 		handlerReturned: make(chan struct{}, 1),
 		outcomes:        newOutcomeQueue(),
-	}, nil
+	}
+	w.observers = []Observer{w.ownObserver()}
+	return w, nil
 }
 
 // Store returns the store the worker runs on, for enqueueing, migrating and

@@ -168,21 +168,12 @@ func (s *Store) rowCancelledSince(ctx context.Context, ref leasework.Ref) bool {
 	return err == nil && cancelledSince(ref, st)
 }
 
-// stopCancelled ends DISCARDED the rows of the rejected results in out
-// whose attempt, the result's claim, was cancelled while it ran: the write
-// that was rejected is that attempt's acknowledged stop. A renewal is no
-// stop (its handler still runs), and is not passed here.
-func (s *Store) stopCancelled(ctx context.Context, op string, out []Result, states map[int64]rowState) error {
-	// One statement per row: a transaction that ends rows of several keys
-	// gives way to an enqueue of one of them (migration 4) and would fail.
-	// A cancel of a running attempt is rare; so are these.
-	for _, r := range out {
-		if st, ok := states[r.Ref.ID]; !ok || !r.Cancelled || st.status != leasework.StatusInProgress {
-			continue
-		}
-		if _, err := s.db.ExecContext(ctx, s.q.stop, s.batchArgs([]leasework.Ref{r.Ref}, nil)...); err != nil {
-			return s.wrapErr(fmt.Sprintf("%s: end the cancelled attempt of row %d", op, r.Ref.ID), err)
-		}
-	}
-	return nil
+// stopCancelled ends DISCARDED the row of ref, whose attempt was cancelled
+// while it ran: the write that was rejected is that attempt's acknowledged
+// stop. One statement per row: a transaction that ends rows of several keys
+// gives way to an enqueue of one of them (migration 4) and would fail. A
+// cancel of a running attempt is rare; so are these.
+func (s *Store) stopCancelled(ctx context.Context, ref leasework.Ref) error {
+	_, err := s.db.ExecContext(ctx, s.q.stop, s.batchArgs([]leasework.Ref{ref}, nil)...)
+	return err
 }

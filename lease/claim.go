@@ -95,7 +95,7 @@ type querier interface {
 // scanClaims runs a claim statement and reads the claims it returns, and,
 // apart, the claimed rows it cannot decode, each with the reason to fail it
 // with: the column and why (invariant 14).
-func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) (claims []leasework.Claim, bad []FailRequest, err error) {
+func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) (claims []leasework.Claim, bad []Write, err error) {
 	args, err := s.claimArgs(req)
 	if err != nil {
 		return nil, nil, err
@@ -120,7 +120,7 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 		}
 		d.metadata(meta, &c.Metadata)
 		if err := d.err(); err != nil {
-			bad = append(bad, FailRequest{Ref: c.Ref(), Reason: "claim: " + err.Error()})
+			bad = append(bad, Fail(c.Ref(), "claim: "+err.Error()))
 			continue
 		}
 		claims = append(claims, c)
@@ -131,24 +131,16 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 	return claims, bad, nil
 }
 
-// settleUndecodable ends the claimed rows of reqs FAILED with their
-// reasons, under the guard of every outcome write (invariant 2), running
-// the fail statement with q: in the claim's own transaction when it has
-// one.
-func (s *Store) settleUndecodable(ctx context.Context, q querier, reqs []FailRequest) error {
-	refs := make([]leasework.Ref, len(reqs))
-	reasons := make([]string, len(reqs))
-	for i, r := range reqs {
-		refs[i], reasons[i] = r.Ref, CleanText(r.Reason, MaxErrorBytes)
+// settleUndecodable ends the claimed rows of the failures bad FAILED with
+// their reasons, under the guard of every outcome write (invariant 2),
+// running the fail statement with q: in the claim's own transaction when
+// it has one.
+func (s *Store) settleUndecodable(ctx context.Context, q querier, bad []Write) error {
+	all := make([]int, len(bad))
+	for i := range bad {
+		all[i] = i
 	}
-	rows, err := q.QueryContext(ctx, s.q.fail, s.batchArgs(refs, func(i int) []any { return []any{reasons[i]} })...)
-	if err != nil {
-		return s.wrapErr("claim: fail the rows it cannot decode", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-	}
-	if err := rows.Err(); err != nil {
+	if _, _, err := s.run(ctx, q, bad, all); err != nil {
 		return s.wrapErr("claim: fail the rows it cannot decode", err)
 	}
 	return nil

@@ -13,334 +13,252 @@ import (
 	"github.com/leasework/leasework/internal/errprefix"
 )
 
-// Result reports what one guarded write did to one claim.
-//
-// When the guard rejects a write, the store reads the rejected rows again
-// (one more query, by id) to tell three cases apart:
-//
-//   - the row shows this claim's own outcome of the same kind, recorded by an
-//     earlier try whose reply was lost: AlreadyRecorded, Err nil;
-//   - the row no longer exists: Gone, Err matching leasework.ErrLeaseLost;
-//   - anything else (a newer generation, an expired lease, another outcome):
-//     Err matching leasework.ErrLeaseLost only.
-//
-// "This claim's own outcome" is decided from what the write would have
-// left, compared with the row: always its generation, which only claims and
-// requeues change (both raise it), so a finished row at the claim's
-// generation was finished by that claim or by the claim statement expiring
-// it. Then, per write:
-//
-//   - complete: status DONE (only a completion makes DONE);
-//   - retry: status READY or FAILED, and last_error equal to the text this
-//     retry stores (a lease that expired on the last attempt also leaves
-//     FAILED at the same generation, with its own text);
-//   - fail: status FAILED and last_error equal to the reason this write
-//     stores;
-//   - release: status READY. A release also gives back the attempt and
-//     clears the worker, so neither tells anything; a READY row at the
-//     claim's generation was put there by that claim (a retry does too, but
-//     one claim records one outcome);
-//   - renew: never; a renewal leaves nothing to recognise it by.
-//
-// A row that moved on after the earlier try (claimed again, requeued) is
-// plain ErrLeaseLost.
-type Result struct {
-	Ref leasework.Ref
-	// Err is nil when the write was accepted or AlreadyRecorded, and matches
-	// leasework.ErrLeaseLost when the guard rejected it (newer generation,
-	// expired lease, a row no longer INPROGRESS, or no row at all).
-	Err error
-	// Status is the row's status after an accepted write.
-	Status leasework.Status
-	// LeaseUntil is the new deadline after an accepted renewal.
-	LeaseUntil time.Time
-	// AlreadyRecorded is set, with Err nil, when the guard rejected the
-	// write but the row shows that this very claim's outcome is already
-	// recorded: an earlier try of the same write committed though its reply
-	// was lost (a statement timeout, a dropped connection). Status is then
-	// the row's status. Such a write succeeded; it is not a stale rejection.
-	AlreadyRecorded bool
-	// Gone is set, with Err matching leasework.ErrLeaseLost, when the row no
-	// longer exists: a completion deleted it (this claim's earlier try, or a
-	// later claim's), or retention did. A caller whose lease cannot have
-	// expired yet (its local deadline has not passed) knows it was its own
-	// earlier try.
-	Gone bool
-	// Busy is set, with Err matching [ErrRowBusy] and not
-	// leasework.ErrLeaseLost, on a renewal that skipped its row because
-	// another transaction holds the row's lock: most often the claim's own
-	// handler, completing it in its transaction ([Store.CompleteTx]). The
-	// lease was neither renewed nor found lost; renew again later. Only
-	// renewals report Busy: the other writes wait for the lock.
-	Busy bool
-	// Cancelled is set, with Err matching leasework.ErrCancelled (and so
-	// leasework.ErrLeaseLost), when the write was rejected because the
-	// event was cancelled after the claim took it ([Store.Cancel]). A
-	// rejected outcome write (any but a renewal) of the attempt the cancel
-	// found running is taken as that attempt's stop: the event, still
-	// INPROGRESS until then, ends DISCARDED, and a keyed event passes its
-	// key on.
-	Cancelled bool
-	// DoneByClaim is set on a rejected write (Err not nil) whose row is
-	// DONE at the claim's generation: the claim's completion is recorded,
-	// by another write than this one (for a retry after a completion in the
-	// handler's own transaction whose COMMIT lost its reply, say). A
-	// completion in that case is AlreadyRecorded instead, with Err nil.
-	DoneByClaim bool
-}
-
 // ErrRowBusy is matched by the error of a renewal that skipped its row
-// because another transaction holds its lock (see [Result].Busy). It does
-// not match leasework.ErrLeaseLost: the claim is not known to be lost.
+// because another transaction holds its lock ([VerdictBusy]). It does not
+// match leasework.ErrLeaseLost: the claim is not known to be lost.
 var ErrRowBusy = errors.New("lease: row locked by another transaction")
 
-// RetryRequest is one claim to send back for another attempt.
-type RetryRequest struct {
-	Ref   leasework.Ref
-	Delay time.Duration // until the next attempt; zero or more
-	// Error is recorded as the row's last error, made storable by
-	// [CleanText] with [MaxErrorBytes]: any text is accepted. For a
-	// snooze, give the claim's LastError to keep it.
-	Error string
-	// Snooze makes the attempt not count: the row's attempt budget grows
-	// by one, so the row goes back to READY whatever attempt it is on, and
-	// its snooze count by one, so the next claim's leasework.Claim.Snoozes
-	// tells it from a failure (leasework.Snooze).
-	Snooze bool
+// Write makes one guarded write and returns its result. The error is the
+// result's Err (nil when the write is made: accepted, or recorded by an
+// earlier try), or the error of a write no statement can make; see
+// [Verdict] for what the database answers.
+func (s *Store) Write(ctx context.Context, w Write) (Result, error) {
+	res, err := s.WriteMany(ctx, w)
+	if err != nil {
+		return Result{Op: w.op, Ref: w.ref}, err
+	}
+	return res[0], res[0].Err
 }
 
-// FailRequest is one claim to end as FAILED.
-type FailRequest struct {
-	Ref leasework.Ref
-	// Reason is recorded as the row's last error, made storable by
-	// [CleanText] with [MaxErrorBytes]: any text is accepted.
-	Reason string
-}
-
-// Complete marks one claim DONE. It returns nil when the claim's completion
-// is recorded, by this call or by an earlier try of it (see [Result]), and an
-// error matching leasework.ErrLeaseLost when the claim is no longer owned.
-func (s *Store) Complete(ctx context.Context, ref leasework.Ref) error {
-	return single(s.CompleteMany(ctx, []leasework.Ref{ref}))
-}
-
-// CompleteMany marks claims DONE in one statement and reports each one's
-// result, in the order given.
+// WriteMany makes guarded writes, of any ops, and returns one result per
+// write in the order given. Writes of one op go out in one statement (a
+// retry and a snooze share one; progress writes are one statement each),
+// the statements in the order of the ops.
 //
-// Every batched write (CompleteMany, CompleteAndDeleteMany, RetryMany,
-// FailMany, RenewMany, ReleaseMany) locks its rows in id order before it
-// writes them, so concurrent batches over the same rows, in any order, wait
-// for each other instead of deadlocking. A batch may name a row more than
-// once; each entry gets a result.
+// Every batched statement locks its rows in id order before it writes
+// them, so concurrent batches over the same rows, in any order, wait for
+// each other instead of deadlocking. A batch may name a row more than
+// once; each write gets a result, and of one statement's writes naming a
+// row, only the one of the highest generation can pass the guard. A
+// renewal never waits for a row lock: a row locked by another transaction
+// is skipped and reported [VerdictBusy], so a handler's open transaction
+// that has completed its claim ([Store.WriteTx]) holds up no renewal.
 //
-// It returns an error, and no results, when the statement fails, or when
-// reading the rows the guard rejected fails (the accepted writes are then
-// committed: writing the same batch again reports them AlreadyRecorded).
-func (s *Store) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	return s.guarded(ctx, "complete", refs, nil, nil, s.q.complete)
-}
-
-// CompleteAndDeleteMany completes claims of a table that keeps no history:
-// each accepted claim's row is deleted instead of marked DONE, in one
-// statement under the same guard as [Store.CompleteMany]. An accepted result
-// reports Status DONE. Deleting forgets the event id, so a later enqueue of
-// the same id is no longer a duplicate.
-func (s *Store) CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	return s.guarded(ctx, "complete", refs, nil, nil, s.q.completeDelete)
-}
-
-// Retry sends one claim back to READY, due after req.Delay. On the row's last
-// allowed attempt it ends FAILED instead (the result's Status says which). It
-// returns an error matching leasework.ErrLeaseLost when the claim is no longer
-// owned.
-func (s *Store) Retry(ctx context.Context, req RetryRequest) (leasework.Status, error) {
-	res, err := s.RetryMany(ctx, []RetryRequest{req})
-	if err != nil {
-		return "", err
-	}
-	return res[0].Status, res[0].Err
-}
-
-// RetryMany is [Store.Retry] for many claims in one statement. Every error
-// text is cleaned (see [RetryRequest]), so no text can fail the batch.
-func (s *Store) RetryMany(ctx context.Context, reqs []RetryRequest) ([]Result, error) {
-	refs, delays, errs, err := splitRetries(reqs)
-	if err != nil {
-		return nil, err
-	}
-	values := func(i int) []any {
-		snooze := 0
-		if reqs[i].Snooze {
-			snooze = 1
-		}
-		return []any{delays[i], errs[i], snooze}
-	}
-	return s.guarded(ctx, "retry", refs, errs, values, s.q.retry)
-}
-
-// Fail ends one claim as FAILED with reason. It returns an error matching
-// leasework.ErrLeaseLost when the claim is no longer owned.
-func (s *Store) Fail(ctx context.Context, req FailRequest) error {
-	return single(s.FailMany(ctx, []FailRequest{req}))
-}
-
-// FailMany is [Store.Fail] for many claims in one statement. Every reason is
-// cleaned (see [FailRequest]), so no text can fail the batch.
-func (s *Store) FailMany(ctx context.Context, reqs []FailRequest) ([]Result, error) {
-	refs := make([]leasework.Ref, len(reqs))
-	reasons := make([]string, len(reqs))
-	for i, r := range reqs {
-		refs[i], reasons[i] = r.Ref, CleanText(r.Reason, MaxErrorBytes)
-	}
-	values := func(i int) []any { return []any{reasons[i]} }
-	return s.guarded(ctx, "fail", refs, reasons, values, s.q.fail)
-}
-
-// Renew extends one claim's lease to lease from now (database time) and
-// returns the new deadline. It returns an error matching
-// leasework.ErrLeaseLost when the claim is no longer owned; an expired lease
-// cannot be renewed.
-func (s *Store) Renew(ctx context.Context, ref leasework.Ref, lease time.Duration) (time.Time, error) {
-	res, err := s.RenewMany(ctx, []leasework.Ref{ref}, lease)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return res[0].LeaseUntil, res[0].Err
-}
-
-// RenewMany renews many claims in one statement. A renewal is never
-// AlreadyRecorded: a rejected one is lost (or Gone).
-//
-// Unlike the other batched writes, RenewMany never waits for a row lock: a
-// row locked by another transaction is skipped and reported [Result].Busy
-// (neither renewed nor lost), so a handler's open transaction that has
-// completed its claim ([Store.CompleteTx]) holds up no renewal, of its own
-// claim or of the others in the batch.
-func (s *Store) RenewMany(ctx context.Context, refs []leasework.Ref, lease time.Duration) ([]Result, error) {
-	if lease < time.Millisecond {
-		return nil, fmt.Errorf("lease: renew: lease is %v; it must be at least 1ms", lease)
-	}
-	return s.guarded(ctx, "renew", refs, nil, nil, s.q.renew, lease.Microseconds())
-}
-
-// Release gives one claim back to READY at once and returns the attempt it
-// consumed, for a graceful shutdown; listening workers are notified. It
-// returns nil when the release is recorded, by this call or an earlier try
-// (which gave the attempt back once), and an error matching
-// leasework.ErrLeaseLost when the claim is no longer owned.
-func (s *Store) Release(ctx context.Context, ref leasework.Ref) error {
-	return single(s.ReleaseMany(ctx, []leasework.Ref{ref}))
-}
-
-// ReleaseMany is [Store.Release] for many claims in one statement.
-func (s *Store) ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]Result, error) {
-	return s.guarded(ctx, "release", refs, nil, nil, s.q.release, s.channel)
-}
-
-// SetProgress records progress for a claim under the ownership guard. The
-// next attempt of the row receives it in Claim.Progress, so a long job can
-// resume where it stopped. It returns an error matching
-// leasework.ErrLeaseLost when the claim is no longer owned.
-func (s *Store) SetProgress(ctx context.Context, ref leasework.Ref, progress []byte) error {
-	var id int64
-	err := s.db.QueryRowContext(ctx, s.q.progress, ref.ID, ref.Generation, progress).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return lost("progress", ref)
-	}
-	if err != nil {
-		return s.wrapErr("progress", err)
-	}
-	return nil
-}
-
-// guarded runs one batched outcome statement and matches the rows it
-// returned (id, generation, status or lease_until) to the refs asked for.
-// Its parameters are the batch's ($1 and $2, see batchArgs, with the
-// write's per-claim values) followed by extra. texts, when not nil, holds
-// per ref the error text the write stores.
-func (s *Store) guarded(ctx context.Context, op string, refs []leasework.Ref, texts []string,
-	values func(i int) []any, query string, extra ...any) ([]Result, error) {
-	if len(refs) == 0 {
-		return nil, nil
-	}
-	rows, err := s.db.QueryContext(ctx, query, append(s.batchArgs(refs, values), extra...)...)
-	if err != nil {
-		return nil, s.wrapErr(op, err)
-	}
-	defer rows.Close()
-	type accepted struct {
-		status     leasework.Status
-		leaseUntil time.Time
-	}
-	got := make(map[leasework.Ref]accepted, len(refs))
-	busy := map[leasework.Ref]bool{}
-	for rows.Next() {
-		var ref leasework.Ref
-		var a accepted
-		var err error
-		if op == "renew" {
-			var skipped bool
-			err = rows.Scan(&ref.ID, &ref.Generation, &a.leaseUntil, &skipped)
-			a.status = leasework.StatusInProgress
-			if err == nil && skipped {
-				busy[ref] = true
-				continue
-			}
-		} else {
-			err = rows.Scan(&ref.ID, &ref.Generation, &a.status)
-		}
-		if err != nil {
-			return nil, s.wrapErr(op, err)
-		}
-		got[ref] = a
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrapErr(op, err)
-	}
-	out := make([]Result, len(refs))
-	rejected := false
-	for i, ref := range refs {
-		out[i].Ref = ref
-		if a, ok := got[ref]; ok {
-			out[i].Status, out[i].LeaseUntil = a.status, a.leaseUntil
-		} else if busy[ref] {
-			out[i].Busy = true
-			out[i].Err = fmt.Errorf("lease: %s row %d generation %d: %w", op, ref.ID, ref.Generation, errprefix.Trim("lease: ", ErrRowBusy))
-		} else {
-			out[i].Err = lost(op, ref)
-			rejected = true
-		}
-	}
-	if rejected {
-		if err := s.settleRejected(ctx, op, out, texts); err != nil {
+// A statement that fails gives its writes [VerdictNoAnswer] with the
+// statement's error, and the other statements still run: one failure
+// never holds back the writes of another op. Every text is cleaned (see
+// [Retry]), so no text can fail a statement. WriteMany returns an error,
+// and no results, only for a write no statement can make (no op, a
+// negative delay, a lease under 1ms); nothing is written then.
+func (s *Store) WriteMany(ctx context.Context, writes ...Write) ([]Result, error) {
+	for _, w := range writes {
+		if err := w.check(); err != nil {
 			return nil, err
 		}
+	}
+	out := make([]Result, len(writes))
+	for i, w := range writes {
+		out[i] = Result{Op: w.op, Ref: w.ref}
+	}
+	var rejected []int
+	for _, group := range groups(writes) {
+		rejected = append(rejected, s.writeGroup(ctx, writes, group, out)...)
+	}
+	if len(rejected) > 0 {
+		s.settleRejected(ctx, writes, out, rejected)
 	}
 	return out, nil
 }
 
-// rowState is what settleRejected reads of a row.
-type rowState struct {
-	status     leasework.Status
-	generation int64
-	lastError  string
-	cancelled  bool // cancelled_at is set
-}
-
-// settleRejected reads the rows of the rejected results in out, by id, and
-// marks each AlreadyRecorded, Gone or Cancelled as [Result] says. A
-// rejected outcome write (not a renewal) of an attempt cancelled while it
-// ran is that attempt's stop: its row ends DISCARDED (stopCancelled).
-func (s *Store) settleRejected(ctx context.Context, op string, out []Result, texts []string) error {
-	var ids []int64
-	for _, r := range out {
-		if r.Err != nil && !r.Busy {
-			ids = append(ids, r.Ref.ID)
+// groups splits writes by statement: the indexes of the writes of each,
+// in the order of the ops. Renewals are grouped by lease too (the lease is
+// the statement's), and every progress write is a statement of its own.
+func groups(writes []Write) [][]int {
+	var byOp [numOps][]int
+	for i, w := range writes {
+		op := w.op
+		if op == OpSnooze {
+			op = OpRetry // one statement
+		}
+		byOp[op] = append(byOp[op], i)
+	}
+	var out [][]int
+	for op, idx := range byOp {
+		switch {
+		case len(idx) == 0:
+		case Op(op) == OpProgress:
+			for _, i := range idx {
+				out = append(out, []int{i})
+			}
+		case Op(op) == OpRenew:
+			byLease := map[time.Duration]int{}
+			for _, i := range idx {
+				l := writes[i].lease
+				j, ok := byLease[l]
+				if !ok {
+					j = len(out)
+					byLease[l] = j
+					out = append(out, nil)
+				}
+				out[j] = append(out[j], i)
+			}
+		default:
+			out = append(out, idx)
 		}
 	}
+	return out
+}
+
+// writeGroup runs the statement of the writes group names (all of one
+// statement), sets the results of those the guard accepted, and returns
+// the rejected ones. A failed statement gives its writes VerdictNoAnswer.
+func (s *Store) writeGroup(ctx context.Context, writes []Write, group []int, out []Result) (rejected []int) {
+	op := writes[group[0]].op
+	accepted, busy, err := s.run(ctx, s.db, writes, group)
+	for _, i := range group {
+		r, ref := &out[i], writes[i].ref
+		switch a, ok := accepted[ref]; {
+		case err != nil:
+			r.Verdict, r.Err = VerdictNoAnswer, s.wrapErr(op.String(), err)
+		case ok:
+			r.Verdict, r.Status, r.LeaseUntil = VerdictAccepted, a.status, a.leaseUntil
+		case busy[ref]:
+			r.Verdict = VerdictBusy
+			r.Err = fmt.Errorf("lease: %s row %d generation %d: %w", op, ref.ID, ref.Generation, errprefix.Trim("lease: ", ErrRowBusy))
+		default:
+			rejected = append(rejected, i)
+		}
+	}
+	return rejected
+}
+
+// answer is what an accepted write left.
+type answer struct {
+	status     leasework.Status
+	leaseUntil time.Time
+}
+
+// run runs one statement for the writes group names, with q, and reads
+// the rows it returned: (id, generation, status), or for a renewal (id,
+// generation, lease_until, skipped).
+func (s *Store) run(ctx context.Context, q querier, writes []Write, group []int) (accepted map[leasework.Ref]answer, busy map[leasework.Ref]bool, err error) {
+	query, args := s.statement(writes, group)
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	accepted = make(map[leasework.Ref]answer, len(group))
+	renew := writes[group[0]].op == OpRenew
+	for rows.Next() {
+		var ref leasework.Ref
+		var a answer
+		var err error
+		switch {
+		case renew:
+			var skipped bool
+			err = rows.Scan(&ref.ID, &ref.Generation, &a.leaseUntil, &skipped)
+			a.status = leasework.StatusInProgress
+			if err == nil && skipped {
+				if busy == nil {
+					busy = map[leasework.Ref]bool{}
+				}
+				busy[ref] = true
+				continue
+			}
+		case writes[group[0]].op == OpProgress:
+			ref = writes[group[0]].ref
+			a.status = leasework.StatusInProgress
+			err = rows.Scan(&ref.ID)
+		default:
+			err = rows.Scan(&ref.ID, &ref.Generation, &a.status)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		accepted[ref] = a
+	}
+	return accepted, busy, rows.Err()
+}
+
+// statement returns the query and parameters of one group's statement.
+// A batched statement's parameters are $1 and $2 (see batchArgs, with the
+// writes' own values) followed by the statement's own.
+func (s *Store) statement(writes []Write, group []int) (string, []any) {
+	first := writes[group[0]]
+	refs := make([]leasework.Ref, len(group))
+	for j, i := range group {
+		refs[j] = writes[i].ref
+	}
+	switch first.op {
+	case OpComplete:
+		return s.q.complete, s.batchArgs(refs, nil)
+	case OpCompleteAndDelete:
+		return s.q.completeDelete, s.batchArgs(refs, nil)
+	case OpRetry, OpSnooze:
+		return s.q.retry, s.batchArgs(refs, func(j int) []any {
+			w := writes[group[j]]
+			snooze := 0
+			if w.op == OpSnooze {
+				snooze = 1
+			}
+			return []any{w.delay.Microseconds(), w.stored(), snooze}
+		})
+	case OpFail:
+		return s.q.fail, s.batchArgs(refs, func(j int) []any { return []any{writes[group[j]].stored()} })
+	case OpRelease:
+		return s.q.release, append(s.batchArgs(refs, nil), s.channel)
+	case OpRenew:
+		return s.q.renew, append(s.batchArgs(refs, nil), first.lease.Microseconds())
+	default: // OpProgress: one row
+		return s.q.progress, []any{first.ref.ID, first.ref.Generation, first.progress}
+	}
+}
+
+// settleRejected reads the rows of the rejected writes (indexes into
+// writes and out) again, by id, in one statement, and decides each one's
+// verdict (judge). A rejected write that ends an attempt cancelled while
+// it ran is that attempt's stop: its row ends DISCARDED (stopCancelled).
+// When the rows cannot be read, the rejections stay VerdictNoAnswer with
+// the reason: the writes were rejected, but the row alone tells whether
+// an earlier try made them.
+func (s *Store) settleRejected(ctx context.Context, writes []Write, out []Result, rejected []int) {
+	states, err := s.readRejected(ctx, writes, rejected)
+	if err != nil {
+		for _, i := range rejected {
+			out[i].Verdict, out[i].Err = VerdictNoAnswer, err
+		}
+		return
+	}
+	for _, i := range rejected {
+		st, ok := states[writes[i].ref.ID]
+		if ok {
+			judge(&out[i], writes[i], &st)
+		} else {
+			judge(&out[i], writes[i], nil)
+		}
+	}
+	for _, i := range rejected {
+		st, ok := states[writes[i].ref.ID]
+		if !ok || out[i].Verdict != VerdictCancelled || !writes[i].op.ends() || st.status != leasework.StatusInProgress {
+			continue
+		}
+		if err := s.stopCancelled(ctx, writes[i].ref); err != nil {
+			out[i].Verdict, out[i].Err = VerdictNoAnswer, s.wrapErr(fmt.Sprintf("%s: end the cancelled attempt of row %d", writes[i].op, writes[i].ref.ID), err)
+		}
+	}
+}
+
+// readRejected reads the rows of the rejected writes by id.
+func (s *Store) readRejected(ctx context.Context, writes []Write, rejected []int) (map[int64]rowState, error) {
+	ids := make([]int64, len(rejected))
+	for j, i := range rejected {
+		ids[j] = writes[i].ref.ID
+	}
+	op := writes[rejected[0]].op
 	rows, err := s.db.QueryContext(ctx, s.q.rejected, s.drv.Array(ids))
 	if err != nil {
-		return s.wrapErr(op+": read rejected rows", err)
+		return nil, s.wrapErr(op.String()+": read rejected rows", err)
 	}
 	defer rows.Close()
 	states := make(map[int64]rowState, len(ids))
@@ -348,72 +266,65 @@ func (s *Store) settleRejected(ctx context.Context, op string, out []Result, tex
 		var id int64
 		var st rowState
 		if err := rows.Scan(&id, &st.status, &st.generation, &st.lastError, &st.cancelled); err != nil {
-			return s.wrapErr(op+": read rejected rows", err)
+			return nil, s.wrapErr(op.String()+": read rejected rows", err)
 		}
 		states[id] = st
 	}
 	if err := rows.Err(); err != nil {
-		return s.wrapErr(op+": read rejected rows", err)
+		return nil, s.wrapErr(op.String()+": read rejected rows", err)
 	}
-	for i := range out {
-		r := &out[i]
-		if r.Err == nil || r.Busy {
-			continue
-		}
-		st, ok := states[r.Ref.ID]
-		if !ok {
-			r.Gone = true
-			r.Err = fmt.Errorf("lease: %s row %d generation %d: the row no longer exists: %w", op, r.Ref.ID, r.Ref.Generation, leasework.ErrLeaseLost)
-			continue
-		}
-		var text string
-		if texts != nil {
-			text = texts[i]
-		}
-		switch {
-		case recordedBy(op, r.Ref, st, text):
-			r.Err, r.AlreadyRecorded, r.Status = nil, true, st.status
-		case cancelledSince(r.Ref, st):
-			r.Cancelled = true
-			r.Err = fmt.Errorf("lease: %s row %d generation %d: %w", op, r.Ref.ID, r.Ref.Generation, leasework.ErrCancelled)
-		default:
-			r.DoneByClaim = st.status == leasework.StatusDone && st.generation == r.Ref.Generation
-		}
+	return states, nil
+}
+
+// WriteTx makes a completion (OpComplete or OpCompleteAndDelete) inside
+// the caller's transaction tx, under the same guard and lock order as
+// [Store.WriteMany], so that the caller's business writes in tx and the
+// completion commit together or not at all. A stale owner (a newer
+// generation holds the row, its lease expired, the row is finished or
+// gone) is rejected, and its business writes go with the rejection.
+//
+// It returns nil when the guard accepted the completion: the row is then
+// locked by tx until tx ends. Commit tx soon: until then the claim's lease
+// is not renewed (a renewal skips a locked row: [VerdictBusy]), nobody
+// else can claim the row either (claims skip locked rows), and the
+// completion takes effect at COMMIT. If tx rolls back instead, the claim is
+// as it was: INPROGRESS, owned, under its old lease.
+//
+// It returns an error matching leasework.ErrLeaseLost when the guard
+// rejected the completion (and leasework.ErrCancelled too when the event
+// was cancelled while the claim ran it), and any other error when the
+// statement failed. In both cases WriteTx has already rolled tx back, so a
+// later tx.Commit returns sql.ErrTxDone and cannot commit the business
+// writes by mistake; the caller only reports the error. A rejection is
+// final: do not retry the completion in another transaction, the claim is
+// no longer yours (or its completion was already committed by an earlier
+// transaction of yours, whose effects must not be applied twice). A
+// rejection as cancelled does not end the attempt, since the caller may
+// still be running it: once it has stopped, any write that ends the
+// attempt (a [Release], say) ends the event, as [Store.Cancel] says.
+func (s *Store) WriteTx(ctx context.Context, tx *sql.Tx, w Write) error {
+	switch {
+	case tx == nil:
+		return errors.New("lease: write in transaction: tx is nil")
+	case w.op != OpComplete && w.op != OpCompleteAndDelete:
+		return fmt.Errorf("lease: write in transaction: the op is %s; only a completion (lease.Complete, lease.CompleteAndDelete) is written in the caller's transaction", w.op)
 	}
-	if op == "renew" {
+	accepted, _, err := s.run(ctx, tx, []Write{w}, []int{0})
+	if err == nil && len(accepted) == 1 {
 		return nil
 	}
-	return s.stopCancelled(ctx, op, out, states)
-}
-
-// recordedBy reports whether a row in state st shows that the claim ref
-// already wrote op, storing text as the last error; see [Result].
-func recordedBy(op string, ref leasework.Ref, st rowState, text string) bool {
-	if st.generation != ref.Generation {
-		return false
+	// A failed statement aborts the transaction in PostgreSQL anyway; a
+	// rejected one must not commit the caller's writes.
+	_ = tx.Rollback()
+	if err == nil {
+		why := leasework.ErrLeaseLost
+		if s.rowCancelledSince(ctx, w.ref) {
+			why = leasework.ErrCancelled
+		}
+		return fmt.Errorf("lease: %s in transaction row %d generation %d: the transaction was rolled back: %w",
+			w.op, w.ref.ID, w.ref.Generation, why)
 	}
-	switch op {
-	case "complete":
-		return st.status == leasework.StatusDone
-	case "retry":
-		return (st.status == leasework.StatusReady || st.status == leasework.StatusFailed) && st.lastError == text
-	case "fail":
-		return st.status == leasework.StatusFailed && st.lastError == text
-	case "release":
-		return st.status == leasework.StatusReady
-	}
-	return false // renew
-}
-
-func lost(op string, ref leasework.Ref) error {
-	return fmt.Errorf("lease: %s row %d generation %d: %w", op, ref.ID, ref.Generation, leasework.ErrLeaseLost)
-}
-
-func single(res []Result, err error) error {
-	if err != nil {
-		return err
-	}
-	return res[0].Err
+	return s.wrapErr(fmt.Sprintf("%s in transaction row %d generation %d: the transaction was rolled back", w.op, w.ref.ID, w.ref.Generation), err)
 }
 
 // batchArgs returns the first two parameters of a batched guarded write:
@@ -473,14 +384,3 @@ func appendJSON(b []byte, v any) []byte {
 	return append(b, js...)
 }
 
-func splitRetries(reqs []RetryRequest) (refs []leasework.Ref, delays []int64, errs []string, err error) {
-	refs = make([]leasework.Ref, len(reqs))
-	delays, errs = make([]int64, len(reqs)), make([]string, len(reqs))
-	for i, r := range reqs {
-		if r.Delay < 0 {
-			return nil, nil, nil, fmt.Errorf("lease: retry: row %d generation %d: Delay is %v; it must not be negative", r.Ref.ID, r.Ref.Generation, r.Delay)
-		}
-		refs[i], delays[i], errs[i] = r.Ref, r.Delay.Microseconds(), CleanText(r.Error, MaxErrorBytes)
-	}
-	return refs, delays, errs, nil
-}
