@@ -152,8 +152,8 @@
 // business writes and its completion together: [Transactional] adapts a
 // [TxFunc] (a function given a *sql.Tx on the worker's pool) into a
 // handler that runs the function, runs the guarded completion in the same
-// transaction (lease.Store.CompleteTx, or CompleteAndDeleteTx when
-// Config.DeleteAtCompletion is set) and commits. A stale owner's completion is
+// transaction (lease.Store.WriteTx of lease.Complete, or of
+// lease.CompleteAndDelete when Config.DeleteAtCompletion is set) and commits. A stale owner's completion is
 // rejected and its writes are rolled back with it; the attempt ends as lost
 // and is counted in [Counters].StaleRejections, and the worker writes
 // nothing more for the claim; a committed one is counted in
@@ -267,6 +267,9 @@
 // For tracing and metrics of your own, [Worker.Observe] adds an
 // [Observer]: told of each claim (its context becomes the handler's, so a
 // span started there is the parent of the handler's spans), of each
-// handler's return, and of how each outcome settled. The leaseworkotel
-// module (in contrib/otel) builds OpenTelemetry spans and metrics on it.
+// handler's return, and of how each outcome settled. The worker's own
+// counters, per-kind series and outcome log lines are kept by its first
+// observer, from those calls alone, so an observer of yours sees every
+// fact they count. The leaseworkotel module (in contrib/otel) builds
+// OpenTelemetry spans and metrics on it.
 package framework

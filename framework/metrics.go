@@ -30,7 +30,7 @@ type Counters struct {
 	LocalLeaseTimeouts int64 // of LeasesLost, those given up because no renewal was confirmed in time (cause leasework.ErrLeaseUnconfirmed)
 	Cancelled          int64 // of LeasesLost, those whose event was cancelled from outside (cause leasework.ErrCancelled)
 	Panics             int64 // handler panics, recorded as the attempt's error
-	OutcomeWriteErrors int64 // outcome statements that failed; their outcomes were tried again, or abandoned
+	OutcomeWriteErrors int64 // failed writes of the outcomes of one op in one batch; they were tried again, or abandoned
 	OutcomesAbandoned  int64 // outcomes never written because of database errors or the stop's timeout
 	// RerunsFromAbandonedOutcomes counts, of OutcomesAbandoned, the
 	// completions and failures: each is a handler that ran to its end and

@@ -283,7 +283,7 @@ func (s *Store) DeleteFinished(ctx context.Context, olderThan time.Duration, lim
 
 // DeleteDiscarded is [Store.DeleteFinished] for DISCARDED rows only: the
 // retention of a table whose completions delete their rows
-// (CompleteAndDeleteMany), which keeps no DONE row but the record of its
+// (CompleteAndDelete), which keeps no DONE row but the record of its
 // cancels and discards.
 func (s *Store) DeleteDiscarded(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
 	return s.deleteFinished(ctx, "delete discarded", olderThan, limit, false)

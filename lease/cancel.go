@@ -107,7 +107,7 @@ type CancelResult struct {
 // once, with a new generation. An event that an attempt runs stays
 // INPROGRESS under that attempt's lease ([CancelResult].Stopping): every
 // write of the attempt is rejected from now on as cancelled
-// ([Result].Cancelled, leasework.ErrCancelled), its renewal first, at which
+// ([VerdictCancelled], leasework.ErrCancelled), its renewal first, at which
 // the framework cancels the handler's context with leasework.ErrCancelled.
 // The owner's next outcome write (once its handler has returned) ends the
 // event DISCARDED; an owner that never writes (dead, paused) holds it until

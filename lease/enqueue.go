@@ -22,7 +22,7 @@ type Event struct {
 	// rows 24 hours by default (its DedupeWindow), so an event completed
 	// within that window cannot be enqueued and handled again; completions
 	// that delete their rows (framework.Config.DeleteAtCompletion,
-	// [Store.CompleteAndDeleteMany]) give that up. Empty means a new random
+	// [CompleteAndDelete]) give that up. Empty means a new random
 	// UUID. Valid UTF-8 without NUL bytes, at most [MaxEventIDBytes].
 	EventID string
 	// Kind selects the handler. Required; see [ValidateKind].

@@ -383,4 +383,3 @@ func appendJSON(b []byte, v any) []byte {
 	js, _ := json.Marshal(v)
 	return append(b, js...)
 }
-

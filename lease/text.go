@@ -9,7 +9,7 @@ import (
 // Limits on the text a store writes.
 const (
 	// MaxErrorBytes bounds the error text stored with a retried or failed
-	// row ([RetryRequest.Error], [FailRequest.Reason]). Longer texts are cut
+	// row ([Retry], [Snooze], [Fail]). Longer texts are cut
 	// on a character boundary and end with "…".
 	MaxErrorBytes = 64 << 10
 
