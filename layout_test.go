@@ -63,3 +63,40 @@ func TestShippedPackagesImportNoRig(t *testing.T) {
 		t.Fatalf("checked %d files; the walk missed the module's packages", checked)
 	}
 }
+
+// A driver imports, of this module, only the contract (the root package)
+// and the internal leaves it needs (dialing, error prefixes): the SQL and
+// the store stay in lease, which drivers never reach.
+func TestDriversImportOnlyTheContract(t *testing.T) {
+	const module = "github.com/leasework/leasework"
+	allowed := []string{module, module + "/internal/netdial", module + "/internal/errprefix"}
+	checked := 0
+	for _, dir := range []string{"driver/pgx", "driver/pq"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked++
+			for _, imp := range f.Imports {
+				p, err := strconv.Unquote(imp.Path.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (p == module || strings.HasPrefix(p, module+"/")) && !slices.Contains(allowed, p) {
+					t.Errorf("%s imports %s; a driver imports only the root package of this module", path, p)
+				}
+			}
+		}
+	}
+	if checked < 4 {
+		t.Fatalf("checked %d files; the drivers' files were not found", checked)
+	}
+}

@@ -10,7 +10,7 @@ import (
 	"strconv"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/driver/pgx"
+	lwpgx "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/lease"
 )
@@ -18,7 +18,7 @@ import (
 // exampleDB opens the database named by $LEASEWORK_DSN (the tests' server)
 // and returns a schema of the example's own.
 func exampleDB() (*sql.DB, string) {
-	db, err := pgx.New().Open(os.Getenv("LEASEWORK_DSN"))
+	db, err := lwpgx.New().Open(os.Getenv("LEASEWORK_DSN"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func exampleDB() (*sql.DB, string) {
 func exampleWorker(ctx context.Context, suffix string, cfg framework.Config) (w *framework.Worker, done func()) {
 	db, schema := exampleDB()
 	cfg.Schema = schema + suffix
-	w, err := framework.New(db, pgx.New(), cfg)
+	w, err := framework.New(db, lwpgx.New(), cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func Example() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	w, err := framework.New(db, pgx.New(), framework.Config{Schema: schema, Concurrency: 1})
+	w, err := framework.New(db, lwpgx.New(), framework.Config{Schema: schema, Concurrency: 1})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func ExampleRecordProgress() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	w, err := framework.New(db, pgx.New(), framework.Config{Schema: schema, PollInterval: framework.MinPollInterval})
+	w, err := framework.New(db, lwpgx.New(), framework.Config{Schema: schema, PollInterval: framework.MinPollInterval})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func ExampleTransactional() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 
-	w, err := framework.New(db, pgx.New(), framework.Config{Schema: schema, Retention: -1, PollInterval: framework.MinPollInterval})
+	w, err := framework.New(db, lwpgx.New(), framework.Config{Schema: schema, Retention: -1, PollInterval: framework.MinPollInterval})
 	if err != nil {
 		log.Fatal(err)
 	}

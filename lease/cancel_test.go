@@ -61,25 +61,22 @@ func TestCancelFencesTheRunningAttempt(t *testing.T) {
 		if r, err := s.Get(ctx, ref.ID); err != nil || r.Status != leasework.StatusInProgress || r.CancelledAt == nil {
 			t.Fatalf("row cancelled while it runs: %+v, %v; want INPROGRESS, cancelled", r, err)
 		}
-		refs := []leasework.Ref{ref}
-		for name, write := range map[string]func() ([]lease.Result, error){
-			"renew":    func() ([]lease.Result, error) { return s.RenewMany(ctx, refs, time.Minute) },
-			"complete": func() ([]lease.Result, error) { return s.CompleteMany(ctx, refs) },
-			"retry": func() ([]lease.Result, error) {
-				return s.RetryMany(ctx, []lease.RetryRequest{{Ref: ref, Error: "x"}})
-			},
-			"fail":    func() ([]lease.Result, error) { return s.FailMany(ctx, []lease.FailRequest{{Ref: ref, Reason: "x"}}) },
-			"release": func() ([]lease.Result, error) { return s.ReleaseMany(ctx, refs) },
+		for name, w := range map[string]lease.Write{
+			"renew":    lease.Renew(ref, time.Minute),
+			"complete": lease.Complete(ref),
+			"retry":    lease.Retry(ref, 0, "x"),
+			"fail":     lease.Fail(ref, "x"),
+			"release":  lease.Release(ref),
 		} {
-			res, err := write()
+			res, err := s.WriteMany(ctx, w)
 			if err != nil || len(res) != 1 {
 				t.Fatalf("%s: %v, %v", name, res, err)
 			}
-			if !res[0].Cancelled || !errors.Is(res[0].Err, leasework.ErrCancelled) || !errors.Is(res[0].Err, leasework.ErrLeaseLost) {
+			if res[0].Verdict != lease.VerdictCancelled || !errors.Is(res[0].Err, leasework.ErrCancelled) || !errors.Is(res[0].Err, leasework.ErrLeaseLost) {
 				t.Errorf("%s after cancel: %+v; want rejected as cancelled (ErrCancelled, ErrLeaseLost)", name, res[0])
 			}
 		}
-		if err := s.SetProgress(ctx, ref, []byte("p")); !errors.Is(err, leasework.ErrLeaseLost) {
+		if _, err := s.Write(ctx, lease.Progress(ref, []byte("p"))); !errors.Is(err, leasework.ErrLeaseLost) {
 			t.Errorf("progress after cancel: %v; want ErrLeaseLost", err)
 		}
 		r, err := s.Get(ctx, ref.ID)

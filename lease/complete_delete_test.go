@@ -24,15 +24,15 @@ func TestCompleteAndDeleteIsGuarded(t *testing.T) {
 	if _, err := leasetest.NewerGeneration(ctx, s, claims[1].ID, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.CompleteAndDeleteMany(ctx, []leasework.Ref{claims[0].Ref(), claims[1].Ref()})
+	res, err := s.WriteMany(ctx, lease.CompleteAndDelete(claims[0].Ref()), lease.CompleteAndDelete(claims[1].Ref()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Err != nil || res[0].Status != leasework.StatusDone {
+	if res[0].Verdict != lease.VerdictAccepted || res[0].Err != nil || res[0].Status != leasework.StatusDone {
 		t.Errorf("owned claim: %+v; want accepted with status DONE", res[0])
 	}
-	if !errors.Is(res[1].Err, leasework.ErrLeaseLost) {
-		t.Errorf("stale claim: %+v; want ErrLeaseLost", res[1])
+	if res[1].Verdict != lease.VerdictLost || !errors.Is(res[1].Err, leasework.ErrLeaseLost) {
+		t.Errorf("stale claim: %+v; want lost (ErrLeaseLost)", res[1])
 	}
 	if _, err := s.Get(ctx, claims[0].ID); !errors.Is(err, lease.ErrNotFound) {
 		t.Errorf("completed row: Get = %v; want ErrNotFound", err)

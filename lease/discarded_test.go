@@ -35,7 +35,7 @@ func TestCancelledIsRecordedNotReadFromTheError(t *testing.T) {
 		failed, cancelled := byEvent["failed"], byEvent["cancelled"]
 		// The upstream service's own words.
 		reason := "cancelled: upstream refused the order"
-		if err := s.Fail(ctx, lease.FailRequest{Ref: failed.Ref(), Reason: reason}); err != nil {
+		if _, err := s.Write(ctx, lease.Fail(failed.Ref(), reason)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Discard(ctx, failed.Ref()); err != nil {
@@ -44,14 +44,14 @@ func TestCancelledIsRecordedNotReadFromTheError(t *testing.T) {
 		if _, err := s.Cancel(ctx, cancelled.ID, ""); err != nil {
 			t.Fatal(err)
 		}
-		res, err := s.FailMany(ctx, []lease.FailRequest{{Ref: failed.Ref(), Reason: "again"}, {Ref: cancelled.Ref(), Reason: "late"}})
+		res, err := s.WriteMany(ctx, lease.Fail(failed.Ref(), "again"), lease.Fail(cancelled.Ref(), "late"))
 		if err != nil || len(res) != 2 {
 			t.Fatalf("late writes: %v, %v", res, err)
 		}
-		if res[0].Cancelled || errors.Is(res[0].Err, leasework.ErrCancelled) || !errors.Is(res[0].Err, leasework.ErrLeaseLost) {
+		if res[0].Verdict != lease.VerdictLost || errors.Is(res[0].Err, leasework.ErrCancelled) || !errors.Is(res[0].Err, leasework.ErrLeaseLost) {
 			t.Errorf("late write on a discarded FAILED event: %+v; want plain ErrLeaseLost, not cancelled", res[0])
 		}
-		if !res[1].Cancelled || !errors.Is(res[1].Err, leasework.ErrCancelled) {
+		if res[1].Verdict != lease.VerdictCancelled || !errors.Is(res[1].Err, leasework.ErrCancelled) {
 			t.Errorf("late write on a cancelled event: %+v; want Cancelled", res[1])
 		}
 		for id, want := range map[int64]bool{failed.ID: false, cancelled.ID: true} {
@@ -79,7 +79,7 @@ func TestRetentionDeletesDiscardedRows(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim = %v, %v", claims, err)
 		}
-		if err := s.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: "broken"}); err != nil {
+		if _, err := s.Write(ctx, lease.Fail(claims[0].Ref(), "broken")); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := s.DeleteFinished(ctx, time.Hour, 100); err != nil || n != 0 {
@@ -115,7 +115,7 @@ func TestRequeueByRefChecksTheGeneration(t *testing.T) {
 			t.Fatalf("claim = %v, %v", claims, err)
 		}
 		for _, c := range claims {
-			if err := s.Fail(ctx, lease.FailRequest{Ref: c.Ref(), Reason: "broken"}); err != nil {
+			if _, err := s.Write(ctx, lease.Fail(c.Ref(), "broken")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -128,7 +128,7 @@ func TestRequeueByRefChecksTheGeneration(t *testing.T) {
 		if err != nil || len(again) != 1 || again[0].ID != seen[0].ID {
 			t.Fatalf("claim again = %v, %v", again, err)
 		}
-		if err := s.Fail(ctx, lease.FailRequest{Ref: again[0].Ref(), Reason: "broken again"}); err != nil {
+		if _, err := s.Write(ctx, lease.Fail(again[0].Ref(), "broken again")); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.Requeue(ctx, lease.RequeueRequest{Refs: seen})

@@ -125,57 +125,28 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 	return s.enqueue(ctx, sqlTx{tx: tx, drv: s.drv}, opts, events)
 }
 
-// Tx is a transaction of any driver, as [Store.EnqueueTx] needs it: enough
-// to run the enqueue's statements in a transaction the application opened
-// with its own database library. driver/pgx adapts a pgx.Tx to it
-// (pgx.Enqueue); [Store.Enqueue] adapts a *sql.Tx.
-type Tx interface {
-	// Query runs a statement that returns rows, in the transaction. Its
-	// arguments are bound parameters; the enqueue's are all arrays, passed
-	// as Go slices ([]string, []int64, [][]byte), which an implementation
-	// binds as PostgreSQL arrays (pgx does so natively; lib/pq needs each
-	// wrapped in pq.Array). An error may be returned here or by the rows.
-	Query(ctx context.Context, query string, args ...any) (Rows, error)
-
-	// SQLState returns the SQLSTATE code carried by an error of Query or of
-	// its rows, or "" when the server did not send it: a unique violation
-	// (23505) is reported as leasework.ErrDuplicateEvent.
-	SQLState(err error) string
-}
-
-// Rows are the rows of [Tx.Query], read as database/sql's are: pgx.Rows
-// satisfies it as it is.
-type Rows interface {
-	// Next advances to the next row; false at the end or on an error.
-	Next() bool
-	// Scan copies the current row's columns into dest.
-	Scan(dest ...any) error
-	// Err is the error that ended the rows, if any.
-	Err() error
-	// Close releases the rows; it may be called more than once.
-	Close()
-}
-
-// EnqueueTx is [Store.EnqueueWith] in a transaction of any driver: the same
+// EnqueueTx is [Store.EnqueueWith] in a transaction of any database
+// library, adapted to [leasework.Tx] (driver/pgx's WrapTx adapts a pgx.Tx,
+// for services that use pgx natively): the same
 // checks, the same duplicate handling, the same statements, and the same
 // notification at commit (the table's insert trigger sends it). Events are
 // visible to workers when tx commits. After an error from the database,
 // roll tx back: an event id that already exists fails the statement, which
 // aborts tx. A nil tx is an error.
-func (s *Store) EnqueueTx(ctx context.Context, tx Tx, opts EnqueueOptions, events ...Event) ([]Enqueued, error) {
+func (s *Store) EnqueueTx(ctx context.Context, tx leasework.Tx, opts EnqueueOptions, events ...Event) ([]Enqueued, error) {
 	if tx == nil {
 		return nil, errors.New("lease: enqueue: tx is nil; events are written in the caller's transaction")
 	}
 	return s.enqueue(ctx, tx, opts, events)
 }
 
-// sqlTx adapts a *sql.Tx to [Tx], binding slices with the store's driver.
+// sqlTx adapts a *sql.Tx to leasework.Tx, binding slices with the store's driver.
 type sqlTx struct {
 	tx  *sql.Tx
 	drv leasework.Driver
 }
 
-func (t sqlTx) Query(ctx context.Context, query string, args ...any) (Rows, error) {
+func (t sqlTx) Query(ctx context.Context, query string, args ...any) (leasework.Rows, error) {
 	bound := make([]any, len(args))
 	for i, a := range args {
 		switch a.(type) {
@@ -194,7 +165,7 @@ func (t sqlTx) Query(ctx context.Context, query string, args ...any) (Rows, erro
 
 func (t sqlTx) SQLState(err error) string { return t.drv.SQLState(err) }
 
-// sqlRows is *sql.Rows as [Rows]: an error of Close also ends up in Err.
+// sqlRows is *sql.Rows as leasework.Rows: an error of Close also ends up in Err.
 type sqlRows struct{ *sql.Rows }
 
 func (r sqlRows) Close() { _ = r.Rows.Close() }
@@ -202,7 +173,7 @@ func (r sqlRows) Close() { _ = r.Rows.Close() }
 // enqueue is every enqueue: the store's middleware around one copy of the
 // checks, the statement and the accounting, whatever the transaction's
 // driver.
-func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events []Event) ([]Enqueued, error) {
+func (s *Store) enqueue(ctx context.Context, tx leasework.Tx, opts EnqueueOptions, events []Event) ([]Enqueued, error) {
 	if len(s.middleware) == 0 {
 		return s.enqueueIn(ctx, tx, opts, events)
 	}
@@ -231,7 +202,7 @@ func (s *Store) enqueue(ctx context.Context, tx Tx, opts EnqueueOptions, events 
 }
 
 // enqueueIn enqueues events in tx, after the store's middleware.
-func (s *Store) enqueueIn(ctx context.Context, tx Tx, opts EnqueueOptions, events []Event) ([]Enqueued, error) {
+func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOptions, events []Event) ([]Enqueued, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -324,7 +295,7 @@ func (c columns) args() []any {
 // insert runs the insert statement q and records the row id of each event
 // inserted. Its rows are closed before it returns, so that the connection
 // is free for the next statement.
-func (s *Store) insert(ctx context.Context, tx Tx, q string, out []Enqueued, first map[string]int, args ...any) error {
+func (s *Store) insert(ctx context.Context, tx leasework.Tx, q string, out []Enqueued, first map[string]int, args ...any) error {
 	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return s.enqueueError(tx, err)
@@ -361,7 +332,7 @@ const maxEventIDTries = 5
 // then found free was freed in between, by a commit that deleted its row
 // (retention, say): it is no duplicate any more, and is taken again, up to
 // maxEventIDTries times in all.
-func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first map[string]int, cols columns) error {
+func (s *Store) insertSkipping(ctx context.Context, tx leasework.Tx, out []Enqueued, first map[string]int, cols columns) error {
 	taken := make(map[string]int64, len(cols.ids))
 	pending := cols
 	for try := 1; len(pending.ids) > 0; try++ {
@@ -397,7 +368,7 @@ func (s *Store) insertSkipping(ctx context.Context, tx Tx, out []Enqueued, first
 
 // takeEventIDs takes a row id for each event id of cols not in the event
 // id table, recording it in taken.
-func (s *Store) takeEventIDs(ctx context.Context, tx Tx, cols columns, taken map[string]int64) error {
+func (s *Store) takeEventIDs(ctx context.Context, tx leasework.Tx, cols columns, taken map[string]int64) error {
 	rows, err := tx.Query(ctx, s.q.claimEventIDs, cols.ids, cols.keys)
 	if err != nil {
 		return s.enqueueError(tx, err)
@@ -421,7 +392,7 @@ func (s *Store) takeEventIDs(ctx context.Context, tx Tx, cols columns, taken map
 // marks each event whose id has its row Duplicate. It returns the ids no
 // longer in the event id table: freed since they were skipped. An id there
 // without its row is an error.
-func (s *Store) markDuplicates(ctx context.Context, tx Tx, skipped []string, out []Enqueued, first map[string]int) (freed map[string]bool, err error) {
+func (s *Store) markDuplicates(ctx context.Context, tx leasework.Tx, skipped []string, out []Enqueued, first map[string]int) (freed map[string]bool, err error) {
 	freed = make(map[string]bool, len(skipped))
 	for _, id := range skipped {
 		freed[id] = true
@@ -502,7 +473,7 @@ func accountForEvery(out []Enqueued, first map[string]int) error {
 	return fmt.Errorf("lease: enqueue: event %d (event id %q) was not inserted, and the database reported no error (does a trigger or rule drop rows?)", first[id], id)
 }
 
-func (s *Store) enqueueError(tx Tx, err error) error {
+func (s *Store) enqueueError(tx leasework.Tx, err error) error {
 	if tx.SQLState(err) == leasework.SQLStateUniqueViolation {
 		return fmt.Errorf("lease: enqueue: %w: %w", leasework.ErrDuplicateEvent, err)
 	}

@@ -33,7 +33,7 @@ func TestSkipDuplicatesEnqueueRacingRetention(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim = %v, %v", claims, err)
 		}
-		if err := s.Complete(ctx, claims[0].Ref()); err != nil {
+		if _, err := s.Write(ctx, lease.Complete(claims[0].Ref())); err != nil {
 			t.Fatal(err)
 		}
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/driver/pgx"
+	lwpgx "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )
@@ -18,7 +18,7 @@ import (
 // server) and returns a migrated store in a schema of its own, and a func
 // that drops the schema and closes the pool: the steps Example shows.
 func exampleStore(ctx context.Context) (*lease.Store, func()) {
-	drv := pgx.New()
+	drv := lwpgx.New()
 	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
 	if err != nil {
 		log.Fatal(err)
@@ -55,7 +55,7 @@ func exampleEnqueue(ctx context.Context, store *lease.Store, events ...lease.Eve
 // worker claims it, and a stale owner's late completion is rejected.
 func Example() {
 	ctx := context.Background()
-	drv := pgx.New()
+	drv := lwpgx.New()
 	db, err := drv.Open(os.Getenv("LEASEWORK_DSN"))
 	if err != nil {
 		log.Fatal(err)
@@ -100,9 +100,10 @@ func Example() {
 	}
 	fmt.Println("reclaimed", second[0].EventID, "generation", second[0].Generation)
 
-	err = store.Complete(ctx, first[0].Ref())
+	_, err = store.Write(ctx, lease.Complete(first[0].Ref()))
 	fmt.Println("stale completion lost its lease:", errors.Is(err, leasework.ErrLeaseLost))
-	fmt.Println("current completion:", store.Complete(ctx, second[0].Ref()))
+	_, err = store.Write(ctx, lease.Complete(second[0].Ref()))
+	fmt.Println("current completion:", err)
 	// Output:
 	// claimed order-42-placed generation 1
 	// reclaimed order-42-placed generation 2
@@ -141,9 +142,9 @@ func Example_orderPerKey() {
 		for _, c := range cs {
 			ids = append(ids, c.EventID)
 			if c.EventID == "order-42-paid" {
-				err = store.Fail(ctx, lease.FailRequest{Ref: c.Ref(), Reason: "card declined"})
+				_, err = store.Write(ctx, lease.Fail(c.Ref(), "card declined"))
 			} else {
-				err = store.Complete(ctx, c.Ref())
+				_, err = store.Write(ctx, lease.Complete(c.Ref()))
 			}
 			if err != nil {
 				log.Fatal(err)
@@ -228,7 +229,7 @@ func ExampleStore_Cancel() {
 	if _, err := store.Cancel(ctx, claims[0].ID, "order withdrawn"); err != nil {
 		log.Fatal(err)
 	}
-	err = store.Complete(ctx, claims[0].Ref())
+	_, err = store.Write(ctx, lease.Complete(claims[0].Ref()))
 	fmt.Println("late completion cancelled:", errors.Is(err, leasework.ErrCancelled), "lease lost:", errors.Is(err, leasework.ErrLeaseLost))
 	row, err := store.Get(ctx, claims[0].ID)
 	if err != nil {

@@ -80,7 +80,7 @@ func TestNextWakeReadsRowsComingDue(t *testing.T) {
 		if d, ok := next(); !ok || d <= 119*time.Minute || d > 2*time.Hour {
 			t.Errorf("a lease of two hours: next wake %v, %v; want about two hours", d, ok)
 		}
-		if _, err := s.Retry(ctx, lease.RetryRequest{Ref: claims[0].Ref(), Delay: time.Hour, Error: "once"}); err != nil {
+		if _, err := s.Write(ctx, lease.Retry(claims[0].Ref(), time.Hour, "once")); err != nil {
 			t.Fatal(err)
 		}
 		if d, ok := next(); !ok || d <= 59*time.Minute || d > time.Hour {

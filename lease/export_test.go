@@ -27,8 +27,8 @@ func ClaimStatement(s *Store) Statement {
 	return Statement{s.q.claim, "int, text[], bigint, text, text"}
 }
 
-// Progress returns the guarded single-row progress write.
-func Progress(s *Store) Statement {
+// ProgressStatement returns the guarded single-row progress write.
+func ProgressStatement(s *Store) Statement {
 	return Statement{s.q.progress, "bigint, bigint, bytea"}
 }
 

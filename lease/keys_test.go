@@ -68,7 +68,7 @@ func TestKeyedEventsWaitBehindTheirHead(t *testing.T) {
 	if headA.ID != ids[1] {
 		t.Fatalf("claimed head of a is row %d, want %d", headA.ID, ids[1])
 	}
-	if err := s.Complete(ctx, headA); err != nil {
+	if _, err := s.Write(ctx, lease.Complete(headA)); err != nil {
 		t.Fatal(err)
 	}
 	wantStatuses(t, s, ids[1:], "DONE", "READY", "INPROGRESS", "WAITING", "INPROGRESS")
@@ -76,7 +76,7 @@ func TestKeyedEventsWaitBehindTheirHead(t *testing.T) {
 	if len(next) != 1 || next[0].ID != ids[2] {
 		t.Fatalf("after the head's completion claimed %v, want row %d only", next, ids[2])
 	}
-	if _, err := s.CompleteAndDeleteMany(ctx, []leasework.Ref{next[0].Ref()}); err != nil {
+	if _, err := s.WriteMany(ctx, lease.CompleteAndDelete(next[0].Ref())); err != nil {
 		t.Fatal(err)
 	}
 	wantStatuses(t, s, ids[4:5], "READY")
@@ -162,7 +162,7 @@ func TestDiscardReleasesAHeldKey(t *testing.T) {
 	ctx := context.Background()
 	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: "x"}, lease.Event{Kind: "k", Key: "x"}, lease.Event{Kind: "k", Key: "x"})
 	head := claimIDs(t, s, 10)[0]
-	if err := s.Fail(ctx, lease.FailRequest{Ref: head.Ref(), Reason: "boom"}); err != nil {
+	if _, err := s.Write(ctx, lease.Fail(head.Ref(), "boom")); err != nil {
 		t.Fatal(err)
 	}
 	if cs := claimIDs(t, s, 10); len(cs) != 0 {
@@ -236,9 +236,14 @@ func TestCompletionBatchOverSeveralKeysGivesWay(t *testing.T) {
 	holder := holdKeyLock(t, s, "b")
 	bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err := s.CompleteMany(bounded, refs)
-	if got := drv.SQLState(err); got != "55P03" || !strings.Contains(err.Error(), "gives way") {
-		t.Fatalf("batch over two keys while one is locked = %v (SQLSTATE %q); want 55P03, giving way", err, got)
+	res, err := s.WriteMany(bounded, writesFor(refs, lease.Complete)...)
+	if err != nil || len(res) != 2 {
+		t.Fatalf("batch over two keys while one is locked = %+v, %v; want a result per write, no call error", res, err)
+	}
+	for _, r := range res {
+		if got := drv.SQLState(r.Err); r.Verdict != lease.VerdictNoAnswer || got != "55P03" || !strings.Contains(r.Err.Error(), "gives way") {
+			t.Fatalf("batch over two keys while one is locked: %+v (SQLSTATE %q); want no answer, 55P03, giving way", r, got)
+		}
 	}
 	for _, id := range []int64{out[0].ID, out[1].ID} {
 		if st := statusOf(t, s, id); st != leasework.StatusInProgress {
@@ -248,7 +253,10 @@ func TestCompletionBatchOverSeveralKeysGivesWay(t *testing.T) {
 
 	// One key per transaction: the completion waits for the lock.
 	done := make(chan error, 1)
-	go func() { done <- s.Complete(ctx, cs[1].Ref()) }()
+	go func() {
+		_, err := s.Write(ctx, lease.Complete(cs[1].Ref()))
+		done <- err
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var waiting int
@@ -274,7 +282,7 @@ func TestCompletionBatchOverSeveralKeysGivesWay(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("completion after the lock was released: %v", err)
 	}
-	if err := s.Complete(ctx, cs[0].Ref()); err != nil {
+	if _, err := s.Write(ctx, lease.Complete(cs[0].Ref())); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -308,7 +316,7 @@ func TestOrderMigrationOrdersAnOlderBacklog(t *testing.T) {
 	}
 	wantStatuses(t, s, []int64{out[0].ID, out[1].ID, out[2].ID, out[3].ID}, "INPROGRESS", "WAITING", "INPROGRESS", "INPROGRESS")
 	for _, c := range head {
-		if err := s.Complete(ctx, c.Ref()); err != nil {
+		if _, err := s.Write(ctx, lease.Complete(c.Ref())); err != nil {
 			t.Fatal(err)
 		}
 	}

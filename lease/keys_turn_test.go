@@ -58,8 +58,8 @@ func TestCancelOfARunningHeadHoldsTheKeyUntilItsOwnerStops(t *testing.T) {
 		claimNothing(t, s, "after cancelling the running head")
 		wantStatuses(t, s, []int64{head.ID, next}, "INPROGRESS", "WAITING")
 
-		res, err := s.RenewMany(ctx, []leasework.Ref{head.Ref()}, time.Minute)
-		if err != nil || len(res) != 1 || !res[0].Cancelled || !errors.Is(res[0].Err, leasework.ErrCancelled) {
+		res, err := s.WriteMany(ctx, lease.Renew(head.Ref(), time.Minute))
+		if err != nil || len(res) != 1 || res[0].Verdict != lease.VerdictCancelled || !errors.Is(res[0].Err, leasework.ErrCancelled) {
 			t.Fatalf("renewal of the cancelled attempt: %+v, %v; want rejected as cancelled", res, err)
 		}
 		claimNothing(t, s, "after the owner's renewal was told of the cancel")
@@ -71,15 +71,15 @@ func TestCancelOfARunningHeadHoldsTheKeyUntilItsOwnerStops(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CompleteTx(ctx, tx, head.Ref()); !errors.Is(err, leasework.ErrCancelled) {
-			t.Fatalf("CompleteTx by the cancelled attempt: %v; want ErrCancelled", err)
+		if err := s.WriteTx(ctx, tx, lease.Complete(head.Ref())); !errors.Is(err, leasework.ErrCancelled) {
+			t.Fatalf("WriteTx of a completion by the cancelled attempt: %v; want ErrCancelled", err)
 		}
-		claimNothing(t, s, "after the owner's CompleteTx was rejected")
+		claimNothing(t, s, "after the owner's WriteTx was rejected")
 		wantStatuses(t, s, []int64{head.ID, next}, "INPROGRESS", "WAITING")
 
 		// The handler has stopped; whatever outcome its owner writes is
 		// rejected as cancelled, and ends the attempt.
-		if err := s.Complete(ctx, head.Ref()); !errors.Is(err, leasework.ErrCancelled) {
+		if _, err := s.Write(ctx, lease.Complete(head.Ref())); !errors.Is(err, leasework.ErrCancelled) {
 			t.Fatalf("completion by the cancelled attempt: %v; want ErrCancelled", err)
 		}
 		r, err := s.Get(ctx, head.ID)
@@ -123,7 +123,7 @@ func TestCancelOfAHeadWhoseOwnerIsGoneWaitsForItsLease(t *testing.T) {
 			t.Fatalf("follower after the head's lease ended: %s; want READY or claimed", st)
 		}
 		// A late write of the head's owner is told it was cancelled.
-		if err := s.Complete(ctx, head.Ref()); !errors.Is(err, leasework.ErrCancelled) {
+		if _, err := s.Write(ctx, lease.Complete(head.Ref())); !errors.Is(err, leasework.ErrCancelled) {
 			t.Fatalf("late completion by the cancelled attempt: %v; want ErrCancelled", err)
 		}
 	})
@@ -188,8 +188,8 @@ func TestDeleteOfARunningHeadIsRefused(t *testing.T) {
 		if len(got) != 1 || got[0].ID != next {
 			t.Fatalf("after deleting the head, claimed %+v; want the follower alone", got)
 		}
-		res, err := s.CompleteAndDeleteMany(ctx, []leasework.Ref{got[0].Ref()})
-		if err != nil || res[0].Err != nil {
+		res, err := s.WriteMany(ctx, lease.CompleteAndDelete(got[0].Ref()))
+		if err != nil || res[0].Verdict != lease.VerdictAccepted || res[0].Err != nil {
 			t.Fatalf("the owner's completion that deletes its row: %+v, %v; want accepted", res, err)
 		}
 		if _, err := s.Get(ctx, next); !errors.Is(err, lease.ErrNotFound) {

@@ -13,15 +13,19 @@ import (
 	"github.com/leasework/leasework/lease/leasetest"
 )
 
-// completeTxFuncs are the two completions in the caller's transaction: the
-// one that keeps the row DONE and the one that deletes it.
-func completeTxFuncs(s *lease.Store) map[string]func(context.Context, *sql.Tx, leasework.Ref) error {
+// txCompletions are the two completions in the caller's transaction
+// (WriteTx), by the name of their constructor: the one that keeps the row
+// DONE and the one that deletes it.
+func txCompletions(s *lease.Store) map[string]func(context.Context, *sql.Tx, leasework.Ref) error {
+	in := func(op func(leasework.Ref) lease.Write) func(context.Context, *sql.Tx, leasework.Ref) error {
+		return func(ctx context.Context, tx *sql.Tx, ref leasework.Ref) error { return s.WriteTx(ctx, tx, op(ref)) }
+	}
 	return map[string]func(context.Context, *sql.Tx, leasework.Ref) error{
-		"CompleteTx": s.CompleteTx, "CompleteAndDeleteTx": s.CompleteAndDeleteTx,
+		"Complete": in(lease.Complete), "CompleteAndDelete": in(lease.CompleteAndDelete),
 	}
 }
 
-var completeTxNames = []string{"CompleteTx", "CompleteAndDeleteTx"}
+var txCompletionNames = []string{"Complete", "CompleteAndDelete"}
 
 // finishedStatus is what a completed head looks like: DONE, or gone.
 func finishedStatus(t *testing.T, s *lease.Store, id int64) string {
@@ -51,12 +55,12 @@ func claimHeadAlone(t *testing.T, s *lease.Store, head int64) leasework.Claim {
 // transaction's COMMIT, not before: until then its follower waits and
 // nothing of the key can be claimed; a rolled-back completion releases
 // nothing; the committed one promotes the follower, once.
-func TestCompleteTxReleasesTheKeyAtCommit(t *testing.T) {
+func TestWriteTxReleasesTheKeyAtCommit(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		for _, name := range completeTxNames {
+		for _, name := range txCompletionNames {
 			t.Run(name, func(t *testing.T) {
 				s := pgtest.Store(t, drv, lease.Options{})
-				complete := completeTxFuncs(s)[name]
+				complete := txCompletions(s)[name]
 				ctx := context.Background()
 				key := "acct-" + name
 				out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: key}, lease.Event{Kind: "k", Key: key})
@@ -93,7 +97,7 @@ func TestCompleteTxReleasesTheKeyAtCommit(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := "DONE"
-				if name == "CompleteAndDeleteTx" {
+				if name == "CompleteAndDelete" {
 					want = "gone"
 				}
 				if got := finishedStatus(t, s, head); got != want {
@@ -111,12 +115,12 @@ func TestCompleteTxReleasesTheKeyAtCommit(t *testing.T) {
 // A stale owner's completion in its transaction is rejected and rolls its
 // transaction back: the key stays with the head's new owner, whose own
 // completion in its transaction promotes the follower.
-func TestCompleteTxOfAStaleHeadKeepsTheKey(t *testing.T) {
+func TestWriteTxOfAStaleHeadKeepsTheKey(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		for _, name := range completeTxNames {
+		for _, name := range txCompletionNames {
 			t.Run(name, func(t *testing.T) {
 				s := pgtest.Store(t, drv, lease.Options{})
-				complete := completeTxFuncs(s)[name]
+				complete := txCompletions(s)[name]
 				ctx := context.Background()
 				key := "acct-" + name
 				out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Key: key}, lease.Event{Kind: "k", Key: key})
@@ -166,14 +170,14 @@ func TestCompleteTxOfAStaleHeadKeepsTheKey(t *testing.T) {
 // enqueues a new event of the same key, in either order: at its commit the
 // head's older follower is promoted and the new event waits behind it;
 // with no older follower, the new event is the key's next head.
-func TestCompleteTxAndEnqueueOfTheSameKey(t *testing.T) {
+func TestWriteTxAndEnqueueOfTheSameKey(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		for _, name := range completeTxNames {
+		for _, name := range txCompletionNames {
 			for _, completeFirst := range []bool{false, true} {
 				for _, older := range []bool{false, true} {
 					t.Run(fmt.Sprintf("%s/completeFirst=%v/older=%v", name, completeFirst, older), func(t *testing.T) {
 						s := pgtest.Store(t, drv, lease.Options{})
-						complete := completeTxFuncs(s)[name]
+						complete := txCompletions(s)[name]
 						ctx := context.Background()
 						key := fmt.Sprintf("x-%s-%v-%v", name, completeFirst, older)
 						events := []lease.Event{{Kind: "k", Key: key}}
@@ -215,7 +219,7 @@ func TestCompleteTxAndEnqueueOfTheSameKey(t *testing.T) {
 						if len(next) != 1 || next[0].ID != want {
 							t.Fatalf("claimed %+v after the commit; want row %d alone", next, want)
 						}
-						if err := s.Complete(ctx, next[0].Ref()); err != nil {
+						if _, err := s.Write(ctx, lease.Complete(next[0].Ref())); err != nil {
 							t.Fatal(err)
 						}
 						if older {

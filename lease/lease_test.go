@@ -182,11 +182,11 @@ func TestClaimRejectsBadRequests(t *testing.T) {
 	if _, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 0, Lease: time.Second}); err == nil || !strings.Contains(err.Error(), "Limit") {
 		t.Errorf("ExplainClaim with a zero limit: %v; want an error naming Limit", err)
 	}
-	if _, err := s.RenewMany(ctx, []leasework.Ref{{ID: 1, Generation: 1}}, 0); err == nil {
-		t.Error("RenewMany with a zero lease succeeded")
+	if _, err := s.WriteMany(ctx, lease.Renew(leasework.Ref{ID: 1, Generation: 1}, 0)); err == nil {
+		t.Error("WriteMany of a renewal with a zero lease succeeded")
 	}
-	if _, err := s.RetryMany(ctx, []lease.RetryRequest{{Delay: -time.Second}}); err == nil {
-		t.Error("RetryMany with a negative delay succeeded")
+	if _, err := s.WriteMany(ctx, lease.Retry(leasework.Ref{}, -time.Second, "")); err == nil {
+		t.Error("WriteMany of a retry with a negative delay succeeded")
 	}
 	if _, err := s.Requeue(ctx, lease.RequeueRequest{}); err == nil {
 		t.Error("Requeue with no selector succeeded")
@@ -213,7 +213,7 @@ func TestClaimFiltersKindsAndScheduling(t *testing.T) {
 		t.Fatalf("claimed row = %+v", row)
 	}
 	// The worker that finished a row stays on it, for operators.
-	if err := s.Complete(ctx, got[0].Ref()); err != nil {
+	if _, err := s.Write(ctx, lease.Complete(got[0].Ref())); err != nil {
 		t.Fatal(err)
 	}
 	if row, _ := s.Get(ctx, got[0].ID); row.Worker != "w" || row.Status != leasework.StatusDone {
@@ -229,7 +229,7 @@ func TestStatsAndRetention(t *testing.T) {
 	if err != nil || len(claims) != 2 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
-	if err := s.Complete(ctx, claims[0].Ref()); err != nil {
+	if _, err := s.Write(ctx, lease.Complete(claims[0].Ref())); err != nil {
 		t.Fatal(err)
 	}
 	st, err := s.Stats(ctx)

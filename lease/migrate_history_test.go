@@ -118,7 +118,7 @@ func TestOrderPerKeyMigrationOrdersEarlierRows(t *testing.T) {
 	for _, c := range claims {
 		claimed = append(claimed, c.EventID)
 		if c.EventID == "a1" {
-			if err := s.Complete(ctx, c.Ref()); err != nil {
+			if _, err := s.Write(ctx, lease.Complete(c.Ref())); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -76,7 +76,7 @@ func TestConcurrentFirstMigrationsOfOneSchema(t *testing.T) {
 			if err != nil || len(got) != 1 || got[0].EventID != "one" {
 				t.Fatalf("claim on %s = %+v, %v; want the one event", s.QualifiedTable(), got, err)
 			}
-			if err := s.Complete(ctx, got[0].Ref()); err != nil {
+			if _, err := s.Write(ctx, lease.Complete(got[0].Ref())); err != nil {
 				t.Fatalf("complete on %s: %v", s.QualifiedTable(), err)
 			}
 		}

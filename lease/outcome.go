@@ -20,8 +20,9 @@ var ErrRowBusy = errors.New("lease: row locked by another transaction")
 
 // Write makes one guarded write and returns its result. The error is the
 // result's Err (nil when the write is made: accepted, or recorded by an
-// earlier try), or the error of a write no statement can make; see
-// [Verdict] for what the database answers.
+// earlier try), or the error of a write no statement can make, whose
+// result then has no verdict (zero); see [Verdict] for what the database
+// answers.
 func (s *Store) Write(ctx context.Context, w Write) (Result, error) {
 	res, err := s.WriteMany(ctx, w)
 	if err != nil {
@@ -119,7 +120,7 @@ func (s *Store) writeGroup(ctx context.Context, writes []Write, group []int, out
 		r, ref := &out[i], writes[i].ref
 		switch a, ok := accepted[ref]; {
 		case err != nil:
-			r.Verdict, r.Err = VerdictNoAnswer, s.wrapErr(op.String(), err)
+			r.Verdict, r.Err = VerdictNoAnswer, s.wrapErr(writes[i].op.String(), err)
 		case ok:
 			r.Verdict, r.Status, r.LeaseUntil = VerdictAccepted, a.status, a.leaseUntil
 		case busy[ref]:
@@ -226,7 +227,7 @@ func (s *Store) settleRejected(ctx context.Context, writes []Write, out []Result
 	states, err := s.readRejected(ctx, writes, rejected)
 	if err != nil {
 		for _, i := range rejected {
-			out[i].Verdict, out[i].Err = VerdictNoAnswer, err
+			out[i].Verdict, out[i].Err = VerdictNoAnswer, s.wrapErr(writes[i].op.String()+": read rejected rows", err)
 		}
 		return
 	}
@@ -249,16 +250,16 @@ func (s *Store) settleRejected(ctx context.Context, writes []Write, out []Result
 	}
 }
 
-// readRejected reads the rows of the rejected writes by id.
+// readRejected reads the rows of the rejected writes by id; its error is
+// the database's, for the caller to name per write.
 func (s *Store) readRejected(ctx context.Context, writes []Write, rejected []int) (map[int64]rowState, error) {
 	ids := make([]int64, len(rejected))
 	for j, i := range rejected {
 		ids[j] = writes[i].ref.ID
 	}
-	op := writes[rejected[0]].op
 	rows, err := s.db.QueryContext(ctx, s.q.rejected, s.drv.Array(ids))
 	if err != nil {
-		return nil, s.wrapErr(op.String()+": read rejected rows", err)
+		return nil, err
 	}
 	defer rows.Close()
 	states := make(map[int64]rowState, len(ids))
@@ -266,14 +267,11 @@ func (s *Store) readRejected(ctx context.Context, writes []Write, rejected []int
 		var id int64
 		var st rowState
 		if err := rows.Scan(&id, &st.status, &st.generation, &st.lastError, &st.cancelled); err != nil {
-			return nil, s.wrapErr(op.String()+": read rejected rows", err)
+			return nil, err
 		}
 		states[id] = st
 	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrapErr(op.String()+": read rejected rows", err)
-	}
-	return states, nil
+	return states, rows.Err()
 }
 
 // WriteTx makes a completion (OpComplete or OpCompleteAndDelete) inside
@@ -289,6 +287,9 @@ func (s *Store) readRejected(ctx context.Context, writes []Write, rejected []int
 // else can claim the row either (claims skip locked rows), and the
 // completion takes effect at COMMIT. If tx rolls back instead, the claim is
 // as it was: INPROGRESS, owned, under its old lease.
+//
+// Any other op, or a nil tx, is refused with an error before anything is
+// sent, and tx is left as it was.
 //
 // It returns an error matching leasework.ErrLeaseLost when the guard
 // rejected the completion (and leasework.ErrCancelled too when the event
@@ -307,6 +308,7 @@ func (s *Store) WriteTx(ctx context.Context, tx *sql.Tx, w Write) error {
 	case tx == nil:
 		return errors.New("lease: write in transaction: tx is nil")
 	case w.op != OpComplete && w.op != OpCompleteAndDelete:
+		// Refused before anything is sent: tx is left as it was.
 		return fmt.Errorf("lease: write in transaction: the op is %s; only a completion (lease.Complete, lease.CompleteAndDelete) is written in the caller's transaction", w.op)
 	}
 	accepted, _, err := s.run(ctx, tx, []Write{w}, []int{0})

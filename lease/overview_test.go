@@ -30,7 +30,7 @@ func TestCounts(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim: %v, %v", claims, err)
 		}
-		if err := s.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: "no"}); err != nil {
+		if _, err := s.Write(ctx, lease.Fail(claims[0].Ref(), "no")); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.Counts(ctx)
@@ -62,12 +62,12 @@ func TestThroughput(t *testing.T) {
 			t.Fatalf("claim: %d claims, %v", len(claims), err)
 		}
 		for _, c := range claims[:3] {
-			if err := s.Complete(ctx, c.Ref()); err != nil {
+			if _, err := s.Write(ctx, lease.Complete(c.Ref())); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, c := range claims[3:] {
-			if err := s.Fail(ctx, lease.FailRequest{Ref: c.Ref(), Reason: "no"}); err != nil {
+			if _, err := s.Write(ctx, lease.Fail(c.Ref(), "no")); err != nil {
 				t.Fatal(err)
 			}
 		}

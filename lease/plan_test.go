@@ -179,7 +179,7 @@ func testGuardedWritePlans(t *testing.T, drv leasework.Driver) {
 		}
 	}
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		plan := explainPrepared(t, conn, mode, lease.Progress(s), "19900, 1, '\\x00'")
+		plan := explainPrepared(t, conn, mode, lease.ProgressStatement(s), "19900, 1, '\\x00'")
 		if !strings.Contains(plan, pkeyScan+" o ") || strings.Contains(plan, "Seq Scan") {
 			t.Errorf("progress, %s: the write does not read its row through the primary key:\n%s", mode, plan)
 		}

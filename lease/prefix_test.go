@@ -58,11 +58,11 @@ func TestErrorsNameTheirPackageOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		if err := s.CompleteTx(ctx, tx, claims[0].Ref()); err != nil {
+		if err := s.WriteTx(ctx, tx, lease.Complete(claims[0].Ref())); err != nil {
 			t.Fatal(err)
 		}
-		res, err := s.RenewMany(ctx, []leasework.Ref{claims[0].Ref()}, time.Minute)
-		if err != nil || len(res) != 1 || !res[0].Busy {
+		res, err := s.WriteMany(ctx, lease.Renew(claims[0].Ref(), time.Minute))
+		if err != nil || len(res) != 1 || res[0].Verdict != lease.VerdictBusy {
 			t.Fatalf("renew of a row an open transaction completed: %+v, %v; want it busy", res, err)
 		}
 		add("a renewal of a locked row", res[0].Err, "lease: renew row", lease.ErrRowBusy)
@@ -78,8 +78,8 @@ func TestErrorsNameTheirPackageOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		err = unmigrated.CompleteTx(ctx, tx, leasework.Ref{ID: 1, Generation: 1})
-		add("CompleteTx on a table not migrated", err,
+		err = unmigrated.WriteTx(ctx, tx, lease.Complete(leasework.Ref{ID: 1, Generation: 1}))
+		add("WriteTx on a table not migrated", err,
 			"lease: complete in transaction row 1 generation 1: the transaction was rolled back: table", nil)
 
 		for _, c := range checks {

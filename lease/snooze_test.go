@@ -30,24 +30,24 @@ func TestSnoozeIsGuarded(t *testing.T) {
 			t.Fatal(err)
 		}
 		snooze := func(ref leasework.Ref) lease.Result {
-			res, err := s.RetryMany(ctx, []lease.RetryRequest{{Ref: ref, Delay: time.Hour, Snooze: true}})
+			res, err := s.WriteMany(ctx, lease.Snooze(ref, time.Hour, ""))
 			if err != nil || len(res) != 1 {
 				t.Fatalf("snooze: %v, %v", res, err)
 			}
 			return res[0]
 		}
-		if r := snooze(stale); !errors.Is(r.Err, leasework.ErrLeaseLost) {
-			t.Errorf("a stale owner's snooze: %+v; want ErrLeaseLost", r)
+		if r := snooze(stale); r.Verdict != lease.VerdictLost || !errors.Is(r.Err, leasework.ErrLeaseLost) {
+			t.Errorf("a stale owner's snooze: %+v; want lost (ErrLeaseLost)", r)
 		}
-		if r := snooze(newer); r.Err != nil || r.Status != leasework.StatusReady {
+		if r := snooze(newer); r.Verdict != lease.VerdictAccepted || r.Err != nil || r.Status != leasework.StatusReady {
 			t.Fatalf("the owner's snooze: %+v; want READY", r)
 		}
 		row, err := s.Get(ctx, e.ID)
 		if err != nil || row.Status != leasework.StatusReady || row.MaxAttempts != 2 || row.Generation != newer.Generation {
 			t.Fatalf("row after snooze: %+v, %v; want READY with a budget of 2 at generation %d", row, err, newer.Generation)
 		}
-		if r := snooze(newer); r.Err != nil || !r.AlreadyRecorded {
-			t.Errorf("the same snooze again: %+v; want AlreadyRecorded", r)
+		if r := snooze(newer); r.Err != nil || r.Verdict != lease.VerdictRecorded {
+			t.Errorf("the same snooze again: %+v; want recorded already", r)
 		}
 	})
 }
@@ -80,7 +80,11 @@ func TestSnoozesCountedApartFromFailuresAndCrashes(t *testing.T) {
 		}
 		retry := func(what string, c leasework.Claim, snooze bool) lease.Result {
 			t.Helper()
-			res, err := s.RetryMany(ctx, []lease.RetryRequest{{Ref: c.Ref(), Error: "down", Snooze: snooze}})
+			w := lease.Retry(c.Ref(), 0, "down")
+			if snooze {
+				w = lease.Snooze(c.Ref(), 0, "down")
+			}
+			res, err := s.WriteMany(ctx, w)
 			if err != nil || len(res) != 1 || res[0].Err != nil {
 				t.Fatalf("%s: %+v, %v", what, res, err)
 			}

@@ -12,10 +12,10 @@ import (
 	"github.com/leasework/leasework/lease"
 )
 
-// CompleteTx refuses a nil transaction, and a completion whose statement
+// WriteTx refuses a nil transaction, and a completion whose statement
 // fails (here: its context is already cancelled) rolls the caller's
 // transaction back too, so its writes cannot be committed by mistake.
-func TestCompleteTxRollsBackOnAnyError(t *testing.T) {
+func TestWriteTxRollsBackOnAnyError(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
 	pgtest.Enqueue(t, s, lease.Event{Kind: "k"})
@@ -23,8 +23,8 @@ func TestCompleteTxRollsBackOnAnyError(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
-	if err := s.CompleteTx(ctx, nil, claims[0].Ref()); err == nil {
-		t.Error("CompleteTx with a nil tx succeeded")
+	if err := s.WriteTx(ctx, nil, lease.Complete(claims[0].Ref())); err == nil {
+		t.Error("WriteTx with a nil tx succeeded")
 	}
 	tx, err := s.DB().BeginTx(ctx, nil)
 	if err != nil {
@@ -32,11 +32,11 @@ func TestCompleteTxRollsBackOnAnyError(t *testing.T) {
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.CompleteTx(cancelled, tx, claims[0].Ref()); err == nil || errors.Is(err, leasework.ErrLeaseLost) {
-		t.Errorf("CompleteTx with a cancelled context = %v; want an error other than ErrLeaseLost", err)
+	if err := s.WriteTx(cancelled, tx, lease.Complete(claims[0].Ref())); err == nil || errors.Is(err, leasework.ErrLeaseLost) {
+		t.Errorf("WriteTx with a cancelled context = %v; want an error other than ErrLeaseLost", err)
 	}
 	if err := tx.Commit(); err == nil {
-		t.Error("Commit after a failed CompleteTx succeeded")
+		t.Error("Commit after a failed WriteTx succeeded")
 	}
 	if r, err := s.Get(ctx, claims[0].ID); err != nil || r.Status != leasework.StatusInProgress {
 		t.Errorf("row = %+v, %v; want still INPROGRESS", r, err)
@@ -45,7 +45,7 @@ func TestCompleteTxRollsBackOnAnyError(t *testing.T) {
 
 // BenchmarkRenewBesideOpenCompletion renews a batch of 50 claims, alone
 // ("idle") and while one of them is locked by a transaction that completed
-// it with CompleteTx and has not committed ("completing"): the renewal
+// it with WriteTx and has not committed ("completing"): the renewal
 // skips the locked row instead of waiting for the commit, so both cost
 // about the same. Each completing transaction lives for one renewal (begun,
 // completed and rolled back with the timer stopped), as a handler's
@@ -65,8 +65,10 @@ func BenchmarkRenewBesideOpenCompletion(b *testing.B) {
 				b.Fatalf("claim = %d, %v", len(claims), err)
 			}
 			refs := make([]leasework.Ref, batch)
+			renewals := make([]lease.Write, batch)
 			for i, c := range claims {
 				refs[i] = c.Ref()
+				renewals[i] = lease.Renew(c.Ref(), time.Hour)
 			}
 			want := batch
 			if mode == "completing" {
@@ -79,12 +81,12 @@ func BenchmarkRenewBesideOpenCompletion(b *testing.B) {
 					if tx, err = s.DB().BeginTx(ctx, nil); err != nil {
 						b.Fatal(err)
 					}
-					if err := s.CompleteTx(ctx, tx, refs[batch/2]); err != nil {
+					if err := s.WriteTx(ctx, tx, lease.Complete(refs[batch/2])); err != nil {
 						b.Fatal(err)
 					}
 					b.StartTimer()
 				}
-				res, err := s.RenewMany(ctx, refs, time.Hour)
+				res, err := s.WriteMany(ctx, renewals...)
 				if err != nil {
 					b.Fatal(err)
 				}

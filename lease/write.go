@@ -140,7 +140,7 @@ func (w Write) check() error {
 	case (w.op == OpRetry || w.op == OpSnooze) && w.delay < 0:
 		return fmt.Errorf("lease: %s: row %d generation %d: Delay is %v; it must not be negative", w.op, w.ref.ID, w.ref.Generation, w.delay)
 	case w.op == OpRenew && w.lease < time.Millisecond:
-		return fmt.Errorf("lease: renew: lease is %v; it must be at least 1ms", w.lease)
+		return fmt.Errorf("lease: renew: row %d generation %d: lease is %v; it must be at least 1ms", w.ref.ID, w.ref.Generation, w.lease)
 	}
 	return nil
 }

@@ -46,36 +46,27 @@ func BenchmarkGuardedWrites(b *testing.B) {
 				for range inFlight / batch {
 					claim()
 				}
-				var refs []leasework.Ref
+				var writes []lease.Write
 				switch op {
 				case "retry": // the same rows, READY again after each retry
 					enqueue(batch)
 				case "renew": // the same claims, renewed again and again
 					enqueue(batch)
-					refs = claim()
+					writes = writesFor(claim(), func(r leasework.Ref) lease.Write { return lease.Renew(r, time.Hour) })
 				}
 				for b.Loop() {
-					var res []lease.Result
-					var err error
 					switch op {
 					case "complete":
 						b.StopTimer()
 						enqueue(batch)
-						refs = claim()
+						writes = writesFor(claim(), lease.Complete)
 						b.StartTimer()
-						res, err = s.CompleteMany(ctx, refs)
 					case "retry":
 						b.StopTimer()
-						refs = claim()
-						reqs := make([]lease.RetryRequest, len(refs))
-						for i, r := range refs {
-							reqs[i] = lease.RetryRequest{Ref: r, Error: "boom"}
-						}
+						writes = writesFor(claim(), func(r leasework.Ref) lease.Write { return lease.Retry(r, 0, "boom") })
 						b.StartTimer()
-						res, err = s.RetryMany(ctx, reqs)
-					case "renew":
-						res, err = s.RenewMany(ctx, refs, time.Hour)
 					}
+					res, err := s.WriteMany(ctx, writes...)
 					if err != nil {
 						b.Fatal(err)
 					}

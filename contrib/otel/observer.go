@@ -213,6 +213,12 @@ func (o *observer) settled(ctx context.Context, c *leasework.Claim, s framework.
 	if s.Cancelled {
 		attrs = append(attrs, attribute.Bool("leasework.cancelled", true))
 	}
+	if s.Replayed {
+		attrs = append(attrs, attribute.Bool("leasework.replayed", true))
+	}
+	if s.Delay > 0 {
+		attrs = append(attrs, attribute.Float64("leasework.delay_seconds", s.Delay.Seconds()))
+	}
 	_, span := o.tracer.Start(trace.ContextWithSpan(ctx, st.span), "outcome", trace.WithTimestamp(from),
 		trace.WithAttributes(st.attrs...), trace.WithAttributes(attrs...))
 	if desc := failure(s); desc != "" {

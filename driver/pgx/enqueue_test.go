@@ -84,7 +84,7 @@ func TestEnqueueInPgxTxCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	runAt := time.Now().Add(time.Hour).Truncate(time.Microsecond)
-	out, err := pgxdriver.Enqueue(ctx, s, tx,
+	out, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{},
 		lease.Event{EventID: "order-42-placed", Kind: "order.placed", Key: "order-42", Payload: []byte(`{"total":42}`)},
 		lease.Event{Kind: "order.audit", MaxAttempts: 3, RunAt: runAt})
 	if err != nil {
@@ -131,7 +131,7 @@ func TestEnqueueInPgxTxRollsBack(t *testing.T) {
 	l := listen(t, s)
 
 	tx := begin(t, pool)
-	if _, err := pgxdriver.Enqueue(ctx, s, tx, lease.Event{EventID: "gone", Kind: "rolled.back"}); err != nil {
+	if _, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{EventID: "gone", Kind: "rolled.back"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -150,7 +150,7 @@ func TestEnqueueInPgxTxRollsBack(t *testing.T) {
 	// The next notification is the committed event's: the rolled-back one
 	// sent none.
 	tx = begin(t, pool)
-	if _, err := pgxdriver.Enqueue(ctx, s, tx, lease.Event{Kind: "committed"}); err != nil {
+	if _, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{Kind: "committed"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -173,7 +173,7 @@ func TestEnqueueInPgxTxDuplicate(t *testing.T) {
 		first := pgtest.Enqueue(t, s, lease.Event{EventID: "order-42-charge", Kind: "charge", Payload: []byte("first")})
 
 		tx := begin(t, pool)
-		_, err := pgxdriver.Enqueue(ctx, s, tx,
+		_, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{},
 			lease.Event{EventID: "a", Kind: "charge"}, lease.Event{EventID: "a", Kind: "charge"})
 		if !errors.Is(err, leasework.ErrDuplicateEvent) {
 			t.Fatalf("two events sharing an id: %v; want leasework.ErrDuplicateEvent", err)
@@ -183,7 +183,7 @@ func TestEnqueueInPgxTxDuplicate(t *testing.T) {
 			t.Fatalf("the transaction after an in-call duplicate: %v; want it usable", err)
 		}
 
-		_, err = pgxdriver.Enqueue(ctx, s, tx, lease.Event{EventID: "order-42-charge", Kind: "charge", Payload: []byte("second")})
+		_, err = s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{EventID: "order-42-charge", Kind: "charge", Payload: []byte("second")})
 		if !errors.Is(err, leasework.ErrDuplicateEvent) {
 			t.Fatalf("an existing id: %v; want leasework.ErrDuplicateEvent", err)
 		}
@@ -213,7 +213,7 @@ func TestEnqueueInPgxTxSkipDuplicates(t *testing.T) {
 	old := pgtest.Enqueue(t, s, lease.Event{EventID: "old", Kind: "k", Payload: []byte("kept")})
 
 	tx := begin(t, pool)
-	out, err := pgxdriver.EnqueueWith(ctx, s, tx, lease.EnqueueOptions{SkipDuplicates: true},
+	out, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{SkipDuplicates: true},
 		lease.Event{EventID: "new", Kind: "k", Payload: []byte("1")},
 		lease.Event{EventID: "old", Kind: "k", Payload: []byte("replaced?")},
 		lease.Event{EventID: "new", Kind: "k", Payload: []byte("2")})
@@ -244,17 +244,14 @@ func TestEnqueueInPgxTxValidates(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.Store(t, pgxdriver.New(), lease.Options{})
 	tx := begin(t, newPool(t))
-	_, err := pgxdriver.Enqueue(ctx, s, tx, lease.Event{Kind: "k"}, lease.Event{Kind: "k", Key: "bad\x00key"})
+	_, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{Kind: "k"}, lease.Event{Kind: "k", Key: "bad\x00key"})
 	if err == nil || !strings.Contains(err.Error(), "event 1: Key") {
 		t.Fatalf("invalid key: %v; want an error naming event 1 and Key", err)
 	}
 	if _, err := tx.Exec(ctx, `SELECT 1`); err != nil {
 		t.Errorf("the transaction after a refused event: %v; want it usable", err)
 	}
-	if _, err := pgxdriver.Enqueue(ctx, nil, tx, lease.Event{Kind: "k"}); err == nil {
-		t.Error("a nil store: no error")
-	}
-	if _, err := pgxdriver.Enqueue(ctx, s, nil, lease.Event{Kind: "k"}); err == nil {
+	if _, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(nil), lease.EnqueueOptions{}, lease.Event{Kind: "k"}); err == nil {
 		t.Error("a nil tx: no error")
 	}
 }
@@ -273,7 +270,7 @@ func TestListenOnOpenDBFromPool(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Close() })
 	tx := begin(t, pool)
-	if _, err := pgxdriver.Enqueue(ctx, s, tx, lease.Event{Kind: "probe"}); err != nil {
+	if _, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{Kind: "probe"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -347,7 +344,7 @@ func TestWorkerOnApplicationPgxPool(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	tx := begin(t, pool)
-	if _, err := pgxdriver.Enqueue(ctx, s, tx, lease.Event{EventID: "greet-1", Kind: "greet"}); err != nil {
+	if _, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{EventID: "greet-1", Kind: "greet"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -377,7 +374,7 @@ func TestEnqueueInPgxTxAccountsForEveryEvent(t *testing.T) {
 	pool := newPool(t)
 	for _, skip := range []bool{false, true} {
 		tx := begin(t, pool)
-		out, err := pgxdriver.EnqueueWith(ctx, s, tx, lease.EnqueueOptions{SkipDuplicates: skip},
+		out, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{SkipDuplicates: skip},
 			lease.Event{Kind: "k", EventID: "kept"}, lease.Event{Kind: "vanish", EventID: "dropped"})
 		if err == nil || !strings.Contains(err.Error(), `event 1 (event id "dropped")`) {
 			t.Errorf("SkipDuplicates %v: %+v, %v; want an error naming event 1 (\"dropped\")", skip, out, err)

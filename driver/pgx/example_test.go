@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/leasework/leasework"
-	"github.com/leasework/leasework/driver/pgx"
+	lwpgx "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/lease"
 )
@@ -33,7 +33,7 @@ func Example() {
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	schema := "example_pgx_" + strconv.Itoa(os.Getpid()) // a schema of its own
-	w, err := framework.New(db, pgx.New(), framework.Config{Schema: schema, Concurrency: 1})
+	w, err := framework.New(db, lwpgx.New(), framework.Config{Schema: schema, Concurrency: 1})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func Example() {
 	if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ('order-42')`); err != nil {
 		log.Fatal(err)
 	}
-	_, err = pgx.Enqueue(ctx, w.Store(), tx,
+	_, err = w.Store().EnqueueTx(ctx, lwpgx.WrapTx(tx), lease.EnqueueOptions{},
 		lease.Event{EventID: "order-42-placed", Kind: "order.placed", Key: "order-42", Payload: []byte(`{"total":42}`)})
 	if err != nil {
 		log.Fatal(err)

@@ -42,7 +42,7 @@ func TestEnqueueKeyedInPgxTxWaitsBehindItsHead(t *testing.T) {
 		s := pgtest.Store(t, drv, lease.Options{})
 		pool := newPool(t)
 		tx := begin(t, pool)
-		out, err := pgxdriver.Enqueue(ctx, s, tx,
+		out, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{},
 			lease.Event{Kind: "k", Key: "b", EventID: "b0"}, lease.Event{Kind: "k", Key: "a", EventID: "a0"},
 			lease.Event{Kind: "k", Key: "b", EventID: "b1"}, lease.Event{Kind: "k", Key: "a", EventID: "a1"},
 			lease.Event{Kind: "k", EventID: "none"})
@@ -67,7 +67,7 @@ func TestEnqueueKeyedInPgxTxWaitsBehindItsHead(t *testing.T) {
 		}
 		for _, c := range cs {
 			if c.Key == "a" {
-				if err := s.Complete(ctx, c.Ref()); err != nil {
+				if _, err := s.Write(ctx, lease.Complete(c.Ref())); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -178,7 +178,7 @@ func enqueuePgx(ctx context.Context, s *lease.Store, pool *pgxpool.Pool, events 
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := pgxdriver.Enqueue(ctx, s, tx, events...); err != nil {
+	if _, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, events...); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

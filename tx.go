@@ -1,0 +1,35 @@
+package leasework
+
+import "context"
+
+// Tx is a transaction of any database library, as the lease store needs it
+// to enqueue events in a transaction the application opened itself
+// (lease.Store.EnqueueTx): enough to run a statement and read its rows. A
+// driver package adapts its library's transaction to it (driver/pgx's
+// WrapTx does so for a pgx.Tx); the lease store adapts a *sql.Tx itself.
+type Tx interface {
+	// Query runs a statement that returns rows, in the transaction. Its
+	// arguments are bound parameters; the lease store's arrays are passed
+	// as Go slices ([]string, []int64, [][]byte), which an implementation
+	// binds as PostgreSQL arrays (pgx does so natively; lib/pq needs each
+	// wrapped in pq.Array). An error may be returned here or by the rows.
+	Query(ctx context.Context, query string, args ...any) (Rows, error)
+
+	// SQLState returns the SQLSTATE code carried by an error of Query or of
+	// its rows, or "" when the server did not send it: a unique violation
+	// (23505) is reported as ErrDuplicateEvent.
+	SQLState(err error) string
+}
+
+// Rows are the rows of [Tx.Query], read as database/sql's are: pgx.Rows
+// satisfies it as it is.
+type Rows interface {
+	// Next advances to the next row; false at the end or on an error.
+	Next() bool
+	// Scan copies the current row's columns into dest.
+	Scan(dest ...any) error
+	// Err is the error that ended the rows, if any.
+	Err() error
+	// Close releases the rows; it may be called more than once.
+	Close()
+}
