@@ -15,9 +15,11 @@ import (
 // unsafeBaseline is the lab article's intentionally unsafe store, which
 // TestBaselineSelfTest runs the lab's six tests against to prove that the
 // suite fails where it should. Its claim selects only due READY rows, so a
-// committed claim whose worker died is stranded forever; its complete and
-// retry key on the row id alone, so a stale owner overwrites the claim that
-// replaced it. Everything else is the real store's, which it embeds.
+// committed claim whose worker died is stranded forever; its completions
+// and retries (lease.Complete, lease.Retry, and lease.Snooze, written as a
+// plain retry) key on the row id alone, so a stale owner overwrites the
+// claim that replaced it. Everything else is the real store's, which it
+// embeds.
 //
 // Its claim reads only the queue it is asked for (the default queue when
 // given none), so that the lab's tests mean on a table with queues what
@@ -136,83 +138,112 @@ func (b *unsafeBaseline) claim(ctx context.Context, q querier, req lease.ClaimRe
 	return claims, nil
 }
 
-// Complete marks the row DONE by id alone.
-func (b *unsafeBaseline) Complete(ctx context.Context, ref leasework.Ref) error {
-	res, err := b.CompleteMany(ctx, []leasework.Ref{ref})
+// Write is WriteMany of one write, as the real store's is: the embedded
+// store's Write would make it with the real WriteMany, not the baseline's.
+func (b *unsafeBaseline) Write(ctx context.Context, w lease.Write) (lease.Result, error) {
+	res, err := b.WriteMany(ctx, w)
 	if err != nil {
-		return err
+		return lease.Result{Op: w.Op(), Ref: w.Ref()}, err
 	}
-	return res[0].Err
+	return res[0], res[0].Err
 }
 
-// CompleteMany marks rows DONE by id alone.
-func (b *unsafeBaseline) CompleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error) {
-	ids := make([]int64, len(refs))
-	for i, ref := range refs {
-		ids[i] = ref.ID
-	}
-	return b.write(ctx, "complete", refs, b.completeSQL, b.Driver().Array(ids))
-}
-
-// Retry sends the row back to READY by id alone.
-func (b *unsafeBaseline) Retry(ctx context.Context, req lease.RetryRequest) (leasework.Status, error) {
-	res, err := b.RetryMany(ctx, []lease.RetryRequest{req})
-	if err != nil {
-		return "", err
-	}
-	return res[0].Status, res[0].Err
-}
-
-// RetryMany sends rows back to READY by id alone.
-func (b *unsafeBaseline) RetryMany(ctx context.Context, reqs []lease.RetryRequest) ([]lease.Result, error) {
-	refs := make([]leasework.Ref, len(reqs))
-	ids, delays, texts := make([]int64, len(reqs)), make([]int64, len(reqs)), make([]string, len(reqs))
-	for i, r := range reqs {
-		if r.Delay < 0 {
-			return nil, fmt.Errorf("baseline: retry: row %d generation %d: Delay is %v; it must not be negative", r.Ref.ID, r.Ref.Generation, r.Delay)
+// WriteMany marks rows DONE (lease.Complete) and sends them back to READY
+// (lease.Retry, and lease.Snooze, written as a plain retry) by id alone;
+// every other op is the real store's, written first. A write no statement
+// can make is refused before anything is written: a negative delay here,
+// the others by the real store.
+func (b *unsafeBaseline) WriteMany(ctx context.Context, writes ...lease.Write) ([]lease.Result, error) {
+	var completes, retries, others []int
+	var rest []lease.Write
+	for i, w := range writes {
+		switch w.Op() {
+		case lease.OpComplete:
+			completes = append(completes, i)
+		case lease.OpRetry, lease.OpSnooze:
+			if w.Delay() < 0 {
+				return nil, fmt.Errorf("baseline: %s: row %d generation %d: Delay is %v; it must not be negative", w.Op(), w.Ref().ID, w.Ref().Generation, w.Delay())
+			}
+			retries = append(retries, i)
+		default:
+			others = append(others, i)
+			rest = append(rest, w)
 		}
-		refs[i], ids[i], delays[i] = r.Ref, r.Ref.ID, r.Delay.Microseconds()
-		texts[i] = lease.CleanText(r.Error, lease.MaxErrorBytes)
+	}
+	out := make([]lease.Result, len(writes))
+	for i, w := range writes {
+		out[i] = lease.Result{Op: w.Op(), Ref: w.Ref()}
+	}
+	if len(rest) > 0 {
+		res, err := b.Store.WriteMany(ctx, rest...)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range others {
+			out[i] = res[j]
+		}
 	}
 	drv := b.Driver()
-	return b.write(ctx, "retry", refs, b.retrySQL, drv.Array(ids), drv.Array(delays), drv.Array(texts))
+	if len(completes) > 0 {
+		ids := make([]int64, len(completes))
+		for j, i := range completes {
+			ids[j] = writes[i].Ref().ID
+		}
+		b.write(ctx, writes, completes, out, b.completeSQL, drv.Array(ids))
+	}
+	if len(retries) > 0 {
+		ids, delays, texts := make([]int64, len(retries)), make([]int64, len(retries)), make([]string, len(retries))
+		for j, i := range retries {
+			w := writes[i]
+			ids[j], delays[j] = w.Ref().ID, w.Delay().Microseconds()
+			texts[j] = lease.CleanText(w.Text(), lease.MaxErrorBytes)
+		}
+		b.write(ctx, writes, retries, out, b.retrySQL, drv.Array(ids), drv.Array(delays), drv.Array(texts))
+	}
+	return out, nil
 }
 
-// write runs an outcome statement keyed by id alone, and reports each ref's
-// result as the real store does: an updated row is accepted whatever its
-// generation (the baseline's flaw); a row that no longer exists is lost and
-// Gone.
-func (b *unsafeBaseline) write(ctx context.Context, op string, refs []leasework.Ref, query string, args ...any) ([]lease.Result, error) {
-	if len(refs) == 0 {
-		return nil, nil
+// write runs an outcome statement keyed by id alone for the writes group
+// names (indexes into writes and out, all of one statement), and sets each
+// one's result as the real store does: an updated row is accepted whatever
+// its generation (the baseline's flaw); a row that no longer exists is
+// gone; a failed statement is no answer for all of them.
+func (b *unsafeBaseline) write(ctx context.Context, writes []lease.Write, group []int, out []lease.Result, query string, args ...any) {
+	status, err := b.run(ctx, query, args...)
+	for _, i := range group {
+		w, r := writes[i], &out[i]
+		if err != nil {
+			r.Verdict, r.Err = lease.VerdictNoAnswer, fmt.Errorf("baseline: %s: %w", w.Op(), err)
+			continue
+		}
+		if s, ok := status[w.Ref().ID]; ok {
+			r.Verdict, r.Status = lease.VerdictAccepted, s
+			continue
+		}
+		r.Verdict = lease.VerdictGone
+		r.Err = fmt.Errorf("baseline: %s row %d generation %d: the row no longer exists: %w",
+			w.Op(), w.Ref().ID, w.Ref().Generation, leasework.ErrLeaseLost)
 	}
+}
+
+// run runs query and returns the status of each row it returned, by id.
+func (b *unsafeBaseline) run(ctx context.Context, query string, args ...any) (map[int64]leasework.Status, error) {
 	rows, err := b.DB().QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("baseline: %s: %w", op, err)
+		return nil, err
 	}
 	defer rows.Close()
-	status := make(map[int64]leasework.Status, len(refs))
+	status := map[int64]leasework.Status{}
 	for rows.Next() {
 		var id int64
 		var s leasework.Status
 		if err := rows.Scan(&id, &s); err != nil {
-			return nil, fmt.Errorf("baseline: %s: %w", op, err)
+			return nil, err
 		}
 		status[id] = s
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("baseline: %s: %w", op, err)
+		return nil, err
 	}
-	out := make([]lease.Result, len(refs))
-	for i, ref := range refs {
-		out[i].Ref = ref
-		if s, ok := status[ref.ID]; ok {
-			out[i].Status = s
-			continue
-		}
-		out[i].Gone = true
-		out[i].Err = fmt.Errorf("baseline: %s row %d generation %d: the row no longer exists: %w",
-			op, ref.ID, ref.Generation, leasework.ErrLeaseLost)
-	}
-	return out, nil
+	return status, nil
 }

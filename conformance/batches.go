@@ -50,10 +50,10 @@ func concurrentBatchesNeverDeadlock(e *env) {
 		slices.SortFunc(up, func(a, b leasework.Ref) int { return int(a.ID - b.ID) })
 		down := slices.Clone(up)
 		slices.Reverse(down)
-		completes := down[rows/3:] // the lower two thirds, highest id first
-		var retries []lease.RetryRequest
+		completions := completes(down[rows/3:]) // the lower two thirds, highest id first
+		var retries []lease.Write
 		for _, ref := range up[rows/3:] { // the upper two thirds, lowest id first
-			retries = append(retries, lease.RetryRequest{Ref: ref, Delay: time.Hour, Error: "again"})
+			retries = append(retries, lease.Retry(ref, time.Hour, "again"))
 		}
 
 		start := make(chan struct{})
@@ -74,7 +74,7 @@ func concurrentBatchesNeverDeadlock(e *env) {
 		renew := func(refs []leasework.Ref) func() error {
 			return func() error {
 				for range 3 {
-					if _, err := e.store.RenewMany(e.ctx, refs, testLease); err != nil {
+					if err := answered(e.store.WriteMany(e.ctx, renewals(refs, testLease)...)); err != nil {
 						return err
 					}
 				}
@@ -84,12 +84,12 @@ func concurrentBatchesNeverDeadlock(e *env) {
 		run("renew upward", renew(up))
 		run("renew downward", renew(down))
 		run("complete downward", func() (err error) {
-			completed, err = e.store.CompleteMany(e.ctx, completes)
-			return err
+			completed, err = e.store.WriteMany(e.ctx, completions...)
+			return answered(completed, err)
 		})
 		run("retry upward", func() (err error) {
-			retried, err = e.store.RetryMany(e.ctx, retries)
-			return err
+			retried, err = e.store.WriteMany(e.ctx, retries...)
+			return answered(retried, err)
 		})
 		close(start)
 		wg.Wait()
@@ -126,7 +126,8 @@ func concurrentBatchesNeverDeadlock(e *env) {
 	}
 }
 
-// Any error text can be stored: RetryMany and FailMany clean every text
+// Any error text can be stored: a batch of retries and one of failures
+// (WriteMany of lease.Retry, of lease.Fail) clean every text
 // (valid UTF-8, no NUL byte, at most lease.MaxErrorBytes, cut on a character
 // boundary), so a text PostgreSQL would refuse never fails the batch it is
 // in, and the other claims of the batch are recorded with their own texts.
@@ -175,25 +176,24 @@ func anyErrorTextIsStored(e *env) {
 	if len(claims) != 2*len(texts) {
 		e.t.Fatalf("claimed %d rows, want %d", len(claims), 2*len(texts))
 	}
-	var retries []lease.RetryRequest
-	var fails []lease.FailRequest
+	var retries, fails []lease.Write
 	var retryIDs, failIDs []int64
 	var ready, failed []leasework.Status
 	for i, text := range texts {
-		retries = append(retries, lease.RetryRequest{Ref: claims[i].Ref(), Delay: time.Hour, Error: text})
+		retries = append(retries, lease.Retry(claims[i].Ref(), time.Hour, text))
 		retryIDs, ready = append(retryIDs, claims[i].ID), append(ready, leasework.StatusReady)
 		c := claims[len(texts)+i]
-		fails = append(fails, lease.FailRequest{Ref: c.Ref(), Reason: text})
+		fails = append(fails, lease.Fail(c.Ref(), text))
 		failIDs, failed = append(failIDs, c.ID), append(failed, leasework.StatusFailed)
 	}
-	res, err := e.store.RetryMany(e.ctx, retries)
-	wantOK(e.t, "retry many with odd texts", err)
+	res, err := e.store.WriteMany(e.ctx, retries...)
+	wantOK(e.t, "retry many with odd texts", answered(res, err))
 	for i, r := range res {
 		wantOK(e.t, fmt.Sprintf("retry %d", i), r.Err)
 	}
 	check("retry", retryIDs, ready)
-	res, err = e.store.FailMany(e.ctx, fails)
-	wantOK(e.t, "fail many with odd texts", err)
+	res, err = e.store.WriteMany(e.ctx, fails...)
+	wantOK(e.t, "fail many with odd texts", answered(res, err))
 	for i, r := range res {
 		wantOK(e.t, fmt.Sprintf("fail %d", i), r.Err)
 	}
@@ -201,7 +201,8 @@ func anyErrorTextIsStored(e *env) {
 }
 
 // An outcome written twice by the same claim — its first try committed but
-// its reply was lost — reports the second try as AlreadyRecorded, with no
+// its reply was lost — reports the second try as recorded
+// (lease.VerdictRecorded), with no
 // error and the row's status, and changes nothing: a completion (DONE), a
 // retry (READY, or FAILED on the last attempt), a failure (FAILED) and a
 // release (READY, its attempt given back once). A renewal is never already
@@ -230,32 +231,32 @@ func replayedOutcomeIsAlreadyRecorded(e *env) {
 		want  leasework.Status
 	}{
 		{"complete", complete.ID, func() ([]lease.Result, error) {
-			return e.store.CompleteMany(e.ctx, []leasework.Ref{complete.Ref()})
+			return e.store.WriteMany(e.ctx, lease.Complete(complete.Ref()))
 		}, leasework.StatusDone},
 		{"retry", retry.ID, func() ([]lease.Result, error) {
-			return e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: retry.Ref(), Delay: time.Hour, Error: "nul\x00byte"}})
+			return e.store.WriteMany(e.ctx, lease.Retry(retry.Ref(), time.Hour, "nul\x00byte"))
 		}, leasework.StatusReady},
 		{"retry on the last attempt", retryLast.ID, func() ([]lease.Result, error) {
-			return e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: retryLast.Ref(), Error: "out of attempts"}})
+			return e.store.WriteMany(e.ctx, lease.Retry(retryLast.Ref(), 0, "out of attempts"))
 		}, leasework.StatusFailed},
 		{"fail", fail.ID, func() ([]lease.Result, error) {
-			return e.store.FailMany(e.ctx, []lease.FailRequest{{Ref: fail.Ref(), Reason: "bad payload"}})
+			return e.store.WriteMany(e.ctx, lease.Fail(fail.Ref(), "bad payload"))
 		}, leasework.StatusFailed},
 		{"release", release.ID, func() ([]lease.Result, error) {
-			return e.store.ReleaseMany(e.ctx, []leasework.Ref{release.Ref()})
+			return e.store.WriteMany(e.ctx, lease.Release(release.Ref()))
 		}, leasework.StatusReady},
 	}
 	for _, w := range writes {
 		first, err := w.write()
-		wantOK(e.t, w.name, err)
-		if first[0].Err != nil || first[0].AlreadyRecorded || first[0].Status != w.want {
+		wantOK(e.t, w.name, answered(first, err))
+		if first[0].Err != nil || first[0].Verdict == lease.VerdictRecorded || first[0].Status != w.want {
 			e.t.Fatalf("%s: first write = %+v; want accepted, %s, not already recorded", w.name, first[0], w.want)
 		}
 		before := e.row(w.id)
 		second, err := w.write()
-		wantOK(e.t, w.name+" again", err)
-		if second[0].Err != nil || !second[0].AlreadyRecorded || second[0].Gone || second[0].Status != w.want {
-			e.t.Fatalf("%s written twice: second write = %+v; want AlreadyRecorded, no error, status %s", w.name, second[0], w.want)
+		wantOK(e.t, w.name+" again", answered(second, err))
+		if second[0].Err != nil || second[0].Verdict != lease.VerdictRecorded || second[0].Status != w.want {
+			e.t.Fatalf("%s written twice: second write = %+v; want VerdictRecorded, no error, status %s", w.name, second[0], w.want)
 		}
 		if after := e.row(w.id); after.Status != before.Status || after.Generation != before.Generation ||
 			after.Attempt != before.Attempt || after.LastError != before.LastError || !after.UpdatedAt.Equal(before.UpdatedAt) {
@@ -267,39 +268,40 @@ func replayedOutcomeIsAlreadyRecorded(e *env) {
 	}
 
 	// The single-claim forms report a replay as success.
-	wantOK(e.t, "Complete again", e.store.Complete(e.ctx, complete.Ref()))
-	wantOK(e.t, "Release again", e.store.Release(e.ctx, release.Ref()))
-	wantOK(e.t, "Fail again", e.store.Fail(e.ctx, lease.FailRequest{Ref: fail.Ref(), Reason: "bad payload"}))
-	status, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: retry.Ref(), Delay: time.Hour, Error: "nul\x00byte"})
-	if err != nil || status != leasework.StatusReady {
+	wantOK(e.t, "Complete again", e.write(lease.Complete(complete.Ref())))
+	wantOK(e.t, "Release again", e.write(lease.Release(release.Ref())))
+	wantOK(e.t, "Fail again", e.write(lease.Fail(fail.Ref(), "bad payload")))
+	again, err := e.store.Write(e.ctx, lease.Retry(retry.Ref(), time.Hour, "nul\x00byte"))
+	if status := again.Status; err != nil || status != leasework.StatusReady {
 		e.t.Fatalf("Retry again = %s, %v; want READY, nil", status, err)
 	}
 
 	// A renewal of a finished claim is lost, never already recorded.
-	res, err := e.store.RenewMany(e.ctx, []leasework.Ref{complete.Ref()}, testLease)
-	wantOK(e.t, "renew many", err)
-	if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].AlreadyRecorded || res[0].Gone {
+	res, err := e.store.WriteMany(e.ctx, lease.Renew(complete.Ref(), testLease))
+	wantOK(e.t, "renew many", answered(res, err))
+	if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].Verdict == lease.VerdictRecorded || res[0].Verdict == lease.VerdictGone {
 		e.t.Fatalf("renew of a completed claim = %+v; want ErrLeaseLost only", res[0])
 	}
 	// A write that is not the one recorded is lost: a retry of the
 	// completed claim, a completion of the failed one.
-	res, err = e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: complete.Ref(), Error: "late"}})
-	wantOK(e.t, "retry many", err)
-	if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].AlreadyRecorded {
+	res, err = e.store.WriteMany(e.ctx, lease.Retry(complete.Ref(), 0, "late"))
+	wantOK(e.t, "retry many", answered(res, err))
+	if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].Verdict == lease.VerdictRecorded {
 		e.t.Fatalf("retry of a completed claim = %+v; want ErrLeaseLost", res[0])
 	}
-	res, err = e.store.CompleteMany(e.ctx, []leasework.Ref{fail.Ref()})
-	wantOK(e.t, "complete many", err)
-	if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].AlreadyRecorded {
+	res, err = e.store.WriteMany(e.ctx, lease.Complete(fail.Ref()))
+	wantOK(e.t, "complete many", answered(res, err))
+	if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].Verdict == lease.VerdictRecorded {
 		e.t.Fatalf("completion of a failed claim = %+v; want ErrLeaseLost", res[0])
 	}
 }
 
-// A stale owner is never told its write is already recorded: not when a
+// A stale owner is never told its write is already recorded
+// (lease.VerdictRecorded): not when a
 // newer generation holds the row or finished it with the same outcome, not
 // when its own lease expired and the claim statement failed the row on its
-// last attempt. A row that no longer exists is Gone, and still
-// ErrLeaseLost.
+// last attempt. A row that no longer exists is gone (lease.VerdictGone),
+// and still ErrLeaseLost.
 func staleOrDeletedIsNeverAlreadyRecorded(e *env) {
 	evs := e.enqueueN(2)
 	last := e.enqueue(lease.Event{Kind: "k", EventID: "last", MaxAttempts: 1})[0]
@@ -315,19 +317,19 @@ func staleOrDeletedIsNeverAlreadyRecorded(e *env) {
 
 	notRecorded := func(what string, res []lease.Result, err error) lease.Result {
 		e.t.Helper()
-		wantOK(e.t, what, err)
-		if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].AlreadyRecorded {
-			e.t.Fatalf("%s = %+v; want ErrLeaseLost and not AlreadyRecorded", what, res[0])
+		wantOK(e.t, what, answered(res, err))
+		if !errors.Is(res[0].Err, leasework.ErrLeaseLost) || res[0].Verdict == lease.VerdictRecorded {
+			e.t.Fatalf("%s = %+v; want ErrLeaseLost and not VerdictRecorded", what, res[0])
 		}
 		return res[0]
 	}
 
 	// A newer generation holds the row, then completes it.
 	newer := e.newerGeneration(stale.ID)
-	res, err := e.store.CompleteMany(e.ctx, []leasework.Ref{stale.Ref()})
+	res, err := e.store.WriteMany(e.ctx, lease.Complete(stale.Ref()))
 	notRecorded("stale completion while the newer claim runs", res, err)
-	wantOK(e.t, "newer completion", e.store.Complete(e.ctx, newer))
-	res, err = e.store.CompleteMany(e.ctx, []leasework.Ref{stale.Ref()})
+	wantOK(e.t, "newer completion", e.write(lease.Complete(newer)))
+	res, err = e.store.WriteMany(e.ctx, lease.Complete(stale.Ref()))
 	notRecorded("stale completion after the newer claim completed", res, err)
 	e.wantState(stale.ID, leasework.StatusDone, newer.Generation)
 
@@ -338,30 +340,30 @@ func staleOrDeletedIsNeverAlreadyRecorded(e *env) {
 		e.t.Fatalf("claimed %+v; want nothing (the expired last attempt fails instead)", got)
 	}
 	e.wantState(expired.ID, leasework.StatusFailed, expired.Generation)
-	res, err = e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: expired.Ref(), Error: "too late"}})
+	res, err = e.store.WriteMany(e.ctx, lease.Retry(expired.Ref(), 0, "too late"))
 	notRecorded("retry after the expired last attempt was failed", res, err)
-	res, err = e.store.FailMany(e.ctx, []lease.FailRequest{{Ref: expired.Ref(), Reason: "too late"}})
+	res, err = e.store.WriteMany(e.ctx, lease.Fail(expired.Ref(), "too late"))
 	notRecorded("fail after the expired last attempt was failed", res, err)
 
-	// A deleted row is Gone, whatever the write.
-	res, err = e.store.CompleteAndDeleteMany(e.ctx, []leasework.Ref{deleted.Ref()})
-	wantOK(e.t, "complete and delete", err)
+	// A deleted row is gone, whatever the write.
+	res, err = e.store.WriteMany(e.ctx, lease.CompleteAndDelete(deleted.Ref()))
+	wantOK(e.t, "complete and delete", answered(res, err))
 	if res[0].Err != nil || res[0].Status != leasework.StatusDone {
 		e.t.Fatalf("complete and delete = %+v; want accepted", res[0])
 	}
 	for name, write := range map[string]func() ([]lease.Result, error){
 		"complete and delete": func() ([]lease.Result, error) {
-			return e.store.CompleteAndDeleteMany(e.ctx, []leasework.Ref{deleted.Ref()})
+			return e.store.WriteMany(e.ctx, lease.CompleteAndDelete(deleted.Ref()))
 		},
-		"complete": func() ([]lease.Result, error) { return e.store.CompleteMany(e.ctx, []leasework.Ref{deleted.Ref()}) },
+		"complete": func() ([]lease.Result, error) { return e.store.WriteMany(e.ctx, lease.Complete(deleted.Ref())) },
 		"renew": func() ([]lease.Result, error) {
-			return e.store.RenewMany(e.ctx, []leasework.Ref{deleted.Ref()}, testLease)
+			return e.store.WriteMany(e.ctx, lease.Renew(deleted.Ref(), testLease))
 		},
-		"release": func() ([]lease.Result, error) { return e.store.ReleaseMany(e.ctx, []leasework.Ref{deleted.Ref()}) },
+		"release": func() ([]lease.Result, error) { return e.store.WriteMany(e.ctx, lease.Release(deleted.Ref())) },
 	} {
 		res, err := write()
-		if r := notRecorded(name+" of a deleted row", res, err); !r.Gone {
-			e.t.Fatalf("%s of a deleted row = %+v; want Gone", name, r)
+		if r := notRecorded(name+" of a deleted row", res, err); r.Verdict != lease.VerdictGone {
+			e.t.Fatalf("%s of a deleted row = %+v; want VerdictGone", name, r)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -28,17 +27,18 @@ func cancelProperties() []property {
 // when the attempt stops: the row stays INPROGRESS at the attempt's
 // generation, under its lease, marked cancelled (Row.CancelledAt, last
 // error "cancelled: reason"), and every write the attempt makes is
-// rejected. Renewals, progress, and CompleteTx and CompleteAndDeleteTx in a
-// transaction (ErrLeaseLost, the transaction's business write rolled back
-// with it) change nothing. The attempt's first outcome write — here a
-// completion in a batch, beside a live claim (accepted) and a merely stale
-// one (rejected without being called cancelled) — is rejected as cancelled
-// and is the attempt's stop: the row ends DISCARDED at a new generation.
-// Every write after that — renew, complete, complete-and-delete, retry,
-// snooze, fail and release, batched and single, each matching
+// rejected. Renewals, progress, and completions in a transaction (WriteTx
+// of lease.Complete and of lease.CompleteAndDelete: ErrLeaseLost, the
+// transaction's business write rolled back with it) change nothing. The
+// attempt's first outcome write — here a completion in a batch, beside a
+// live claim (accepted) and a merely stale one (rejected without being
+// called cancelled) — is rejected as cancelled and is the attempt's stop:
+// the row ends DISCARDED at a new generation. Every write after that —
+// renew, complete, complete-and-delete, retry, snooze, fail and release,
+// batched (WriteMany) and single (Write), each matching
 // leasework.ErrCancelled and leasework.ErrLeaseLost, and reported
-// Result.Cancelled — changes nothing. The row is never claimed again, and
-// cancelling it again is lease.ErrFinished.
+// lease.VerdictCancelled — changes nothing. The row is never claimed
+// again, and cancelling it again is lease.ErrFinished.
 func cancelledAttemptCannotWrite(e *env) {
 	table := e.effects()
 	e.enqueueN(3)
@@ -64,29 +64,29 @@ func cancelledAttemptCannotWrite(e *env) {
 		name  string
 		write func() error
 	}{
-		{"RenewMany", func() error {
-			res, err := e.store.RenewMany(e.ctx, refs, testLease)
-			if err != nil {
+		{"WriteMany(Renew)", func() error {
+			res, err := e.store.WriteMany(e.ctx, renewals(refs, testLease)...)
+			if err := answered(res, err); err != nil {
 				return err
 			}
-			if !res[0].Cancelled {
-				return fmt.Errorf("%+v is not Cancelled", res[0])
+			if res[0].Verdict != lease.VerdictCancelled {
+				return fmt.Errorf("%+v is not VerdictCancelled", res[0])
 			}
 			return res[0].Err
 		}},
-		{"Renew", func() error { _, err := e.store.Renew(e.ctx, ref, testLease); return err }},
+		{"Write(Renew)", func() error { return e.write(lease.Renew(ref, testLease)) }},
 	} {
 		if err := w.write(); !errors.Is(err, leasework.ErrCancelled) || !errors.Is(err, leasework.ErrLeaseLost) {
-			e.t.Fatalf("%s by the cancelled attempt: err = %v; want Cancelled, ErrCancelled and ErrLeaseLost", w.name, err)
+			e.t.Fatalf("%s by the cancelled attempt: err = %v; want VerdictCancelled, ErrCancelled and ErrLeaseLost", w.name, err)
 		}
 		e.wantUnchanged(w.name+" by the cancelled attempt", marked)
 	}
-	wantLost(e.t, "SetProgress by the cancelled attempt", e.store.SetProgress(e.ctx, ref, []byte("page=2")))
-	e.wantUnchanged("SetProgress by the cancelled attempt", marked)
+	wantLost(e.t, "Write(Progress) by the cancelled attempt", e.write(lease.Progress(ref, []byte("page=2"))))
+	e.wantUnchanged("Write(Progress) by the cancelled attempt", marked)
 	for _, tw := range []struct {
 		name     string
-		complete func(context.Context, *sql.Tx, leasework.Ref) error
-	}{{"CompleteTx", e.store.CompleteTx}, {"CompleteAndDeleteTx", e.store.CompleteAndDeleteTx}} {
+		complete func(leasework.Ref) lease.Write
+	}{{"WriteTx(Complete)", lease.Complete}, {"WriteTx(CompleteAndDelete)", lease.CompleteAndDelete}} {
 		tx, err := e.applyInTx(table, c, tw.complete)
 		wantLost(e.t, tw.name+" by the cancelled attempt", err)
 		if err := tx.Commit(); !errors.Is(err, sql.ErrTxDone) {
@@ -101,23 +101,23 @@ func cancelledAttemptCannotWrite(e *env) {
 	// One batch: the cancelled claim, a live one and a stale one.
 	newer := e.newerGeneration(stale.ID)
 	batch := []leasework.Ref{stale.Ref(), ref, live.Ref()}
-	results, err := e.store.CompleteMany(e.ctx, batch)
-	wantOK(e.t, "CompleteMany of a stale, a cancelled and a live claim", err)
+	results, err := e.store.WriteMany(e.ctx, completes(batch)...)
+	wantOK(e.t, "WriteMany(Complete) of a stale, a cancelled and a live claim", answered(results, err))
 	if len(results) != 3 {
-		e.t.Fatalf("CompleteMany of 3 claims returned %d results", len(results))
+		e.t.Fatalf("WriteMany(Complete) of 3 claims returned %d results", len(results))
 	}
 	for i, r := range results {
 		if r.Ref != batch[i] {
 			e.t.Fatalf("result %d is for %+v, want %+v", i, r.Ref, batch[i])
 		}
 	}
-	if r := results[0]; r.Cancelled || errors.Is(r.Err, leasework.ErrCancelled) || !errors.Is(r.Err, leasework.ErrLeaseLost) {
-		e.t.Fatalf("completion of a stale, not cancelled, claim: %+v; want ErrLeaseLost, neither Cancelled nor ErrCancelled", r)
+	if r := results[0]; r.Verdict == lease.VerdictCancelled || errors.Is(r.Err, leasework.ErrCancelled) || !errors.Is(r.Err, leasework.ErrLeaseLost) {
+		e.t.Fatalf("completion of a stale, not cancelled, claim: %+v; want ErrLeaseLost, neither VerdictCancelled nor ErrCancelled", r)
 	}
-	if r := results[1]; !r.Cancelled || !errors.Is(r.Err, leasework.ErrCancelled) {
-		e.t.Fatalf("completion of the cancelled claim in a batch: %+v; want Cancelled, ErrCancelled", r)
+	if r := results[1]; r.Verdict != lease.VerdictCancelled || !errors.Is(r.Err, leasework.ErrCancelled) {
+		e.t.Fatalf("completion of the cancelled claim in a batch: %+v; want VerdictCancelled, ErrCancelled", r)
 	}
-	if r := results[2]; r.Err != nil || r.Cancelled || r.Status != leasework.StatusDone {
+	if r := results[2]; r.Err != nil || r.Verdict == lease.VerdictCancelled || r.Status != leasework.StatusDone {
 		e.t.Fatalf("completion of a live claim beside a cancelled one: %+v; want accepted, DONE", r)
 	}
 	e.wantState(stale.ID, leasework.StatusInProgress, newer.Generation)
@@ -133,26 +133,28 @@ func cancelledAttemptCannotWrite(e *env) {
 		name  string
 		write func() ([]lease.Result, error)
 	}{
-		{"RenewMany", func() ([]lease.Result, error) { return e.store.RenewMany(e.ctx, refs, testLease) }},
-		{"CompleteMany", func() ([]lease.Result, error) { return e.store.CompleteMany(e.ctx, refs) }},
-		{"CompleteAndDeleteMany", func() ([]lease.Result, error) { return e.store.CompleteAndDeleteMany(e.ctx, refs) }},
-		{"RetryMany", func() ([]lease.Result, error) {
-			return e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: ref, Error: "boom"}})
+		{"WriteMany(Renew)", func() ([]lease.Result, error) { return e.store.WriteMany(e.ctx, renewals(refs, testLease)...) }},
+		{"WriteMany(Complete)", func() ([]lease.Result, error) { return e.store.WriteMany(e.ctx, completes(refs)...) }},
+		{"WriteMany(CompleteAndDelete)", func() ([]lease.Result, error) {
+			return e.store.WriteMany(e.ctx, completesAndDeletes(refs)...)
 		}},
-		{"RetryMany with Snooze", func() ([]lease.Result, error) {
-			return e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: ref, Delay: time.Minute, Error: c.LastError, Snooze: true}})
+		{"WriteMany(Retry)", func() ([]lease.Result, error) {
+			return e.store.WriteMany(e.ctx, lease.Retry(ref, 0, "boom"))
 		}},
-		{"FailMany", func() ([]lease.Result, error) {
-			return e.store.FailMany(e.ctx, []lease.FailRequest{{Ref: ref, Reason: "boom"}})
+		{"WriteMany(Snooze)", func() ([]lease.Result, error) {
+			return e.store.WriteMany(e.ctx, lease.Snooze(ref, time.Minute, c.LastError))
 		}},
-		{"ReleaseMany", func() ([]lease.Result, error) { return e.store.ReleaseMany(e.ctx, refs) }},
+		{"WriteMany(Fail)", func() ([]lease.Result, error) {
+			return e.store.WriteMany(e.ctx, lease.Fail(ref, "boom"))
+		}},
+		{"WriteMany(Release)", func() ([]lease.Result, error) { return e.store.WriteMany(e.ctx, releases(refs)...) }},
 	}
 	for _, w := range batched {
 		res, err := w.write()
-		wantOK(e.t, w.name+" by the cancelled attempt", err)
-		if len(res) != 1 || res[0].Ref != ref || !res[0].Cancelled || res[0].AlreadyRecorded || res[0].Gone ||
+		wantOK(e.t, w.name+" by the cancelled attempt", answered(res, err))
+		if len(res) != 1 || res[0].Ref != ref || res[0].Verdict != lease.VerdictCancelled ||
 			!errors.Is(res[0].Err, leasework.ErrCancelled) || !errors.Is(res[0].Err, leasework.ErrLeaseLost) {
-			e.t.Fatalf("%s by the cancelled attempt: %+v; want one result, Cancelled, its error matching ErrCancelled and ErrLeaseLost", w.name, res)
+			e.t.Fatalf("%s by the cancelled attempt: %+v; want one result, VerdictCancelled, its error matching ErrCancelled and ErrLeaseLost", w.name, res)
 		}
 		e.wantUnchanged(w.name+" by the cancelled attempt", cancelled)
 	}
@@ -161,14 +163,11 @@ func cancelledAttemptCannotWrite(e *env) {
 		name  string
 		write func() error
 	}{
-		{"Renew", func() error { _, err := e.store.Renew(e.ctx, ref, testLease); return err }},
-		{"Complete", func() error { return e.store.Complete(e.ctx, ref) }},
-		{"Retry", func() error {
-			_, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: ref, Error: "boom"})
-			return err
-		}},
-		{"Fail", func() error { return e.store.Fail(e.ctx, lease.FailRequest{Ref: ref, Reason: "boom"}) }},
-		{"Release", func() error { return e.store.Release(e.ctx, ref) }},
+		{"Write(Renew)", func() error { return e.write(lease.Renew(ref, testLease)) }},
+		{"Write(Complete)", func() error { return e.write(lease.Complete(ref)) }},
+		{"Write(Retry)", func() error { return e.write(lease.Retry(ref, 0, "boom")) }},
+		{"Write(Fail)", func() error { return e.write(lease.Fail(ref, "boom")) }},
+		{"Write(Release)", func() error { return e.write(lease.Release(ref)) }},
 	}
 	for _, w := range single {
 		if err := w.write(); !errors.Is(err, leasework.ErrCancelled) || !errors.Is(err, leasework.ErrLeaseLost) {
@@ -176,8 +175,8 @@ func cancelledAttemptCannotWrite(e *env) {
 		}
 		e.wantUnchanged(w.name+" by the cancelled attempt", cancelled)
 	}
-	wantLost(e.t, "SetProgress by the cancelled attempt", e.store.SetProgress(e.ctx, ref, []byte("page=2")))
-	e.wantUnchanged("SetProgress by the cancelled attempt", cancelled)
+	wantLost(e.t, "Write(Progress) by the cancelled attempt", e.write(lease.Progress(ref, []byte("page=2"))))
+	e.wantUnchanged("Write(Progress) by the cancelled attempt", cancelled)
 
 	if got := e.claim(10); len(got) != 0 {
 		e.t.Fatalf("claimed %s; want nothing (the cancelled row is finished, the other two are owned or done)", describe(got))
@@ -211,11 +210,11 @@ func cancelledEventIsNeverClaimed(e *env) {
 	for _, c := range claims {
 		switch c.ID {
 		case ready.ID:
-			wantOK(e.t, "release", e.store.Release(e.ctx, c.Ref()))
+			wantOK(e.t, "release", e.write(lease.Release(c.Ref())))
 		case expired.ID:
 			e.expire(c.ID) // fixture: its owner died
 		case done.ID:
-			wantOK(e.t, "complete", e.store.Complete(e.ctx, c.Ref()))
+			wantOK(e.t, "complete", e.write(lease.Complete(c.Ref())))
 		}
 	}
 	e.cancel(ready.ID, "")
@@ -247,8 +246,8 @@ func cancelledEventIsNeverClaimed(e *env) {
 	for _, k := range []string{"ready", "running", "failed"} {
 		heads[k] = leasework.Ref{ID: rowOf[k+"-1"], Generation: e.gen(1)}
 	}
-	wantOK(e.t, "release", e.store.Release(e.ctx, heads["ready"]))
-	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: heads["failed"], Reason: "broken"}))
+	wantOK(e.t, "release", e.write(lease.Release(heads["ready"])))
+	wantOK(e.t, "fail", e.write(lease.Fail(heads["failed"], "broken")))
 	// ready-1 is READY again: claim nothing, so that it stays READY.
 	for _, k := range []string{"ready", "running", "failed"} {
 		e.cancel(rowOf[k+"-2"], "") // a follower, WAITING
@@ -260,7 +259,7 @@ func cancelledEventIsNeverClaimed(e *env) {
 	}
 	// running-1's owner stops: its release is rejected as cancelled and
 	// ends the head.
-	if err := e.store.Release(e.ctx, heads["running"]); !errors.Is(err, leasework.ErrCancelled) {
+	if err := e.write(lease.Release(heads["running"])); !errors.Is(err, leasework.ErrCancelled) {
 		e.t.Fatalf("release by the cancelled head's attempt: %v; want ErrCancelled", err)
 	}
 	if r := e.row(rowOf["running-1"]); r.Status != leasework.StatusDiscarded {
@@ -271,14 +270,15 @@ func cancelledEventIsNeverClaimed(e *env) {
 	}
 	for _, k := range []string{"ready", "running", "failed"} {
 		e.wantState(rowOf[k+"-4"], leasework.StatusWaiting, 0)
-		wantOK(e.t, "complete", e.store.Complete(e.ctx, leasework.Ref{ID: rowOf[k+"-3"], Generation: e.gen(1)}))
+		wantOK(e.t, "complete", e.write(lease.Complete(leasework.Ref{ID: rowOf[k+"-3"], Generation: e.gen(1)})))
 	}
 	if claimed = e.claimEventIDs(10); claimed != "failed-4 ready-4 running-4" {
 		e.t.Fatalf("after completing each key's third event, claimed %s; want failed-4 ready-4 running-4", claimed)
 	}
 }
 
-// A cancel and a completion racing: the owner's CompleteTx holds the row
+// A cancel and a completion racing: the owner's completion in its
+// transaction (WriteTx of lease.Complete) holds the row
 // in its open transaction when the cancel is sent, and the transaction
 // ends only once the cancel waits on it (a backend blocked by the
 // transaction's, in pg_stat_activity and pg_blocking_pids; a cancel that
@@ -294,8 +294,8 @@ func cancelNeverUndoesACompletion(e *env) {
 	committed, rolledBack := e.claimOne(), e.claimOne()
 	for i, c := range []leasework.Claim{committed, rolledBack} {
 		commit := i == 0
-		tx, err := e.applyInTx(table, c, e.store.CompleteTx)
-		wantOK(e.t, "CompleteTx", err)
+		tx, err := e.applyInTx(table, c, lease.Complete)
+		wantOK(e.t, "WriteTx(Complete)", err)
 		var holder int64
 		if err := tx.QueryRowContext(e.ctx, "SELECT pg_backend_pid()").Scan(&holder); err != nil {
 			tx.Rollback()
@@ -342,7 +342,7 @@ func cancelNeverUndoesACompletion(e *env) {
 			e.t.Fatalf("after the completion rolled back and the cancel returned %+v, row %d is %s generation %d cancelled at %v; want it Stopping, INPROGRESS at generation %d, marked",
 				res, c.ID, r.Status, r.Generation, r.CancelledAt, c.Generation)
 		}
-		if err := e.store.Complete(e.ctx, c.Ref()); !errors.Is(err, leasework.ErrCancelled) {
+		if err := e.write(lease.Complete(c.Ref())); !errors.Is(err, leasework.ErrCancelled) {
 			e.t.Fatalf("completion after the cancel won: %v; want ErrCancelled", err)
 		}
 		if r := e.row(c.ID); r.Status != leasework.StatusDiscarded || r.Generation <= c.Generation {

@@ -53,20 +53,9 @@ type Store interface {
 	EnqueueWith(ctx context.Context, tx *sql.Tx, opts lease.EnqueueOptions, events ...lease.Event) ([]lease.Enqueued, error)
 	Claim(ctx context.Context, req lease.ClaimRequest) ([]leasework.Claim, error)
 	ClaimTx(ctx context.Context, tx *sql.Tx, req lease.ClaimRequest) ([]leasework.Claim, error)
-	Complete(ctx context.Context, ref leasework.Ref) error
-	CompleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
-	CompleteAndDeleteMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
-	CompleteTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref) error
-	CompleteAndDeleteTx(ctx context.Context, tx *sql.Tx, ref leasework.Ref) error
-	Retry(ctx context.Context, req lease.RetryRequest) (leasework.Status, error)
-	RetryMany(ctx context.Context, reqs []lease.RetryRequest) ([]lease.Result, error)
-	Fail(ctx context.Context, req lease.FailRequest) error
-	FailMany(ctx context.Context, reqs []lease.FailRequest) ([]lease.Result, error)
-	Renew(ctx context.Context, ref leasework.Ref, lease time.Duration) (time.Time, error)
-	RenewMany(ctx context.Context, refs []leasework.Ref, lease time.Duration) ([]lease.Result, error)
-	Release(ctx context.Context, ref leasework.Ref) error
-	ReleaseMany(ctx context.Context, refs []leasework.Ref) ([]lease.Result, error)
-	SetProgress(ctx context.Context, ref leasework.Ref, progress []byte) error
+	Write(ctx context.Context, w lease.Write) (lease.Result, error)
+	WriteMany(ctx context.Context, writes ...lease.Write) ([]lease.Result, error)
+	WriteTx(ctx context.Context, tx *sql.Tx, w lease.Write) error
 	Requeue(ctx context.Context, req lease.RequeueRequest) ([]int64, error)
 	Discard(ctx context.Context, ref leasework.Ref) (int64, error)
 	PauseQueue(ctx context.Context, queue string) (bool, error)
@@ -319,6 +308,55 @@ func (e *env) wantState(id int64, status leasework.Status, generation int64) lea
 		e.t.Fatalf("row %d is %s with lease_until %v", id, r.Status, r.LeaseUntil)
 	}
 	return r
+}
+
+// write makes one guarded write through the store under test and returns
+// its error: nil when the write is made (accepted, or recorded by an
+// earlier try).
+func (e *env) write(w lease.Write) error {
+	_, err := e.store.Write(e.ctx, w)
+	return err
+}
+
+// answered is the error of a WriteMany call that got no answer: the call's
+// own error, or that of the first write whose statement failed
+// (lease.VerdictNoAnswer). A batch the suite checks must have got an
+// answer for every write before its results are looked at.
+func answered(res []lease.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		if r.Verdict == lease.VerdictNoAnswer {
+			if r.Err == nil {
+				return fmt.Errorf("%s of row %d generation %d: verdict %s with no error", r.Op, r.Ref.ID, r.Ref.Generation, r.Verdict)
+			}
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// Writes of one op for many claims, to give WriteMany.
+
+func completes(refs []leasework.Ref) []lease.Write { return each(refs, lease.Complete) }
+
+func completesAndDeletes(refs []leasework.Ref) []lease.Write {
+	return each(refs, lease.CompleteAndDelete)
+}
+
+func releases(refs []leasework.Ref) []lease.Write { return each(refs, lease.Release) }
+
+func renewals(refs []leasework.Ref, l time.Duration) []lease.Write {
+	return each(refs, func(ref leasework.Ref) lease.Write { return lease.Renew(ref, l) })
+}
+
+func each(refs []leasework.Ref, write func(leasework.Ref) lease.Write) []lease.Write {
+	out := make([]lease.Write, len(refs))
+	for i, ref := range refs {
+		out[i] = write(ref)
+	}
+	return out
 }
 
 func wantLost(t *testing.T, what string, err error) {

@@ -31,18 +31,19 @@
 //     lease.MaxErrorBytes is stored cleaned and never fails its batch;
 //   - ReplayedOutcomeIsAlreadyRecorded and
 //     StaleOrDeletedIsNeverAlreadyRecorded: an outcome written twice by the
-//     same claim is reported AlreadyRecorded, a stale owner's never is, and a
-//     deleted row is Gone;
+//     same claim is reported recorded (lease.VerdictRecorded), a stale
+//     owner's never is, and a deleted row is gone (lease.VerdictGone);
 //   - StaleOwnerCompleteTxRollsBackItsWrites,
 //     LiveOwnerCompleteTxCommitsBoth,
 //     RolledBackCompleteTxLeavesTheClaimOwned and
 //     RenewalSkipsARowLockedByACompletion: a completion in the caller's
-//     transaction (lease.Store.CompleteTx) commits with the business writes
-//     of a live owner, rolls back a stale owner's writes with its
-//     rejection, leaves the claim owned when the transaction rolls back, and
-//     never makes a renewal wait (the locked row is reported Busy, neither
-//     renewed nor lost). They keep their business rows in a table of the
-//     subtest's schema;
+//     transaction (lease.Store.WriteTx of lease.Complete or
+//     lease.CompleteAndDelete) commits with the business writes of a live
+//     owner, rolls back a stale owner's writes with its rejection, leaves
+//     the claim owned when the transaction rolls back, and never makes a
+//     renewal wait (the locked row is reported busy, lease.VerdictBusy,
+//     neither renewed nor lost). They keep their business rows in a table
+//     of the subtest's schema;
 //   - InCallDuplicateKeepsTheFirst, EnqueueAccountsForEveryEvent and
 //     EnqueueRefusesTextPostgreSQLCannotStore: enqueue reports every event it
 //     was given, and refuses bad text before sending anything;
@@ -71,27 +72,28 @@
 //     CancelNeverUndoesACommittedCompletion: once Store.Cancel has marked a
 //     running event (INPROGRESS at its attempt's generation,
 //     lease.CancelResult.Stopping), every write of its attempt is rejected:
-//     renewals, progress, CompleteTx and CompleteAndDeleteTx (ErrLeaseLost,
-//     the transaction's business write rolled back) change nothing; its
-//     first outcome write ends it DISCARDED at a new generation, and after
-//     that renew, complete, retry, snooze, fail and release, batched or
-//     single, match leasework.ErrCancelled and ErrLeaseLost
-//     (lease.Result.Cancelled, set for the cancelled claim only, not for a
-//     merely stale one beside it) and change nothing. A cancelled event is
-//     never claimed, from READY, WAITING or an expired lease; a cancelled
-//     head, READY, INPROGRESS or FAILED, passes its key to the next event,
-//     a running one only once its attempt has stopped, and a cancelled
-//     follower is passed over. A cancel that meets a completion committing
-//     in the owner's transaction is lease.ErrFinished, the row DONE; one
-//     that meets it rolling back wins;
-//   - SnoozeIsGuardedAndSparesTheBudget: a snooze
-//     (lease.RetryRequest.Snooze) by a stale or expired owner is
-//     ErrLeaseLost and changes nothing; the owner's, on its last attempt,
-//     sends the row READY due after the delay (by the database's clock)
-//     with its budget one larger and the snooze counted apart from
-//     failures (lease.Row.Snoozes, leasework.Claim.Snoozes), is
-//     AlreadyRecorded when written again, and the row is claimed again
-//     once due (by fixture) with exactly one more attempt.
+//     renewals, progress, completions in a transaction (WriteTx:
+//     ErrLeaseLost, the transaction's business write rolled back) change
+//     nothing; its first outcome write ends it DISCARDED at a new
+//     generation, and after that renew, complete, retry, snooze, fail and
+//     release, batched (WriteMany) or single (Write), match
+//     leasework.ErrCancelled and ErrLeaseLost (lease.VerdictCancelled, for
+//     the cancelled claim only, not for a merely stale one beside it) and
+//     change nothing. A cancelled event is never claimed, from READY,
+//     WAITING or an expired lease; a cancelled head, READY, INPROGRESS or
+//     FAILED, passes its key to the next event, a running one only once its
+//     attempt has stopped, and a cancelled follower is passed over. A
+//     cancel that meets a completion committing in the owner's transaction
+//     is lease.ErrFinished, the row DONE; one that meets it rolling back
+//     wins;
+//   - SnoozeIsGuardedAndSparesTheBudget: a snooze (lease.Snooze) by a
+//     stale or expired owner is ErrLeaseLost and changes nothing; the
+//     owner's, on its last attempt, sends the row READY due after the
+//     delay (by the database's clock) with its budget one larger and the
+//     snooze counted apart from failures (lease.Row.Snoozes,
+//     leasework.Claim.Snoozes), is recorded (lease.VerdictRecorded) when
+//     written again, and the row is claimed again once due (by fixture)
+//     with exactly one more attempt.
 //
 // # The pool
 //
@@ -149,9 +151,10 @@
 // This package's own tests hold the lab's unsafe store (baseline_test.go,
 // built on lease's public API; it ships in no package): a lease.Store whose
 // claims see only due READY rows (of the queue asked for) and whose
-// complete and retry key on the row id alone. Run with Target.NewStore set to it, exactly four of the
-// lab's six subtests fail (KilledWorkerClaimIsRecovered,
-// StaleOwnerCannotComplete, StaleOwnerCannotRetry,
-// ExpiredOwnerCannotFinalize) and two pass, as in the article;
-// TestBaselineSelfTest asserts that.
+// completions and retries (lease.Complete, lease.Retry and lease.Snooze in
+// its WriteMany) key on the row id alone. Run with Target.NewStore set to
+// it, exactly four of the lab's six subtests fail
+// (KilledWorkerClaimIsRecovered, StaleOwnerCannotComplete,
+// StaleOwnerCannotRetry, ExpiredOwnerCannotFinalize) and two pass, as in
+// the article; TestBaselineSelfTest asserts that.
 package conformance

@@ -71,7 +71,7 @@ func killedHeadIsClaimedBeforeFollowers(e *env) {
 		e.t.Fatalf("after expiry claimed %+v; want only the head, row %d, reclaimed at generation %d", got, id, e.gen(2))
 	}
 	e.wantState(evs[1].ID, leasework.StatusWaiting, 0)
-	wantOK(e.t, "complete head", e.store.Complete(e.ctx, got[0].Ref()))
+	wantOK(e.t, "complete head", e.write(lease.Complete(got[0].Ref())))
 	next := e.claim(10)
 	if len(next) != 1 || next[0].ID != evs[1].ID {
 		e.t.Fatalf("after the head completed claimed %+v; want only row %d", next, evs[1].ID)

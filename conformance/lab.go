@@ -43,7 +43,7 @@ func claimThenComplete(e *env) {
 		e.t.Fatalf("claim lease_until %v is not a live deadline", c.LeaseUntil)
 	}
 	e.wantState(c.ID, leasework.StatusInProgress, e.gen(1))
-	wantOK(e.t, "complete", e.store.Complete(e.ctx, c.Ref()))
+	wantOK(e.t, "complete", e.write(lease.Complete(c.Ref())))
 	r := e.wantState(c.ID, leasework.StatusDone, e.gen(1))
 	if r.LeaseUntil != nil {
 		e.t.Fatalf("DONE row keeps lease_until %v", r.LeaseUntil)
@@ -88,12 +88,12 @@ func staleOwnerCannotComplete(e *env) {
 	old := e.claimOne()
 	newer := e.newerGeneration(old.ID)
 	before := e.row(old.ID)
-	wantLost(e.t, "stale complete", e.store.Complete(e.ctx, old.Ref()))
+	wantLost(e.t, "stale complete", e.write(lease.Complete(old.Ref())))
 	after := e.wantState(old.ID, leasework.StatusInProgress, newer.Generation)
 	if !after.LeaseUntil.Equal(*before.LeaseUntil) {
 		e.t.Fatalf("stale complete moved lease_until from %v to %v", before.LeaseUntil, after.LeaseUntil)
 	}
-	wantOK(e.t, "current owner's complete", e.store.Complete(e.ctx, newer))
+	wantOK(e.t, "current owner's complete", e.write(lease.Complete(newer)))
 	e.wantState(old.ID, leasework.StatusDone, newer.Generation)
 }
 
@@ -102,15 +102,15 @@ func staleOwnerCannotRetry(e *env) {
 	e.enqueueN(1)
 	old := e.claimOne()
 	newer := e.newerGeneration(old.ID)
-	_, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: old.Ref(), Delay: time.Minute, Error: "stale"})
+	err := e.write(lease.Retry(old.Ref(), time.Minute, "stale"))
 	wantLost(e.t, "stale retry", err)
 	r := e.wantState(old.ID, leasework.StatusInProgress, newer.Generation)
 	if r.LastError != "" {
 		e.t.Fatalf("stale retry recorded last_error %q", r.LastError)
 	}
-	wantOK(e.t, "current owner's complete", e.store.Complete(e.ctx, newer))
+	wantOK(e.t, "current owner's complete", e.write(lease.Complete(newer)))
 	for _, ref := range []leasework.Ref{old.Ref(), newer} {
-		_, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: ref, Error: "late"})
+		err := e.write(lease.Retry(ref, 0, "late"))
 		wantLost(e.t, "retry of a DONE row", err)
 	}
 	e.wantState(old.ID, leasework.StatusDone, newer.Generation)
@@ -127,8 +127,8 @@ func expiredOwnerCannotFinalize(e *env) {
 	done, retried := claims[0], claims[1]
 	e.expire(done.ID)    // fixture: the lease ran out
 	e.expire(retried.ID) // fixture: the lease ran out
-	wantLost(e.t, "complete after expiry", e.store.Complete(e.ctx, done.Ref()))
-	_, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: retried.Ref(), Error: "late"})
+	wantLost(e.t, "complete after expiry", e.write(lease.Complete(done.Ref())))
+	err := e.write(lease.Retry(retried.Ref(), 0, "late"))
 	wantLost(e.t, "retry after expiry", err)
 	e.wantState(done.ID, leasework.StatusInProgress, e.gen(1))
 	e.wantState(retried.ID, leasework.StatusInProgress, e.gen(1))

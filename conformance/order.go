@@ -105,7 +105,7 @@ func fifoPerKey(e *env) {
 						}
 					}
 					var done []leasework.Ref
-					var retry []lease.RetryRequest
+					var retry []lease.Write
 					mu.Lock()
 					for _, c := range got {
 						if other, ok := inFlight[c.Key]; ok && other != c.ID {
@@ -128,7 +128,7 @@ func fifoPerKey(e *env) {
 						case (c.ID+int64(round))%7 == 0:
 							// abandoned, as by a crashed worker: the key stays held
 						case c.Attempt < 3 && (c.ID+int64(n))%5 == 0:
-							retry = append(retry, lease.RetryRequest{Ref: c.Ref(), Error: "again"})
+							retry = append(retry, lease.Retry(c.Ref(), 0, "again"))
 						default:
 							// Finished before the write commits: the
 							// next row of the key is promoted only at
@@ -139,8 +139,8 @@ func fifoPerKey(e *env) {
 					}
 					mu.Unlock()
 					if len(retry) > 0 {
-						res, err := e.store.RetryMany(e.ctx, retry)
-						if err == nil {
+						res, err := e.store.WriteMany(e.ctx, retry...)
+						if err = answered(res, err); err == nil {
 							err = firstErr(res)
 						}
 						if err != nil {
@@ -188,10 +188,11 @@ func (e *env) completeAll(refs []leasework.Ref) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	res, err := e.store.CompleteMany(e.ctx, refs)
+	res, err := e.store.WriteMany(e.ctx, completes(refs)...)
+	err = answered(res, err)
 	if err != nil && e.target.Driver.SQLState(err) == sqlStateLockNotAvailable && len(refs) > 1 {
 		for _, r := range refs {
-			if err := e.store.Complete(e.ctx, r); err != nil {
+			if err := e.write(lease.Complete(r)); err != nil {
 				return fmt.Errorf("complete %+v alone: %w", r, err)
 			}
 		}
@@ -230,13 +231,13 @@ func failedHeadHoldsItsKey(e *env) {
 	if len(got) != 2 || got[0].EventID != "x-1" || got[1].EventID != "y-1" {
 		e.t.Fatalf("first claim = %+v; want the heads x-1 and y-1", got)
 	}
-	wantOK(e.t, "fail x-1", e.store.Fail(e.ctx, lease.FailRequest{Ref: got[0].Ref(), Reason: "card declined"}))
-	wantOK(e.t, "complete y-1", e.store.Complete(e.ctx, got[1].Ref()))
+	wantOK(e.t, "fail x-1", e.write(lease.Fail(got[0].Ref(), "card declined")))
+	wantOK(e.t, "complete y-1", e.write(lease.Complete(got[1].Ref())))
 	next := e.claim(10)
 	if len(next) != 1 || next[0].EventID != "y-2" {
 		e.t.Fatalf("claim behind the FAILED head = %+v; want y-2 only", next)
 	}
-	wantOK(e.t, "complete y-2", e.store.Complete(e.ctx, next[0].Ref()))
+	wantOK(e.t, "complete y-2", e.write(lease.Complete(next[0].Ref())))
 	if more := e.claim(10); len(more) != 0 {
 		e.t.Fatalf("claimed %+v while x is held by a FAILED head", more)
 	}
@@ -256,7 +257,7 @@ func failedHeadHoldsItsKey(e *env) {
 	if len(again) != 1 || again[0].ID != evs[0].ID || again[0].Generation != e.gen(3) {
 		e.t.Fatalf("claim after requeue = %+v; want the head x-1 only, at generation %d", again, e.gen(3))
 	}
-	wantOK(e.t, "fail x-1 again", e.store.Fail(e.ctx, lease.FailRequest{Ref: again[0].Ref(), Reason: "declined again"}))
+	wantOK(e.t, "fail x-1 again", e.write(lease.Fail(again[0].Ref(), "declined again")))
 
 	// Discard, guarded by the generation seen.
 	if _, err := e.store.Discard(e.ctx, got[0].Ref()); !errors.Is(err, lease.ErrNotFailed) {
@@ -295,18 +296,18 @@ func orderSurvivesReleasePauseRetry(e *env) {
 	}
 
 	c1 := onlyHead("first claim", e.gen(1))
-	wantOK(e.t, "release", e.store.Release(e.ctx, c1.Ref()))
+	wantOK(e.t, "release", e.write(lease.Release(c1.Ref())))
 	e.wantState(follower, leasework.StatusWaiting, 0)
 
 	paused := onlyHead("after release", e.gen(2))
 	e.expire(head) // fixture: the owner paused past its lease
 	c3 := onlyHead("after the paused owner's lease expired", e.gen(3))
-	wantLost(e.t, "paused owner's late complete", e.store.Complete(e.ctx, paused.Ref()))
+	wantLost(e.t, "paused owner's late complete", e.write(lease.Complete(paused.Ref())))
 	e.wantState(follower, leasework.StatusWaiting, 0)
 
-	st, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: c3.Ref(), Delay: time.Hour, Error: "later"})
+	retried, err := e.store.Write(e.ctx, lease.Retry(c3.Ref(), time.Hour, "later"))
 	wantOK(e.t, "retry", err)
-	if st != leasework.StatusReady {
+	if st := retried.Status; st != leasework.StatusReady {
 		e.t.Fatalf("retry left the head %s, want READY", st)
 	}
 	if got := e.claim(10); len(got) != 0 {
@@ -314,7 +315,7 @@ func orderSurvivesReleasePauseRetry(e *env) {
 	}
 	wantOK(e.t, "make due", leasetest.MakeDue(e.ctx, e.fix, head)) // fixture: the retry delay passes
 	c4 := onlyHead("after the retry fell due", e.gen(4))
-	wantOK(e.t, "complete", e.store.Complete(e.ctx, c4.Ref()))
+	wantOK(e.t, "complete", e.write(lease.Complete(c4.Ref())))
 	got := e.claim(10)
 	if len(got) != 1 || got[0].ID != follower {
 		e.t.Fatalf("after the head completed claimed %+v; want the follower, row %d", got, follower)
@@ -350,7 +351,7 @@ func promotionNotifies(e *env) {
 	if c.Kind != "head" {
 		e.t.Fatalf("claimed %s, want the head", c.Kind)
 	}
-	wantOK(e.t, "complete", e.store.Complete(e.ctx, c.Ref()))
+	wantOK(e.t, "complete", e.write(lease.Complete(c.Ref())))
 	want("the head's completion", "follower")
 	if got := e.claimOne(); got.Kind != "follower" {
 		e.t.Fatalf("claimed %s after the promotion, want the follower", got.Kind)

@@ -43,8 +43,9 @@ func renewIsGuarded(e *env) {
 	}
 	live, stale, expired := claims[0], claims[1], claims[2]
 
-	until, err := e.store.Renew(e.ctx, live.Ref(), 2*testLease)
+	renewed, err := e.store.Write(e.ctx, lease.Renew(live.Ref(), 2*testLease))
 	wantOK(e.t, "renew", err)
+	until := renewed.LeaseUntil
 	if !until.After(live.LeaseUntil) {
 		e.t.Fatalf("renewed deadline %v is not after the claimed one %v", until, live.LeaseUntil)
 	}
@@ -54,21 +55,21 @@ func renewIsGuarded(e *env) {
 
 	newer := e.newerGeneration(stale.ID)
 	before := e.row(stale.ID)
-	_, err = e.store.Renew(e.ctx, stale.Ref(), 2*testLease)
+	err = e.write(lease.Renew(stale.Ref(), 2*testLease))
 	wantLost(e.t, "renew by a stale generation", err)
 	if after := e.row(stale.ID); !after.LeaseUntil.Equal(*before.LeaseUntil) || after.Generation != newer.Generation {
 		e.t.Fatalf("stale renew changed the row: %+v -> %+v", before, after)
 	}
 
 	e.expire(expired.ID) // fixture: the lease ran out
-	_, err = e.store.Renew(e.ctx, expired.Ref(), testLease)
+	err = e.write(lease.Renew(expired.Ref(), testLease))
 	wantLost(e.t, "renew of an expired lease", err)
 	if r := e.row(expired.ID); !r.LeaseUntil.Before(time.Now().Add(time.Minute)) {
 		e.t.Fatalf("expired lease was renewed to %v", r.LeaseUntil)
 	}
 
-	wantOK(e.t, "complete", e.store.Complete(e.ctx, live.Ref()))
-	_, err = e.store.Renew(e.ctx, live.Ref(), testLease)
+	wantOK(e.t, "complete", e.write(lease.Complete(live.Ref())))
+	err = e.write(lease.Renew(live.Ref(), testLease))
 	wantLost(e.t, "renew of a DONE row", err)
 	e.wantState(live.ID, leasework.StatusDone, e.gen(1))
 }
@@ -82,19 +83,19 @@ func releaseIsGuarded(e *env) {
 		e.t.Fatalf("claimed %d rows, want 2", len(claims))
 	}
 	mine, stale := claims[0], claims[1]
-	wantOK(e.t, "release", e.store.Release(e.ctx, mine.Ref()))
+	wantOK(e.t, "release", e.write(lease.Release(mine.Ref())))
 	if r := e.wantState(mine.ID, leasework.StatusReady, e.gen(1)); r.Attempt != 0 || r.LeaseUntil != nil {
 		e.t.Fatalf("released row: attempt %d lease %v; want 0 and none", r.Attempt, r.LeaseUntil)
 	}
 	// Released twice by the same claim: the second is already recorded,
 	// and gives nothing back again.
-	wantOK(e.t, "second release", e.store.Release(e.ctx, mine.Ref()))
+	wantOK(e.t, "second release", e.write(lease.Release(mine.Ref())))
 	if r := e.wantState(mine.ID, leasework.StatusReady, e.gen(1)); r.Attempt != 0 {
 		e.t.Fatalf("released twice: attempt %d, want 0", r.Attempt)
 	}
 
 	newer := e.newerGeneration(stale.ID)
-	wantLost(e.t, "release by a stale generation", e.store.Release(e.ctx, stale.Ref()))
+	wantLost(e.t, "release by a stale generation", e.write(lease.Release(stale.Ref())))
 	e.wantState(stale.ID, leasework.StatusInProgress, newer.Generation)
 
 	again := e.claimOne()
@@ -108,9 +109,9 @@ func failIsGuarded(e *env) {
 	e.enqueueN(1)
 	old := e.claimOne()
 	newer := e.newerGeneration(old.ID)
-	wantLost(e.t, "stale fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: old.Ref(), Reason: "stale"}))
+	wantLost(e.t, "stale fail", e.write(lease.Fail(old.Ref(), "stale")))
 	e.wantState(old.ID, leasework.StatusInProgress, newer.Generation)
-	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: newer, Reason: "bad payload"}))
+	wantOK(e.t, "fail", e.write(lease.Fail(newer, "bad payload")))
 	r := e.wantState(old.ID, leasework.StatusFailed, newer.Generation)
 	if r.LastError != "bad payload" || r.FinishedAt == nil {
 		e.t.Fatalf("failed row: last_error %q finished_at %v", r.LastError, r.FinishedAt)
@@ -128,14 +129,14 @@ func progressIsGuarded(e *env) {
 	if first.Progress != nil {
 		e.t.Fatalf("first attempt has progress %q", first.Progress)
 	}
-	wantOK(e.t, "progress", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=7")))
+	wantOK(e.t, "progress", e.write(lease.Progress(first.Ref(), []byte("page=7"))))
 	e.expire(first.ID) // fixture: the worker died
-	wantLost(e.t, "progress after expiry", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=8")))
+	wantLost(e.t, "progress after expiry", e.write(lease.Progress(first.Ref(), []byte("page=8"))))
 	second := e.claimOne()
 	if second.Generation != e.gen(2) || !bytes.Equal(second.Progress, []byte("page=7")) {
 		e.t.Fatalf("second attempt: generation %d progress %q; want %d and page=7", second.Generation, second.Progress, e.gen(2))
 	}
-	wantLost(e.t, "progress by the first owner", e.store.SetProgress(e.ctx, first.Ref(), []byte("page=9")))
+	wantLost(e.t, "progress by the first owner", e.write(lease.Progress(first.Ref(), []byte("page=9"))))
 	if r := e.row(first.ID); string(r.Progress) != "page=7" {
 		e.t.Fatalf("progress is %q after stale writes, want page=7", r.Progress)
 	}
@@ -151,8 +152,8 @@ func batchedOutcomesReportEachClaim(e *env) {
 	}
 	newer := e.newerGeneration(claims[1].ID)
 	refs := []leasework.Ref{claims[0].Ref(), claims[1].Ref(), claims[2].Ref()}
-	res, err := e.store.CompleteMany(e.ctx, refs)
-	wantOK(e.t, "complete many", err)
+	res, err := e.store.WriteMany(e.ctx, completes(refs)...)
+	wantOK(e.t, "complete many", answered(res, err))
 	if len(res) != 3 || res[0].Err != nil || res[2].Err != nil || !errors.Is(res[1].Err, leasework.ErrLeaseLost) {
 		e.t.Fatalf("results = %+v; want accepted, lost, accepted", res)
 	}
@@ -212,8 +213,8 @@ func concurrentClaimersNeverShareAClaim(e *env) {
 						}
 					}
 					mu.Unlock()
-					res, err := e.store.CompleteMany(e.ctx, done)
-					if err != nil {
+					res, err := e.store.WriteMany(e.ctx, completes(done)...)
+					if err := answered(res, err); err != nil {
 						errs <- err
 						return
 					}
@@ -277,14 +278,16 @@ func abandonedLastAttemptFails(e *env) {
 func retryOnLastAttemptFails(e *env) {
 	ev := e.enqueue(lease.Event{Kind: "k", MaxAttempts: 2})[0]
 	c := e.claimOne()
-	status, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: c.Ref(), Error: "boom 1"})
+	res, err := e.store.Write(e.ctx, lease.Retry(c.Ref(), 0, "boom 1"))
 	wantOK(e.t, "retry 1", err)
+	status := res.Status
 	if status != leasework.StatusReady {
 		e.t.Fatalf("retry on attempt 1 of 2 left the row %s, want READY", status)
 	}
 	c = e.claimOne()
-	status, err = e.store.Retry(e.ctx, lease.RetryRequest{Ref: c.Ref(), Error: "boom 2"})
+	res, err = e.store.Write(e.ctx, lease.Retry(c.Ref(), 0, "boom 2"))
 	wantOK(e.t, "retry 2", err)
+	status = res.Status
 	if status != leasework.StatusFailed {
 		e.t.Fatalf("retry on attempt 2 of 2 left the row %s, want FAILED", status)
 	}
@@ -315,7 +318,7 @@ func schemaRejectsInProgressWithoutLease(e *env) {
 func requeueKeepsGenerationGrowing(e *env) {
 	ev := e.enqueue(lease.Event{Kind: "k", MaxAttempts: 1})[0]
 	c := e.claimOne()
-	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: c.Ref(), Reason: "broken"}))
+	wantOK(e.t, "fail", e.write(lease.Fail(c.Ref(), "broken")))
 	ids, err := e.store.Requeue(e.ctx, lease.RequeueRequest{IDs: []int64{ev.ID}})
 	wantOK(e.t, "requeue", err)
 	if len(ids) != 1 || ids[0] != ev.ID {
@@ -329,8 +332,8 @@ func requeueKeepsGenerationGrowing(e *env) {
 	if again.ID != ev.ID || again.Generation != e.gen(3) || again.Attempt != 1 {
 		e.t.Fatalf("claim after requeue = %+v; want generation %d attempt 1", again, e.gen(3))
 	}
-	wantLost(e.t, "complete by the owner from before the requeue", e.store.Complete(e.ctx, c.Ref()))
-	wantOK(e.t, "complete", e.store.Complete(e.ctx, again.Ref()))
+	wantLost(e.t, "complete by the owner from before the requeue", e.write(lease.Complete(c.Ref())))
+	wantOK(e.t, "complete", e.write(lease.Complete(again.Ref())))
 	if ids, err := e.store.Requeue(e.ctx, lease.RequeueRequest{All: true}); err != nil || len(ids) != 0 {
 		e.t.Fatalf("requeue all with nothing FAILED = %v, %v; want nothing (DONE stays DONE)", ids, err)
 	}
@@ -392,10 +395,10 @@ func notifyOnCommit(e *env) {
 	e.enqueue(lease.Event{Kind: "wake-up", MaxAttempts: 1})
 	waitFor("enqueue")
 	c := e.claimOne()
-	wantOK(e.t, "release", e.store.Release(e.ctx, c.Ref()))
+	wantOK(e.t, "release", e.write(lease.Release(c.Ref())))
 	waitFor("release")
 	c = e.claimOne()
-	wantOK(e.t, "fail", e.store.Fail(e.ctx, lease.FailRequest{Ref: c.Ref(), Reason: "x"}))
+	wantOK(e.t, "fail", e.write(lease.Fail(c.Ref(), "x")))
 	_, err := e.store.Requeue(e.ctx, lease.RequeueRequest{All: true})
 	wantOK(e.t, "requeue", err)
 	waitFor("requeue")

@@ -118,8 +118,8 @@ func queuesNeverShareEvents(e *env) {
 						}
 					}
 					mu.Unlock()
-					res, err := e.store.CompleteMany(e.ctx, done)
-					if err == nil {
+					res, err := e.store.WriteMany(e.ctx, completes(done)...)
+					if err = answered(res, err); err == nil {
 						err = firstErr(res)
 					}
 					if err != nil {
@@ -336,7 +336,7 @@ func pausedQueueGivesNothing(e *env) {
 	if got := eventIDs(claimOf("")); !slices.Equal(got, []string{"default-1", "default-2"}) {
 		e.t.Fatalf("claim of the default queue while mail is paused = %v; want default-1 and default-2", got)
 	}
-	wantOK(e.t, "complete of a live claim of the paused queue", e.store.Complete(e.ctx, live.Ref()))
+	wantOK(e.t, "complete of a live claim of the paused queue", e.write(lease.Complete(live.Ref())))
 	e.wantState(expired.ID, leasework.StatusInProgress, e.gen(1))
 	for _, id := range append(waiting, late.ID) {
 		e.wantState(id, leasework.StatusReady, 0)

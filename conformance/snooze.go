@@ -9,7 +9,7 @@ import (
 	"github.com/leasework/leasework/lease/leasetest"
 )
 
-// The properties of a snooze (lease.RetryRequest.Snooze): run again later,
+// The properties of a snooze (lease.Snooze): run again later,
 // without spending the attempt budget, under the same guard as a retry.
 func snoozeProperties() []property {
 	return []property{
@@ -22,7 +22,8 @@ func snoozeProperties() []property {
 // snooze, on the row's last allowed attempt, sends it READY, due after the
 // delay (by the database's clock), at the same generation and attempt,
 // with its last error as given, its budget one larger and one snooze
-// counted; written again it is AlreadyRecorded and changes nothing. The
+// counted; written again it is recorded (lease.VerdictRecorded) and
+// changes nothing. The
 // row is not claimed before it is due; once due (by fixture) it is claimed
 // with the larger budget, one snooze and one failure, and a plain retry on
 // that last attempt ends it FAILED: the snooze added exactly one attempt.
@@ -30,9 +31,9 @@ func snoozeIsGuarded(e *env) {
 	const delay = 90 * time.Minute
 	ev := e.enqueue(lease.Event{Kind: "k", EventID: "event-001", MaxAttempts: 2})[0]
 	first := e.claimOne()
-	status, err := e.store.Retry(e.ctx, lease.RetryRequest{Ref: first.Ref(), Error: "boom"})
+	retried, err := e.store.Write(e.ctx, lease.Retry(first.Ref(), 0, "boom"))
 	wantOK(e.t, "retry", err)
-	if status != leasework.StatusReady {
+	if status := retried.Status; status != leasework.StatusReady {
 		e.t.Fatalf("retry on attempt 1 of 2 left the row %s, want READY", status)
 	}
 	last := e.claimOne()
@@ -43,8 +44,8 @@ func snoozeIsGuarded(e *env) {
 	owner := e.newerGeneration(ev.ID) // still attempt 2 of 2
 	snooze := func(what string, ref leasework.Ref) lease.Result {
 		e.t.Helper()
-		res, err := e.store.RetryMany(e.ctx, []lease.RetryRequest{{Ref: ref, Delay: delay, Error: last.LastError, Snooze: true}})
-		wantOK(e.t, what, err)
+		res, err := e.store.WriteMany(e.ctx, lease.Snooze(ref, delay, last.LastError))
+		wantOK(e.t, what, answered(res, err))
 		if len(res) != 1 || res[0].Ref != ref {
 			e.t.Fatalf("%s: results %+v; want one, for %+v", what, res, ref)
 		}
@@ -54,8 +55,8 @@ func snoozeIsGuarded(e *env) {
 		e.t.Helper()
 		before := e.row(ref.ID)
 		r := snooze(what, ref)
-		if !errors.Is(r.Err, leasework.ErrLeaseLost) || r.AlreadyRecorded || r.Cancelled {
-			e.t.Fatalf("%s: %+v; want ErrLeaseLost, neither AlreadyRecorded nor Cancelled", what, r)
+		if !errors.Is(r.Err, leasework.ErrLeaseLost) || r.Verdict == lease.VerdictRecorded || r.Verdict == lease.VerdictCancelled {
+			e.t.Fatalf("%s: %+v; want ErrLeaseLost, neither VerdictRecorded nor VerdictCancelled", what, r)
 		}
 		e.wantUnchanged(what, before)
 	}
@@ -65,7 +66,7 @@ func snoozeIsGuarded(e *env) {
 	from := e.dbNow()
 	r := snooze("the owner's snooze", owner)
 	to := e.dbNow()
-	if r.Err != nil || r.AlreadyRecorded || r.Status != leasework.StatusReady {
+	if r.Err != nil || r.Verdict == lease.VerdictRecorded || r.Status != leasework.StatusReady {
 		e.t.Fatalf("the owner's snooze on its last attempt: %+v; want accepted, READY", r)
 	}
 	snoozed := e.wantState(ev.ID, leasework.StatusReady, owner.Generation)
@@ -78,8 +79,8 @@ func snoozeIsGuarded(e *env) {
 	}
 
 	r = snooze("the same snooze again", owner)
-	if r.Err != nil || !r.AlreadyRecorded || r.Status != leasework.StatusReady {
-		e.t.Fatalf("the same snooze written again: %+v; want AlreadyRecorded, READY", r)
+	if r.Err != nil || r.Verdict != lease.VerdictRecorded || r.Status != leasework.StatusReady {
+		e.t.Fatalf("the same snooze written again: %+v; want VerdictRecorded, READY", r)
 	}
 	e.wantUnchanged("the same snooze again", snoozed)
 	wantStaleRejected("the stale owner's snooze after the owner's", stale)
@@ -96,9 +97,9 @@ func snoozeIsGuarded(e *env) {
 	if again.Snoozes != 1 || again.Failures() != 1 {
 		e.t.Fatalf("claim after one failure and one snooze: %d snoozes, %d failures; want 1 and 1", again.Snoozes, again.Failures())
 	}
-	status, err = e.store.Retry(e.ctx, lease.RetryRequest{Ref: again.Ref(), Error: "boom 3"})
+	retried, err = e.store.Write(e.ctx, lease.Retry(again.Ref(), 0, "boom 3"))
 	wantOK(e.t, "retry on the last attempt", err)
-	if status != leasework.StatusFailed {
+	if status := retried.Status; status != leasework.StatusFailed {
 		e.t.Fatalf("retry on attempt 3 of 3 after one snooze left the row %s, want FAILED", status)
 	}
 

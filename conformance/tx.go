@@ -42,10 +42,11 @@ func (e *env) countEffects(table, eventID string) int {
 	return n
 }
 
-// applyInTx begins a transaction, writes the effect of c in it, then runs
-// complete in the same transaction. It returns the open transaction and
-// complete's error.
-func (e *env) applyInTx(table string, c leasework.Claim, complete func(context.Context, *sql.Tx, leasework.Ref) error) (*sql.Tx, error) {
+// applyInTx begins a transaction, writes the effect of c in it, then
+// writes c's completion, made by complete (lease.Complete or
+// lease.CompleteAndDelete), in the same transaction (Store.WriteTx). It
+// returns the open transaction and WriteTx's error.
+func (e *env) applyInTx(table string, c leasework.Claim, complete func(leasework.Ref) lease.Write) (*sql.Tx, error) {
 	e.t.Helper()
 	tx, err := e.db.BeginTx(e.ctx, nil)
 	if err != nil {
@@ -55,10 +56,11 @@ func (e *env) applyInTx(table string, c leasework.Claim, complete func(context.C
 		tx.Rollback()
 		e.t.Fatalf("business write: %v", err)
 	}
-	return tx, complete(e.ctx, tx, c.Ref())
+	return tx, e.store.WriteTx(e.ctx, tx, complete(c.Ref()))
 }
 
-// A stale owner's CompleteTx is rejected with ErrLeaseLost, the transaction
+// A stale owner's completion in its transaction (WriteTx of
+// lease.Complete) is rejected with ErrLeaseLost, the transaction
 // is rolled back with it (a Commit after the rejection cannot commit the
 // business write), and the newer claim is untouched; the newer owner then
 // completes in its own transaction, and the effect exists once.
@@ -74,10 +76,10 @@ func staleOwnerCompleteTxRollsBack(e *env) {
 	e.expire(expired.ID) // its lease ran out, nobody claimed it again
 
 	for _, stale := range []leasework.Claim{reclaimed, expired} {
-		tx, err := e.applyInTx(table, stale, e.store.CompleteTx)
-		wantLost(e.t, "CompleteTx by a stale owner", err)
+		tx, err := e.applyInTx(table, stale, lease.Complete)
+		wantLost(e.t, "WriteTx(Complete) by a stale owner", err)
 		if err := tx.Commit(); !errors.Is(err, sql.ErrTxDone) {
-			e.t.Fatalf("Commit after a rejected CompleteTx: %v; want sql.ErrTxDone (already rolled back)", err)
+			e.t.Fatalf("Commit after a rejected WriteTx(Complete): %v; want sql.ErrTxDone (already rolled back)", err)
 		}
 		if n := e.countEffects(table, stale.EventID); n != 0 {
 			e.t.Fatalf("the stale owner's business write of %s was committed (%d rows); want rolled back", stale.EventID, n)
@@ -86,8 +88,8 @@ func staleOwnerCompleteTxRollsBack(e *env) {
 	e.wantState(newer.ID, leasework.StatusInProgress, newer.Generation)
 	e.wantState(expired.ID, leasework.StatusInProgress, expired.Generation)
 
-	tx, err := e.applyInTx(table, newer, e.store.CompleteTx)
-	wantOK(e.t, "CompleteTx by the newer owner", err)
+	tx, err := e.applyInTx(table, newer, lease.Complete)
+	wantOK(e.t, "WriteTx(Complete) by the newer owner", err)
 	wantOK(e.t, "commit", tx.Commit())
 	e.wantState(newer.ID, leasework.StatusDone, newer.Generation)
 	if n := e.countEffects(table, newer.EventID); n != 1 {
@@ -95,7 +97,8 @@ func staleOwnerCompleteTxRollsBack(e *env) {
 	}
 }
 
-// A live owner's CompleteTx and CompleteAndDeleteTx commit the business
+// A live owner's completions in its transaction (WriteTx of lease.Complete
+// and of lease.CompleteAndDelete) commit the business
 // write and the completion together; a second completion of the same claim,
 // in another transaction, is rejected and takes its write with it.
 func liveOwnerCompleteTxCommitsBoth(e *env) {
@@ -103,22 +106,22 @@ func liveOwnerCompleteTxCommitsBoth(e *env) {
 	e.enqueueN(2)
 	kept, deleted := e.claimOne(), e.claimOne()
 
-	tx, err := e.applyInTx(table, kept, e.store.CompleteTx)
-	wantOK(e.t, "CompleteTx", err)
+	tx, err := e.applyInTx(table, kept, lease.Complete)
+	wantOK(e.t, "WriteTx(Complete)", err)
 	wantOK(e.t, "commit", tx.Commit())
 	e.wantState(kept.ID, leasework.StatusDone, kept.Generation)
 
-	tx, err = e.applyInTx(table, deleted, e.store.CompleteAndDeleteTx)
-	wantOK(e.t, "CompleteAndDeleteTx", err)
+	tx, err = e.applyInTx(table, deleted, lease.CompleteAndDelete)
+	wantOK(e.t, "WriteTx(CompleteAndDelete)", err)
 	wantOK(e.t, "commit", tx.Commit())
 	if _, err := e.fix.Get(e.ctx, deleted.ID); !errors.Is(err, lease.ErrNotFound) {
-		e.t.Fatalf("row completed by CompleteAndDeleteTx: Get = %v; want lease.ErrNotFound", err)
+		e.t.Fatalf("row completed by WriteTx(CompleteAndDelete): Get = %v; want lease.ErrNotFound", err)
 	}
 
 	// The same claims again, as a handler run twice would: rejected.
 	for _, c := range []leasework.Claim{kept, deleted} {
-		tx, err := e.applyInTx(table, c, e.store.CompleteTx)
-		wantLost(e.t, "a second CompleteTx of the same claim", err)
+		tx, err := e.applyInTx(table, c, lease.Complete)
+		wantLost(e.t, "a second WriteTx(Complete) of the same claim", err)
 		tx.Rollback()
 	}
 	for _, c := range []leasework.Claim{kept, deleted} {
@@ -128,15 +131,16 @@ func liveOwnerCompleteTxCommitsBoth(e *env) {
 	}
 }
 
-// A CompleteTx whose transaction rolls back leaves the claim as it was:
+// A completion in a transaction (WriteTx) that rolls back leaves the claim
+// as it was:
 // INPROGRESS at its generation and still owned (renewed, then completed).
 func rolledBackCompleteTxLeavesClaimOwned(e *env) {
 	table := e.effects()
 	e.enqueueN(1)
 	c := e.claimOne()
 	before := e.row(c.ID)
-	tx, err := e.applyInTx(table, c, e.store.CompleteTx)
-	wantOK(e.t, "CompleteTx", err)
+	tx, err := e.applyInTx(table, c, lease.Complete)
+	wantOK(e.t, "WriteTx(Complete)", err)
 	wantOK(e.t, "rollback", tx.Rollback())
 
 	after := e.wantState(c.ID, leasework.StatusInProgress, c.Generation)
@@ -146,10 +150,9 @@ func rolledBackCompleteTxLeavesClaimOwned(e *env) {
 	if n := e.countEffects(table, c.EventID); n != 0 {
 		e.t.Fatalf("effects after the rollback: %d; want 0", n)
 	}
-	_, err = e.store.Renew(e.ctx, c.Ref(), testLease)
-	wantOK(e.t, "renew after the rolled-back completion", err)
-	tx, err = e.applyInTx(table, c, e.store.CompleteTx)
-	wantOK(e.t, "CompleteTx after the rollback", err)
+	wantOK(e.t, "renew after the rolled-back completion", e.write(lease.Renew(c.Ref(), testLease)))
+	tx, err = e.applyInTx(table, c, lease.Complete)
+	wantOK(e.t, "WriteTx(Complete) after the rollback", err)
 	wantOK(e.t, "commit", tx.Commit())
 	e.wantState(c.ID, leasework.StatusDone, c.Generation)
 	if n := e.countEffects(table, c.EventID); n != 1 {
@@ -160,7 +163,8 @@ func rolledBackCompleteTxLeavesClaimOwned(e *env) {
 // A renewal never waits for a transaction that holds a row's lock (a
 // handler that completed its claim in its own transaction and has not
 // committed yet): it renews the other claims of its batch at once, and
-// reports the locked row Busy, neither renewed nor lost. A claim the guard
+// reports the locked row busy (lease.VerdictBusy), neither renewed nor
+// lost. A claim the guard
 // rejects in the same batch is still lost. After the commit, the completed
 // claim's renewal is lost.
 func renewalSkipsALockedRow(e *env) {
@@ -173,8 +177,8 @@ func renewalSkipsALockedRow(e *env) {
 	completing, stale := claims[1], claims[3]
 	e.newerGeneration(stale.ID)
 	before := e.row(completing.ID)
-	tx, err := e.applyInTx(table, completing, e.store.CompleteTx)
-	wantOK(e.t, "CompleteTx", err)
+	tx, err := e.applyInTx(table, completing, lease.Complete)
+	wantOK(e.t, "WriteTx(Complete)", err)
 	defer tx.Rollback()
 
 	refs := []leasework.Ref{claims[3].Ref(), claims[2].Ref(), claims[1].Ref(), claims[0].Ref()}
@@ -182,22 +186,22 @@ func renewalSkipsALockedRow(e *env) {
 	// open transaction would end here with a timeout instead of results.
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 	defer cancel()
-	res, err := e.store.RenewMany(ctx, refs, 2*testLease)
-	if err != nil {
+	res, err := e.store.WriteMany(ctx, renewals(refs, 2*testLease)...)
+	if err := answered(res, err); err != nil {
 		e.t.Fatalf("renewal beside an open completing transaction: %v; want results at once, without waiting for its lock", err)
 	}
 	for _, r := range res {
 		switch r.Ref {
 		case completing.Ref():
-			if !r.Busy || !errors.Is(r.Err, lease.ErrRowBusy) || errors.Is(r.Err, leasework.ErrLeaseLost) {
-				e.t.Fatalf("renewal of the row being completed: %+v; want Busy, ErrRowBusy, not ErrLeaseLost", r)
+			if r.Verdict != lease.VerdictBusy || !errors.Is(r.Err, lease.ErrRowBusy) || errors.Is(r.Err, leasework.ErrLeaseLost) {
+				e.t.Fatalf("renewal of the row being completed: %+v; want VerdictBusy, ErrRowBusy, not ErrLeaseLost", r)
 			}
 		case stale.Ref():
-			if r.Busy || !errors.Is(r.Err, leasework.ErrLeaseLost) {
-				e.t.Fatalf("renewal of the stale claim: %+v; want ErrLeaseLost, not Busy", r)
+			if r.Verdict == lease.VerdictBusy || !errors.Is(r.Err, leasework.ErrLeaseLost) {
+				e.t.Fatalf("renewal of the stale claim: %+v; want ErrLeaseLost, not VerdictBusy", r)
 			}
 		default:
-			if r.Err != nil || r.Busy || !r.LeaseUntil.After(time.Now().Add(testLease)) {
+			if r.Err != nil || r.Verdict == lease.VerdictBusy || !r.LeaseUntil.After(time.Now().Add(testLease)) {
 				e.t.Fatalf("renewal of claim %d: %+v; want renewed", r.Ref.ID, r)
 			}
 		}
@@ -207,6 +211,5 @@ func renewalSkipsALockedRow(e *env) {
 	if !done.UpdatedAt.After(before.UpdatedAt) {
 		e.t.Fatalf("the completed row was not updated by the completion: %+v", done)
 	}
-	_, err = e.store.Renew(e.ctx, completing.Ref(), testLease)
-	wantLost(e.t, "renewal of the claim completed in its transaction", err)
+	wantLost(e.t, "renewal of the claim completed in its transaction", e.write(lease.Renew(completing.Ref(), testLease)))
 }
