@@ -63,7 +63,7 @@ func paused(ctx context.Context, e *env) ([]table, error) {
 		name string
 		run  func(context.Context, *env) (pausedResult, error)
 	}{
-		{"leasework pgx, lease.Store (A completes with CompleteMany)", func(ctx context.Context, e *env) (pausedResult, error) {
+		{"leasework pgx, lease.Store (A completes with WriteMany)", func(ctx context.Context, e *env) (pausedResult, error) {
 			return pausedLeasework(ctx, e, "store")
 		}},
 		{"leasework pgx, framework.Worker (A's handler returns nil)", func(ctx context.Context, e *env) (pausedResult, error) {
@@ -82,7 +82,7 @@ func paused(ctx context.Context, e *env) ([]table, error) {
 	}
 	t.notes = append(t.notes,
 		"A is a child process; B runs in this process. A's handler (or, for lease.Store, the code between claim and completion) waits for the parent's word and then reports success without looking at its context: a process paused mid-work (a stop-the-world pause, a frozen VM) finishes the work it was doing when it resumes. The parent sends that word right after SIGCONT, while B's handler is still running.",
-		fmt.Sprintf("leasework: A claims with Lease %v; B is a framework.Worker with the default Config (Lease %v), started after A was stopped, which claims the row once A's lease has expired (a new generation). lease.Store row: A calls Store.CompleteMany with the generation it was given. framework.Worker row: A is a framework.Worker (Concurrency 1, Lease %v); its counters after the handler returned are shown.", pausedLease, framework.DefaultLease, pausedLease),
+		fmt.Sprintf("leasework: A claims with Lease %v; B is a framework.Worker with the default Config (Lease %v), started after A was stopped, which claims the row once A's lease has expired (a new generation). lease.Store row: A calls Store.WriteMany with a lease.Complete of the generation it was given. framework.Worker row: A is a framework.Worker (Concurrency 1, Lease %v); its counters after the handler returned are shown.", pausedLease, framework.DefaultLease, pausedLease),
 		fmt.Sprintf("River: both clients with JobTimeout %v and RescueStuckJobsAfter %v (River's default is 1 h; it refuses RescueStuckJobsAfter below JobTimeout, and its rescuer skips a job younger than its JobTimeout), FetchCooldown/FetchPollInterval at River's defaults. B is started after A was stopped; A was the leader, so B's rescuer runs only once A's leadership has lapsed (River's leader TTL) and B is elected; the rescuer sets the job retryable, River's scheduler makes it available, and B fetches it (a new attempt). A's worker then returns nil and A's client is stopped, which waits for its completer to write.", pausedLease, pausedLease),
 		"Stale completion accepted: yes when the row shows the event finished (DONE / completed) while B's handler is still running; no when the row still shows B's claim in progress.",
 	)
@@ -97,7 +97,7 @@ func yesNo(b bool) string {
 }
 
 // pausedLeasework runs the scenario with A in mode "store" (lease.Store
-// claim, then CompleteMany) or "worker" (framework.Worker).
+// claim, then WriteMany of its completion) or "worker" (framework.Worker).
 func pausedLeasework(ctx context.Context, e *env, mode string) (pausedResult, error) {
 	var r pausedResult
 	s, err := openLeaseStore(ctx, e, "pgx", freshSchema("paused"))
@@ -361,14 +361,16 @@ func pausedOwner(ctx context.Context, args []string) error {
 		}
 		fmt.Printf("started %d %d\n", cs[0].ID, cs[0].Generation)
 		<-finish
-		res, err := s.CompleteMany(ctx, []leasework.Ref{cs[0].Ref()})
+		res, err := s.WriteMany(ctx, lease.Complete(cs[0].Ref()))
 		switch {
 		case err != nil:
-			fmt.Printf("result CompleteMany failed: %v\n", err)
+			fmt.Printf("result WriteMany failed: %v\n", err)
+		case res[0].Verdict == lease.VerdictNoAnswer:
+			fmt.Printf("result WriteMany failed: %v\n", res[0].Err)
 		case res[0].Err != nil:
-			fmt.Printf("result CompleteMany (generation %d): rejected, %v\n", cs[0].Generation, res[0].Err)
+			fmt.Printf("result WriteMany (generation %d): rejected, %v\n", cs[0].Generation, res[0].Err)
 		default:
-			fmt.Printf("result CompleteMany (generation %d): accepted, status %s\n", cs[0].Generation, res[0].Status)
+			fmt.Printf("result WriteMany (generation %d): accepted, status %s\n", cs[0].Generation, res[0].Status)
 		}
 		<-exit
 		return nil

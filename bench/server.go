@@ -270,7 +270,7 @@ func serverCost(ctx context.Context, e *env) ([]table, error) {
 		{"leasework pq, best", bestPQ.String(), leaseworkRunner("pq", bestPQ)},
 		{"leasework pgx, defaults", lwShape{}.String(), leaseworkRunner("pgx", lwShape{})},
 		{"River pgx, bench settings", fmt.Sprintf("%s workers, %v / %v", thousands(float64(riverBench.maxWorkers)), riverBench.fetchCooldown, riverBench.fetchPollInterval), riverRunner("pgx", riverBench)},
-		{"bare loop, pgx", fmt.Sprintf("Claim of %d + CompleteMany, %d loops", bareClaim, bareLoops), runBareLoop},
+		{"bare loop, pgx", fmt.Sprintf("Claim of %d + WriteMany, %d loops", bareClaim, bareLoops), runBareLoop},
 	}
 	t := table{
 		title: "Server cost per job",

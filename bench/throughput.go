@@ -405,7 +405,7 @@ const (
 // runBareLoop runs n events through leasework's own statements with no
 // runtime around them: bareLoops goroutines on one pgx pool, each claiming
 // bareClaim rows (lease.Store.Claim) and completing them in one guarded
-// statement (lease.Store.CompleteMany), until a claim finds nothing.
+// statement (lease.Store.WriteMany of lease.Complete writes), until a claim finds nothing.
 func runBareLoop(ctx context.Context, e *env, n int, hooks runHooks) (runResult, error) {
 	t, err := newLWTable(ctx, e, "pgx", 1, n)
 	if err != nil {
@@ -439,16 +439,20 @@ func (t *lwTable) bareLoop(ctx context.Context, n int, hooks runHooks) (runResul
 					errs[i] = err
 					return
 				}
-				refs := make([]leasework.Ref, len(claims))
+				writes := make([]lease.Write, len(claims))
 				for j, c := range claims {
-					refs[j] = c.Ref()
+					writes[j] = lease.Complete(c.Ref())
 				}
-				results, err := t.store.CompleteMany(ctx, refs)
+				results, err := t.store.WriteMany(ctx, writes...)
 				if err != nil {
 					errs[i] = err
 					return
 				}
 				for _, r := range results {
+					if r.Verdict == lease.VerdictNoAnswer {
+						errs[i] = r.Err // the statement failed
+						return
+					}
 					if r.Err == nil {
 						done.Add(1)
 					}
@@ -504,7 +508,7 @@ func throughputRows() []tpRow {
 		lwBestRow("leasework pq, best", "pq", nil),
 		{label: "River pgx (riverpgxv5), bench settings", reference: true, candidates: []tpCandidate{{riverBenchName, riverRunner("pgx", riverBench)}}},
 		{label: "River database/sql + lib/pq (riverdatabasesql), bench settings", candidates: []tpCandidate{{riverBenchName, riverRunner("postgres", riverBench)}}},
-		{label: fmt.Sprintf("bare loop: Claim of %d + CompleteMany, %d loops, pgx", bareClaim, bareLoops), candidates: []tpCandidate{{"lease.Store only", runBareLoop}}},
+		{label: fmt.Sprintf("bare loop: Claim of %d + WriteMany, %d loops, pgx", bareClaim, bareLoops), candidates: []tpCandidate{{"lease.Store only", runBareLoop}}},
 		lwBestRow("leasework pgx best, DeleteAtCompletion", "pgx", func(s *lwShape) { s.DeleteAtCompletion = true }),
 		lwBestRow("leasework pq best, DeleteAtCompletion", "pq", func(s *lwShape) { s.DeleteAtCompletion = true }),
 	}
@@ -603,7 +607,7 @@ func throughput(ctx context.Context, e *env) ([]table, error) {
 			framework.DefaultConcurrency, framework.DefaultPollInterval, framework.DefaultLease, framework.DefaultRetention.Hours()),
 		fmt.Sprintf("River v0.51.2 bench settings, as cmd/river/riverbench sets them: %s workers on the default queue, FetchCooldown %v, FetchPollInterval %v; completed jobs kept (River's default); pools of pgxpool's default size (%d) for both drivers; riverdatabasesql without a listener (it polls); done when the worker has run every job and the table shows them all completed",
 			thousands(float64(riverBench.maxWorkers)), riverBench.fetchCooldown, riverBench.fetchPollInterval, pgxDefaultMaxConns()),
-		fmt.Sprintf("bare loop: %d goroutines, each lease.Store.Claim of %d rows then CompleteMany of them, until a claim finds nothing; DONE rows kept", bareLoops, bareClaim),
+		fmt.Sprintf("bare loop: %d goroutines, each lease.Store.Claim of %d rows then one WriteMany completing them, until a claim finds nothing; DONE rows kept", bareLoops, bareClaim),
 	)
 	if e.quick {
 		t.notes = append(t.notes, "-quick: few events, figures are rough")

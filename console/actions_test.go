@@ -89,7 +89,7 @@ func TestDiscard(t *testing.T) {
 	if err != nil || len(claims) != 1 || claims[0].ID != r.ID {
 		t.Fatalf("claim: %v, %v", claims, err)
 	}
-	if err := s.store.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: "second failure"}); err != nil {
+	if _, err := s.store.Write(ctx, lease.Fail(claims[0].Ref(), "second failure")); err != nil {
 		t.Fatal(err)
 	}
 	now := row(t, s.store, r.ID)

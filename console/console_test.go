@@ -198,7 +198,7 @@ func failedEvent(t *testing.T, st *lease.Store, ev lease.Event, reason string) l
 	if err != nil || len(claims) != 1 || claims[0].ID != id {
 		t.Fatalf("claim row %d: %+v, %v", id, claims, err)
 	}
-	if err := st.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: reason}); err != nil {
+	if _, err := st.Write(ctx, lease.Fail(claims[0].Ref(), reason)); err != nil {
 		t.Fatal(err)
 	}
 	return row(t, st, id)

@@ -30,7 +30,7 @@ func TestOverview(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim: %v, %v", claims, err)
 	}
-	if err := s.store.Complete(ctx, claims[0].Ref()); err != nil {
+	if _, err := s.store.Write(ctx, lease.Complete(claims[0].Ref())); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.store.PauseQueue(ctx, "bulk"); err != nil {
@@ -168,7 +168,7 @@ func TestEventPage(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim: %v, %v", claims, err)
 	}
-	if err := s.store.SetProgress(ctx, claims[0].Ref(), []byte("page 3 of 9")); err != nil {
+	if _, err := s.store.Write(ctx, lease.Progress(claims[0].Ref(), []byte("page 3 of 9"))); err != nil {
 		t.Fatal(err)
 	}
 	p := s.get(fmt.Sprintf("events/%d", ev.ID), http.StatusOK)

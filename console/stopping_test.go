@@ -29,7 +29,7 @@ func TestCancelOfARunningEvent(t *testing.T) {
 	p := s.follow(s.post(path+"/cancel", url.Values{"csrf": {token(t, s.get(path, http.StatusOK))}, "reason": {"not needed"}}))
 	contains(t, p, fmt.Sprintf("Event %d cancelled: the attempt running it (generation %d) is told to stop", id, claims[0].Generation),
 		"INPROGRESS", "Cancelled", "its running attempt is told to stop", "cancelled: not needed")
-	if err := s.store.Release(ctx, claims[0].Ref()); err == nil {
+	if _, err := s.store.Write(ctx, lease.Release(claims[0].Ref())); err == nil {
 		t.Fatal("release by the cancelled attempt was accepted")
 	}
 	p = s.get(path, http.StatusOK)

@@ -40,7 +40,10 @@ func (s *Store) Write(ctx context.Context, w Write) (Result, error) {
 // them, so concurrent batches over the same rows, in any order, wait for
 // each other instead of deadlocking. A batch may name a row more than
 // once; each write gets a result, and of one statement's writes naming a
-// row, only the one of the highest generation can pass the guard. A
+// row, only the one of the highest generation can pass the guard (give
+// one claim one write per op: two writes of one op for the same claim are
+// one statement's, and only the first one's values are stored, though
+// both are answered accepted). A
 // renewal never waits for a row lock: a row locked by another transaction
 // is skipped and reported [VerdictBusy], so a handler's open transaction
 // that has completed its claim ([Store.WriteTx]) holds up no renewal.

@@ -108,11 +108,11 @@ func TestRequireEnqueuedRowsAreTheStoresRows(t *testing.T) {
 			for _, c := range claims {
 				switch c.EventID {
 				case "done":
-					if err := s.Complete(ctx, c.Ref()); err != nil {
+					if _, err := s.Write(ctx, lease.Complete(c.Ref())); err != nil {
 						t.Fatal(err)
 					}
 				case "running":
-					if err := s.SetProgress(ctx, c.Ref(), []byte("page 3")); err != nil {
+					if _, err := s.Write(ctx, lease.Progress(c.Ref(), []byte("page 3"))); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -203,7 +203,8 @@ func ExampleExpireLease() {
 		log.Fatal(err)
 	}
 	fmt.Println("claimed again, generation", second[0].Generation, "reclaimed:", second[0].Reclaimed)
-	fmt.Println("stale owner fenced off:", errors.Is(store.Complete(ctx, first[0].Ref()), leasework.ErrLeaseLost))
+	_, err = store.Write(ctx, lease.Complete(first[0].Ref()))
+	fmt.Println("stale owner fenced off:", errors.Is(err, leasework.ErrLeaseLost))
 	// Output:
 	// claimed again, generation 2 reclaimed: true
 	// stale owner fenced off: true

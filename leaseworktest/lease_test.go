@@ -35,10 +35,10 @@ func TestExpireLease(t *testing.T) {
 		if second[0].Generation != 2 || !second[0].Reclaimed {
 			t.Errorf("reclaim %+v, want generation 2, reclaimed", second[0])
 		}
-		if err := s.Complete(ctx, first[0].Ref()); !errors.Is(err, leasework.ErrLeaseLost) {
+		if _, err := s.Write(ctx, lease.Complete(first[0].Ref())); !errors.Is(err, leasework.ErrLeaseLost) {
 			t.Errorf("the stale owner's completion: %v, want ErrLeaseLost", err)
 		}
-		if err := s.Complete(ctx, second[0].Ref()); err != nil {
+		if _, err := s.Write(ctx, lease.Complete(second[0].Ref())); err != nil {
 			t.Fatal(err)
 		}
 
@@ -62,7 +62,7 @@ func TestMakeDue(t *testing.T) {
 		if err != nil || len(c) != 1 {
 			t.Fatalf("claim: %v, %v", c, err)
 		}
-		if _, err := s.Retry(ctx, lease.RetryRequest{Ref: c[0].Ref(), Delay: time.Hour, Error: "later"}); err != nil {
+		if _, err := s.Write(ctx, lease.Retry(c[0].Ref(), time.Hour, "later")); err != nil {
 			t.Fatal(err)
 		}
 		if again, err := s.Claim(ctx, req); err != nil || len(again) != 0 {

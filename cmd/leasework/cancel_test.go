@@ -31,7 +31,7 @@ func TestCancelARunningEvent(t *testing.T) {
 			if got.ID != e.ID || got.Generation != claims[0].Generation || !got.Stopping {
 				t.Errorf("cancel -json = %+v; want row %d stopping, at its attempt's generation %d", got, e.ID, claims[0].Generation)
 			}
-			if err := st.Complete(t.Context(), claims[0].Ref()); !strings.Contains(errText(err), "cancelled") {
+			if _, err := st.Write(t.Context(), lease.Complete(claims[0].Ref())); !strings.Contains(errText(err), "cancelled") {
 				t.Errorf("the owner's completion after cancel: %v; want it rejected as cancelled", err)
 			}
 			r, err := st.Get(t.Context(), e.ID)

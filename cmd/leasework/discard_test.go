@@ -22,7 +22,7 @@ func heldKey(t *testing.T, st *lease.Store, reason string) [3]int64 {
 	if err != nil || len(claims) != 1 || claims[0].ID != out[0].ID {
 		t.Fatalf("claim = %+v, %v; want the head, row %d, only", claims, err, out[0].ID)
 	}
-	if err := st.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: reason}); err != nil {
+	if _, err := st.Write(ctx, lease.Fail(claims[0].Ref(), reason)); err != nil {
 		t.Fatal(err)
 	}
 	return [3]int64{out[0].ID, out[1].ID, out[2].ID}

@@ -107,7 +107,7 @@ func TestRequeueNothingMatchedExitsZero(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %+v, %v", claims, err)
 	}
-	if err := st.Complete(ctx, claims[0].Ref()); err != nil {
+	if _, err := st.Write(ctx, lease.Complete(claims[0].Ref())); err != nil {
 		t.Fatal(err)
 	}
 

@@ -28,7 +28,7 @@ func TestStats(t *testing.T) {
 			if err != nil || len(claims) != 2 {
 				t.Fatalf("claim = %+v, %v", claims, err)
 			}
-			if err := st.Complete(ctx, claims[0].Ref()); err != nil {
+			if _, err := st.Write(ctx, lease.Complete(claims[0].Ref())); err != nil {
 				t.Fatal(err)
 			}
 			if err := leasetest.ExpireLease(ctx, st, claims[1].ID); err != nil {

@@ -41,7 +41,7 @@ func TestHostileEventRunsNothing(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim: %v, %v", claims, err)
 	}
-	if err := st.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: hImg + " " + hScript}); err != nil {
+	if _, err := st.Write(ctx, lease.Fail(claims[0].Ref(), hImg+" "+hScript)); err != nil {
 		t.Fatal(err)
 	}
 	pgtest.Enqueue(t, st, lease.Event{Kind: hImg, Key: hArea, Queue: queue, EventID: hLink + " behind"})

@@ -80,9 +80,9 @@ func seed(t *testing.T, st *lease.Store) {
 		}
 		for i, c := range claims {
 			if failEvery > 0 && i%failEvery == failEvery-1 {
-				err = st.Fail(ctx, lease.FailRequest{Ref: c.Ref(), Reason: "502 Bad Gateway from the remote endpoint"})
+				_, err = st.Write(ctx, lease.Fail(c.Ref(), "502 Bad Gateway from the remote endpoint"))
 			} else {
-				err = st.Complete(ctx, c.Ref())
+				_, err = st.Write(ctx, lease.Complete(c.Ref()))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -115,7 +115,7 @@ func seed(t *testing.T, st *lease.Store) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim: %v, %v", claims, err)
 	}
-	if err := st.Fail(ctx, lease.FailRequest{Ref: claims[0].Ref(), Reason: "card declined: insufficient funds"}); err != nil {
+	if _, err := st.Write(ctx, lease.Fail(claims[0].Ref(), "card declined: insufficient funds")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Claim(ctx, lease.ClaimRequest{Limit: 4, Lease: time.Minute, Worker: "shop-worker-2"}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/internal/rig/pgtest"
+	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/lease/leasetest"
 )
 
@@ -76,7 +77,7 @@ func TestPausedOwnerResumesLate(t *testing.T) {
 		if c := a.Counters(); c.Completed != 0 || c.LeasesLost != 0 {
 			t.Fatalf("A: completed %d, leases lost %d; want 0 and 0 (A never learned of the loss before publishing)", c.Completed, c.LeasesLost)
 		}
-		if err := e.store.Complete(e.ctx, claimA.Ref()); !errors.Is(err, leasework.ErrLeaseLost) {
+		if _, err := e.store.Write(e.ctx, lease.Complete(claimA.Ref())); !errors.Is(err, leasework.ErrLeaseLost) {
 			t.Fatalf("completing A's claim (generation 1) again: %v; want ErrLeaseLost", err)
 		}
 		after := e.wantRow(o.eventID(), leasework.StatusDone, 2)

@@ -54,7 +54,10 @@ func TestAsyncFailoverNeverReissuesAGeneration(t *testing.T) {
 		}
 
 		// A, stale, completes through its pool, which now reaches the new primary.
-		err = retryConn(t, drv, "A's completion", func() error { return a.Complete(ctx, claimsA[0].Ref()) })
+		err = retryConn(t, drv, "A's completion", func() error {
+			_, err := a.Write(ctx, lease.Complete(claimsA[0].Ref()))
+			return err
+		})
 		if !errors.Is(err, leasework.ErrLeaseLost) {
 			t.Errorf("A's completion after the failover = %v; want leasework.ErrLeaseLost", err)
 		}
@@ -66,7 +69,7 @@ func TestAsyncFailoverNeverReissuesAGeneration(t *testing.T) {
 		if r.Status != leasework.StatusInProgress || r.Generation != gB || r.Worker != "B" {
 			t.Errorf("row after A's completion: %s at generation %d by %q; want INPROGRESS at %d by B", r.Status, r.Generation, r.Worker, gB)
 		}
-		if err := b.Complete(ctx, claimsB[0].Ref()); err != nil {
+		if _, err := b.Write(ctx, lease.Complete(claimsB[0].Ref())); err != nil {
 			t.Errorf("B's completion: %v", err)
 		}
 	})

@@ -16,8 +16,8 @@ import (
 // halting the standby holds it there, and the test ends the wait by the
 // caller's deadline. Whichever way it went, writing the same completion
 // again on the new primary settles it: accepted when the completion was
-// lost with the old primary, AlreadyRecorded (no error, not a stale
-// rejection) when it had reached the standby.
+// lost with the old primary, recorded (lease.VerdictRecorded: no error,
+// not a stale rejection) when it had reached the standby.
 func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
 	for _, reached := range []bool{true, false} {
 		name := "lost with the old primary"
@@ -40,12 +40,13 @@ func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
 				// The commit waits for the halted standby until the deadline.
 				must(t, "halt the standby", p.standby.Halt())
 				waitCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-				_, err = s.CompleteMany(waitCtx, []leasework.Ref{ref})
+				first, err := s.WriteMany(waitCtx, lease.Complete(ref))
 				cancel()
-				if err == nil {
-					t.Fatal("the completion returned no error while its commit waited for a halted synchronous standby")
+				must(t, "the completion", err)
+				if first[0].Verdict != lease.VerdictNoAnswer {
+					t.Fatalf("the completion while its commit waited for a halted synchronous standby: %+v; want no answer", first[0])
 				}
-				t.Logf("the completion's error: %v (%s)", err, leasework.Classify(drv, err))
+				t.Logf("the completion's error: %v (%s)", first[0].Err, leasework.Classify(drv, first[0].Err))
 
 				if reached {
 					// The standby comes back and receives the commit.
@@ -60,14 +61,21 @@ func TestCompletionWithUnknownOutcomeIsSettledOnTheNewPrimary(t *testing.T) {
 
 				var res []lease.Result
 				err = retryConn(t, drv, "the completion again", func() (err error) {
-					res, err = s.CompleteMany(ctx, []leasework.Ref{ref})
+					res, err = s.WriteMany(ctx, lease.Complete(ref))
+					if err == nil && res[0].Verdict == lease.VerdictNoAnswer {
+						return res[0].Err // the statement failed: a lost connection is tried again
+					}
 					return err
 				})
 				if err != nil || len(res) != 1 {
 					t.Fatalf("the completion again, on the new primary: %v, %v", res, err)
 				}
-				if res[0].Err != nil || res[0].AlreadyRecorded != reached || res[0].Status != leasework.StatusDone {
-					t.Errorf("the completion again: %+v; want accepted, DONE, AlreadyRecorded %v", res[0], reached)
+				want := lease.VerdictAccepted
+				if reached {
+					want = lease.VerdictRecorded
+				}
+				if res[0].Verdict != want || res[0].Err != nil || res[0].Status != leasework.StatusDone {
+					t.Errorf("the completion again: %+v; want %s, DONE", res[0], want)
 				}
 				var r lease.Row
 				must(t, "read the row on the new primary", retryConn(t, drv, "get", func() (err error) {
