@@ -7,6 +7,8 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+
+	"github.com/leasework/leasework/lease"
 )
 
 // This file breaks the library on purpose. It is built only with the
@@ -27,7 +29,7 @@ func breakTx(ctx context.Context, a *attempt, tx *sql.Tx) (handled bool, err err
 	if err := tx.Commit(); err != nil {
 		return true, fmt.Errorf("framework: break tx-split: commit: %w", err)
 	}
-	if err := a.w.store.Complete(ctx, a.ref); err != nil {
+	if _, err := a.w.store.Write(ctx, lease.Complete(a.ref)); err != nil {
 		return true, err
 	}
 	a.setTx(txCommitted)
