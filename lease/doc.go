@@ -64,76 +64,19 @@
 // # Order per key
 //
 // Events enqueued with the same non-empty [Event.Key] are handled one at a
-// time, in enqueue order: an event is not claimed while an earlier event of
-// its key is unfinished (READY but not yet due, INPROGRESS, or FAILED).
-// "Enqueue order" for one key is the order in which the enqueuing
-// transactions committed, and within one transaction the order of insertion;
-// row ids are not commit order across concurrent transactions. Events
-// without a key are not ordered.
-//
-// Only each key's head (its one READY, INPROGRESS or FAILED row) is
-// claimable. The events behind it are [leasework.StatusWaiting], a state
-// the claim never reads: the claim statement and its indexes are the same
-// with or without keys, and followers cost it nothing. Two deferred
-// constraint triggers (migration 4) keep this on every write path:
-//
-//   - at the COMMIT of a transaction that inserted keyed rows, each takes its
-//     key's transaction-scoped advisory lock, draws its place in the key
-//     (key_seq, from a sequence) and becomes WAITING if its key already has
-//     a live or waiting row;
-//   - at the COMMIT of a transaction that finished a live keyed row (DONE by
-//     [Complete] or a handler's own transaction, deleted by
-//     [CompleteAndDelete], DISCARDED by [Store.Discard]), the same
-//     lock is taken and, if the key has no live row left, its first waiting
-//     row becomes READY (due at its RunAt, or now) and idle workers are
-//     notified on the table's channel.
-//
-// Each trigger reads in a statement begun after it holds the lock, and
-// PostgreSQL makes a commit visible before it releases the committing
-// transaction's locks; so of two racing commits on one key (two enqueues, or
-// an enqueue and the head's completion) the second always sees the first.
-// The lock is held from the start of a commit to its end, never across a
-// business transaction.
-//
-// Everything that keeps the head live keeps its key's followers waiting: a
-// retry (READY later), a release at shutdown (READY now), a lease that
-// expired under a killed or paused owner (the next claim takes the head
-// again, and the stale owner's late write is refused and promotes nothing),
-// and FAILED, including a lease that expired on the last attempt. A FAILED
-// head holds its key until [Store.Requeue] makes it READY again (it is
-// claimed before its followers) or [Store.Discard] gives up on it.
-// [Store.HeldKeys] and [Stats.HeldKeys] show the held keys and why.
-//
-// A head never ends while an attempt that may still run holds it: a
-// [Store.Cancel] of a running head leaves it INPROGRESS until its owner's
-// next outcome write (rejected as cancelled) or the end of its lease, and
-// a DELETE of a keyed row under a live lease is refused. A keyed event is
-// claimable only once its enqueue has committed and ordering has put it in
-// line, so not by a [Store.ClaimTx] in the transaction that enqueued it.
-//
-// Limits, each an error rather than a silent loss of order:
-//
-//   - Keyed rows must be enqueued and finished in READ COMMITTED
-//     transactions, PostgreSQL's default: a REPEATABLE READ or SERIALIZABLE
-//     transaction could not see the commits it waits for, so its commit is
-//     refused with SQLSTATE 0A000 (feature_not_supported). Keyless events
-//     are not affected.
-//   - [Store.Enqueue] inserts a call's events in key order, so two enqueues
-//     take their keys' locks in one order and never deadlock. A transaction
-//     that enqueues keyed events in several calls, in different key orders,
-//     can deadlock with another doing the opposite; PostgreSQL then aborts
-//     one. Enqueue a transaction's keyed events in one call.
-//   - A transaction that finishes rows of several keys (a batch of
-//     completions) waits for its first key's lock like anyone, but for a
-//     later key it only tries for about 100ms and then gives way with
-//     SQLSTATE 55P03 (lock_not_available) rather than close a circle with an
-//     enqueue: it rolls back whole, and the outcomes are written again one
-//     key per transaction (the framework writes a failed batch again claim
-//     by claim). An enqueue is then never the one to fail. (A transaction
-//     that both finishes keyed events and enqueues events of other keys, as
-//     a handler's own transaction may, can still deadlock with an enqueue of
-//     the same keys; PostgreSQL aborts one of them with SQLSTATE 40P01, an
-//     error to retry.)
+// time, in the order their enqueuing transactions committed: only each
+// key's head (its one READY, INPROGRESS or FAILED row) is claimable, and
+// the events behind it are [leasework.StatusWaiting], a state the claim
+// never reads. Two deferred constraint triggers (migration 4) keep this on
+// every write path, the store's and a producer's own SQL alike: at the
+// commit of an enqueue a keyed row takes its place in its key, and at the
+// commit of a write that finished a key's head the next waiting row
+// becomes READY. A FAILED head holds its key until [Store.Requeue] or
+// [Store.Discard]; [Store.HeldKeys] shows the held keys and why. The guide
+// docs/order-per-key.md in the repository says how the triggers order
+// racing commits, what survives what, and the limits (READ COMMITTED
+// transactions only; one call per transaction's keyed events; a batch over
+// several keys that gives way with SQLSTATE 55P03).
 //
 // # Queues and priorities
 //
