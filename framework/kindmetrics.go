@@ -41,8 +41,9 @@ type kindQueue struct{ kind, queue string }
 // looks its series up once, when it is claimed, and updates it without a
 // lock.
 type kindSeries struct {
-	claimed, completed, retried, snoozed, failed atomic.Uint64
-	wait, run                                    histogram
+	claimed   atomic.Uint64
+	outcomes  [numOutcomes]atomic.Uint64 // of the outcomes counted per kind (outcomeInfo)
+	wait, run histogram
 }
 
 // kindMetrics holds the series of every kind and queue the worker has
@@ -83,12 +84,10 @@ func (m *kindMetrics) write(b *strings.Builder, worker string) {
 	}
 	b.WriteString("# HELP leasework_kind_outcomes_total Outcomes written, per kind, queue and outcome.\n# TYPE leasework_kind_outcomes_total counter\n")
 	for _, k := range keys {
-		s := series[k]
-		for _, o := range []struct {
-			name string
-			n    uint64
-		}{{"completed", s.completed.Load()}, {"retried", s.retried.Load()}, {"snoozed", s.snoozed.Load()}, {"failed", s.failed.Load()}} {
-			fmt.Fprintf(b, "leasework_kind_outcomes_total{%s,outcome=\"%s\"} %d\n", labels(k), o.name, o.n)
+		for _, o := range Outcomes() {
+			if outcomeInfo[o].perKind {
+				fmt.Fprintf(b, "leasework_kind_outcomes_total{%s,outcome=\"%s\"} %d\n", labels(k), o, series[k].outcomes[o].Load())
+			}
 		}
 	}
 	for _, h := range []struct {

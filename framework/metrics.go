@@ -46,9 +46,9 @@ type Counters struct {
 }
 
 type counters struct {
-	claimQueries, claimErrors, claimed, reclaimed, completed, retried, snoozed, failed, released,
-	staleRejections, outcomesReplayed, leasesLost, localLeaseTimeouts, cancelled, panics,
-	outcomeWriteErrors, outcomesAbandoned, rerunsFromAbandonedOutcomes, hungHandlers, retentionDeleted atomic.Int64
+	claimQueries, claimErrors, claimed, reclaimed, outcomesReplayed, leasesLost, localLeaseTimeouts,
+	cancelled, panics, outcomeWriteErrors, rerunsFromAbandonedOutcomes, hungHandlers, retentionDeleted atomic.Int64
+	outcomes [numOutcomes]atomic.Int64 // settlements per Outcome (abandoned: of outcomes a handler returned)
 }
 
 // Counters returns a snapshot of the worker's counters.
@@ -59,19 +59,19 @@ func (w *Worker) Counters() Counters {
 		ClaimErrors:                 c.claimErrors.Load(),
 		Claimed:                     c.claimed.Load(),
 		Reclaimed:                   c.reclaimed.Load(),
-		Completed:                   c.completed.Load(),
-		Retried:                     c.retried.Load(),
-		Snoozed:                     c.snoozed.Load(),
-		Failed:                      c.failed.Load(),
-		Released:                    c.released.Load(),
-		StaleRejections:             c.staleRejections.Load(),
+		Completed:                   c.outcomes[OutcomeCompleted].Load(),
+		Retried:                     c.outcomes[OutcomeRetried].Load(),
+		Snoozed:                     c.outcomes[OutcomeSnoozed].Load(),
+		Failed:                      c.outcomes[OutcomeFailed].Load(),
+		Released:                    c.outcomes[OutcomeReleased].Load(),
+		StaleRejections:             c.outcomes[OutcomeRejected].Load(),
 		OutcomesReplayed:            c.outcomesReplayed.Load(),
 		LeasesLost:                  c.leasesLost.Load(),
 		LocalLeaseTimeouts:          c.localLeaseTimeouts.Load(),
 		Cancelled:                   c.cancelled.Load(),
 		Panics:                      c.panics.Load(),
 		OutcomeWriteErrors:          c.outcomeWriteErrors.Load(),
-		OutcomesAbandoned:           c.outcomesAbandoned.Load(),
+		OutcomesAbandoned:           c.outcomes[OutcomeAbandoned].Load(),
 		RerunsFromAbandonedOutcomes: c.rerunsFromAbandonedOutcomes.Load(),
 		HungHandlers:                c.hungHandlers.Load(),
 		RetentionDeleted:            c.retentionDeleted.Load(),
@@ -124,24 +124,21 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 		{"claim_errors", "Claim statements that failed.", c.ClaimErrors},
 		{"claimed", "Claims taken.", c.Claimed},
 		{"reclaimed", "Claims of rows whose previous owner's lease had expired.", c.Reclaimed},
-		{"completed", "Events completed.", c.Completed},
-		{"retried", "Attempts failed and scheduled to run again.", c.Retried},
-		{"snoozed", "Attempts that asked to run again later, not failures.", c.Snoozed},
-		{"failed", "Events ended FAILED.", c.Failed},
-		{"released", "Claims given back at shutdown.", c.Released},
-		{"stale_rejections", "Outcome writes rejected because the claim was no longer owned.", c.StaleRejections},
 		{"outcomes_replayed", "Outcome writes found already recorded by an earlier try.", c.OutcomesReplayed},
 		{"leases_lost", "Handlers cancelled because their lease was lost.", c.LeasesLost},
 		{"local_lease_timeouts", "Leases given up because no renewal was confirmed in time.", c.LocalLeaseTimeouts},
 		{"cancelled", "Handlers cancelled because their event was cancelled from outside.", c.Cancelled},
 		{"panics", "Handler panics.", c.Panics},
 		{"outcome_write_errors", "Outcome statements that failed; their outcomes were tried again, or abandoned.", c.OutcomeWriteErrors},
-		{"outcomes_abandoned", "Outcomes never written because of database errors or the stop's timeout.", c.OutcomesAbandoned},
 		{"reruns_from_abandoned_outcomes", "Completions and failures abandoned: handlers that ran to their end whose events run again.", c.RerunsFromAbandonedOutcomes},
 		{"hung_handlers", "Handlers that ignored their ended context; their claims were left to expire.", c.HungHandlers},
 		{"retention_deleted", "Finished rows deleted by retention.", c.RetentionDeleted},
 	} {
 		metric("leasework_"+m.name+"_total", "counter", m.help, worker, m.v)
+	}
+	for _, o := range Outcomes() {
+		info := outcomeInfo[o]
+		metric("leasework_"+info.counter+"_total", "counter", info.help, worker, w.count.outcomes[o].Load())
 	}
 	w.byKind.write(b, labelValue(w.cfg.WorkerID))
 	up := 0

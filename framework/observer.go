@@ -98,20 +98,39 @@ const (
 	OutcomeAbandoned
 )
 
-var outcomeNames = [...]string{
-	OutcomeCompleted: "completed",
-	OutcomeRetried:   "retried",
-	OutcomeSnoozed:   "snoozed",
-	OutcomeFailed:    "failed",
-	OutcomeReleased:  "released",
-	OutcomeRejected:  "rejected",
-	OutcomeAbandoned: "abandoned",
+// outcomeInfo is what the worker says of each outcome, the one list every
+// figure of outcomes iterates: its name, the name of its counter (in the
+// Prometheus output, leasework_<counter>_total, and in [Counters]), the
+// counter's help, and whether it is counted per kind and queue too.
+var outcomeInfo = [...]struct {
+	name, counter, help string
+	perKind             bool
+}{
+	OutcomeCompleted: {"completed", "completed", "Events completed.", true},
+	OutcomeRetried:   {"retried", "retried", "Attempts failed and scheduled to run again.", true},
+	OutcomeSnoozed:   {"snoozed", "snoozed", "Attempts that asked to run again later, not failures.", true},
+	OutcomeFailed:    {"failed", "failed", "Events ended FAILED.", true},
+	OutcomeReleased:  {"released", "released", "Claims given back at shutdown.", false},
+	OutcomeRejected:  {"rejected", "stale_rejections", "Outcome writes rejected because the claim was no longer owned.", false},
+	OutcomeAbandoned: {"abandoned", "outcomes_abandoned", "Outcomes never written because of database errors or the stop's timeout.", false},
+}
+
+// numOutcomes sizes the arrays indexed by Outcome.
+const numOutcomes = len(outcomeInfo)
+
+// Outcomes returns every outcome, in order.
+func Outcomes() []Outcome {
+	out := make([]Outcome, 0, numOutcomes-1)
+	for o := Outcome(1); int(o) < numOutcomes; o++ {
+		out = append(out, o)
+	}
+	return out
 }
 
 // String returns the outcome's name in lower case: "completed", "retried"...
 func (o Outcome) String() string {
-	if o > 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
+	if o > 0 && int(o) < numOutcomes {
+		return outcomeInfo[o].name
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }

@@ -56,33 +56,31 @@ func (w *Worker) ownObserver() Observer {
 
 // settled counts and logs one settlement.
 func (w *Worker) settled(st *ownState, c *leasework.Claim, s Settlement) {
-	log := w.log.With("id", c.ID, "generation", c.Generation, "event_id", c.EventID, "attempt", c.Attempt)
+	if s.Outcome == OutcomeAbandoned && !st.returned {
+		return // no outcome to write: the handler never started, or never returned
+	}
+	if s.Outcome <= 0 || int(s.Outcome) >= numOutcomes {
+		w.log.Error("settlement of an unknown outcome", "id", c.ID, "outcome", s.Outcome)
+		return
+	}
+	w.count.outcomes[s.Outcome].Add(1)
+	st.series.outcomes[s.Outcome].Add(1)
 	if s.Replayed {
 		w.count.outcomesReplayed.Add(1)
+	}
+	if s.Outcome == OutcomeAbandoned && s.Rerun {
+		w.count.rerunsFromAbandonedOutcomes.Add(1)
+	}
+	log := w.log.With("id", c.ID, "generation", c.Generation, "event_id", c.EventID, "attempt", c.Attempt)
+	if s.Replayed {
 		log.Info("outcome found already recorded by an earlier try of the same write", "outcome", s.Outcome)
 	}
 	switch s.Outcome {
-	case OutcomeCompleted:
-		w.count.completed.Add(1)
-		st.series.completed.Add(1)
-		log.Debug("event completed", "in_handler_tx", s.InHandlerTx)
 	case OutcomeRetried:
-		w.count.retried.Add(1)
-		st.series.retried.Add(1)
 		log.Info("attempt failed; will retry", "delay", s.Delay, "err", logText(s.Error))
-	case OutcomeSnoozed:
-		w.count.snoozed.Add(1)
-		st.series.snoozed.Add(1)
-		log.Debug("event snoozed", "delay", s.Delay)
 	case OutcomeFailed:
-		w.count.failed.Add(1)
-		st.series.failed.Add(1)
 		log.Warn("event failed", "err", logText(s.Error))
-	case OutcomeReleased:
-		w.count.released.Add(1)
-		log.Debug("claim released")
 	case OutcomeRejected:
-		w.count.staleRejections.Add(1)
 		switch {
 		case s.Cancelled:
 			log.Info("outcome rejected: the event was cancelled while its handler ran", "in_handler_tx", s.InHandlerTx)
@@ -92,14 +90,9 @@ func (w *Worker) settled(st *ownState, c *leasework.Claim, s Settlement) {
 			log.Warn("outcome rejected: the claim is no longer owned")
 		}
 	case OutcomeAbandoned:
-		if !st.returned {
-			return // no outcome to write: the handler never started, or never returned
-		}
-		w.count.outcomesAbandoned.Add(1)
-		if s.Rerun {
-			w.count.rerunsFromAbandonedOutcomes.Add(1)
-		}
 		log.Error("outcome not recorded; the lease will expire and the event will be claimed again",
 			"why", s.Error, "rerun", s.Rerun)
+	default:
+		log.Debug("claim settled", "outcome", s.Outcome, "delay", s.Delay, "in_handler_tx", s.InHandlerTx)
 	}
 }

@@ -190,33 +190,25 @@ func (s *Store) run(ctx context.Context, q querier, writes []Write, group []int)
 // writes' own values) followed by the statement's own.
 func (s *Store) statement(writes []Write, group []int) (string, []any) {
 	first := writes[group[0]]
+	if first.op == OpProgress { // one row
+		return s.q.progress, []any{first.ref.ID, first.ref.Generation, first.progress}
+	}
 	refs := make([]leasework.Ref, len(group))
 	for j, i := range group {
 		refs[j] = writes[i].ref
 	}
-	switch first.op {
-	case OpComplete:
-		return s.q.complete, s.batchArgs(refs, nil)
-	case OpCompleteAndDelete:
-		return s.q.completeDelete, s.batchArgs(refs, nil)
-	case OpRetry, OpSnooze:
-		return s.q.retry, s.batchArgs(refs, func(j int) []any {
-			w := writes[group[j]]
-			snooze := 0
-			if w.op == OpSnooze {
-				snooze = 1
-			}
-			return []any{w.delay.Microseconds(), w.stored(), snooze}
-		})
-	case OpFail:
-		return s.q.fail, s.batchArgs(refs, func(j int) []any { return []any{writes[group[j]].stored()} })
-	case OpRelease:
-		return s.q.release, append(s.batchArgs(refs, nil), s.channel)
-	case OpRenew:
-		return s.q.renew, append(s.batchArgs(refs, nil), first.lease.Microseconds())
-	default: // OpProgress: one row
-		return s.q.progress, []any{first.ref.ID, first.ref.Generation, first.progress}
+	var values func(j int) []any
+	if v := ops[first.op].values; v != nil {
+		values = func(j int) []any { return v(writes[group[j]]) }
 	}
+	args := s.batchArgs(refs, values)
+	switch first.op {
+	case OpRelease:
+		args = append(args, s.channel)
+	case OpRenew:
+		args = append(args, first.lease.Microseconds())
+	}
+	return ops[first.op].query(&s.q), args
 }
 
 // settleRejected reads the rows of the rejected writes (indexes into
@@ -244,7 +236,7 @@ func (s *Store) settleRejected(ctx context.Context, writes []Write, out []Result
 	}
 	for _, i := range rejected {
 		st, ok := states[writes[i].ref.ID]
-		if !ok || out[i].Verdict != VerdictCancelled || !writes[i].op.ends() || st.status != leasework.StatusInProgress {
+		if !ok || out[i].Verdict != VerdictCancelled || !ops[writes[i].op].ends || st.status != leasework.StatusInProgress {
 			continue
 		}
 		if err := s.stopCancelled(ctx, writes[i].ref); err != nil {

@@ -27,29 +27,64 @@ const (
 	numOps
 )
 
-var opNames = [numOps]string{
-	OpComplete:          "complete",
-	OpCompleteAndDelete: "complete and delete",
-	OpRetry:             "retry",
-	OpSnooze:            "snooze",
-	OpFail:              "fail",
-	OpRelease:           "release",
-	OpRenew:             "renew",
-	OpProgress:          "progress",
+// ops is what the store knows of each op, the one list the write path
+// reads: its name (in errors), its statement, the values each write
+// passes to it beside the generation (nil: none), whether it ends the
+// attempt (a rejected one of an attempt cancelled while it ran is that
+// attempt's acknowledged stop), and how a row at the claim's generation
+// shows that this claim already made it (nil: it cannot; see [Verdict]).
+// Statements taking more than the batch's parameters ($1, $2) add theirs
+// in Store.statement.
+var ops = [numOps]struct {
+	name     string
+	query    func(q *queries) string
+	values   func(w Write) []any
+	ends     bool
+	recorded func(st rowState, text string) bool
+}{
+	OpComplete: {name: "complete", query: func(q *queries) string { return q.complete }, ends: true,
+		recorded: func(st rowState, _ string) bool { return st.status == leasework.StatusDone }},
+	OpCompleteAndDelete: {name: "complete and delete", query: func(q *queries) string { return q.completeDelete }, ends: true,
+		recorded: func(st rowState, _ string) bool { return st.status == leasework.StatusDone }},
+	OpRetry: {name: "retry", query: func(q *queries) string { return q.retry }, values: retryValues, ends: true,
+		recorded: func(st rowState, text string) bool {
+			// A lease that expired on the last attempt also leaves FAILED
+			// at the claim's generation, with its own text.
+			return (st.status == leasework.StatusReady || st.status == leasework.StatusFailed) && st.lastError == text
+		}},
+	OpSnooze: {name: "snooze", query: func(q *queries) string { return q.retry }, values: retryValues, ends: true,
+		recorded: func(st rowState, text string) bool { return st.status == leasework.StatusReady && st.lastError == text }},
+	OpFail: {name: "fail", query: func(q *queries) string { return q.fail }, ends: true,
+		values: func(w Write) []any { return []any{w.stored()} },
+		recorded: func(st rowState, text string) bool {
+			return st.status == leasework.StatusFailed && st.lastError == text
+		}},
+	OpRelease: {name: "release", query: func(q *queries) string { return q.release }, ends: true,
+		// A release clears what would tell it apart from a retry; one
+		// claim records one outcome.
+		recorded: func(st rowState, _ string) bool { return st.status == leasework.StatusReady }},
+	OpRenew:    {name: "renew", query: func(q *queries) string { return q.renew }},
+	OpProgress: {name: "progress", query: func(q *queries) string { return q.progress }},
+}
+
+// retryValues are a retry's or a snooze's values: the delay in
+// microseconds, the text, and the snooze flag (1: the attempt is not
+// spent).
+func retryValues(w Write) []any {
+	snooze := 0
+	if w.op == OpSnooze {
+		snooze = 1
+	}
+	return []any{w.delay.Microseconds(), w.stored(), snooze}
 }
 
 // String returns the op's name in lower case: "complete", "retry" ...
 func (o Op) String() string {
 	if o > 0 && o < numOps {
-		return opNames[o]
+		return ops[o].name
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
-
-// ends reports whether the op ends the attempt (all but a renewal and a
-// progress write): a rejected one of an attempt cancelled while it ran is
-// that attempt's acknowledged stop.
-func (o Op) ends() bool { return o != OpRenew && o != OpProgress }
 
 // Write is one guarded write for one claim: an op, the claim's ref, and
 // the op's data. Make one with the op's constructor; the zero Write has no
@@ -145,13 +180,9 @@ func (w Write) check() error {
 	return nil
 }
 
-// stored is the text the write stores, as the store stores it.
-func (w Write) stored() string {
-	if w.op == OpRetry || w.op == OpSnooze || w.op == OpFail {
-		return CleanText(w.text, MaxErrorBytes)
-	}
-	return ""
-}
+// stored is the text the write stores, as the store stores it: cleaned,
+// so that no text can fail a statement.
+func (w Write) stored() string { return CleanText(w.text, MaxErrorBytes) }
 
 // Verdict is what the database made of one guarded write. Each is decided
 // in one place, from the write's answer and, for a rejected write, from
@@ -285,22 +316,8 @@ func judge(r *Result, w Write, st *rowState) {
 // recordedBy reports whether a row in state st shows that the claim of w
 // already made w; see [Verdict].
 func recordedBy(w Write, st rowState) bool {
-	if st.generation != w.ref.Generation {
-		return false
-	}
-	switch w.op {
-	case OpComplete, OpCompleteAndDelete:
-		return st.status == leasework.StatusDone
-	case OpRetry:
-		return (st.status == leasework.StatusReady || st.status == leasework.StatusFailed) && st.lastError == w.stored()
-	case OpSnooze:
-		return st.status == leasework.StatusReady && st.lastError == w.stored()
-	case OpFail:
-		return st.status == leasework.StatusFailed && st.lastError == w.stored()
-	case OpRelease:
-		return st.status == leasework.StatusReady
-	}
-	return false // renew, progress
+	rec := ops[w.op].recorded
+	return st.generation == w.ref.Generation && rec != nil && rec(st, w.stored())
 }
 
 func lost(w Write) error {

@@ -174,3 +174,20 @@ func TestMetricsAfterAKnownRun(t *testing.T) {
 		}
 	})
 }
+
+// Every outcome the framework knows has its counter: an outcome added to
+// the framework without one here fails this test, not a user's dashboard.
+func TestEveryOutcomeHasACounter(t *testing.T) {
+	counted, err := leaseworkotel.OutcomesCounted()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range framework.Outcomes() {
+		if !counted[o] {
+			t.Errorf("outcome %s has no counter", o)
+		}
+	}
+	if len(counted) != len(framework.Outcomes()) {
+		t.Errorf("%d outcome counters for %d outcomes", len(counted), len(framework.Outcomes()))
+	}
+}
