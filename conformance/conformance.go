@@ -27,8 +27,11 @@ type Target struct {
 	DSN string
 
 	// OpenDB opens the pools the suite works through: one to check that
-	// the database is reachable, and one per subtest, each for DSN and
-	// closed by the suite when done with it. Nil means Driver.Open(DSN).
+	// the database is reachable, and one per subtest, each for the dsn it
+	// is given and closed by the suite when done with it: DSN, or for the
+	// dead-connection properties DSN pointed at the suite's proxy or
+	// silent server (see the package documentation). Nil means
+	// Driver.Open(dsn).
 	// Set it to test the driver with a connector or pool options of your
 	// own: a pool of the same driver library, whose errors Driver
 	// classifies. It is called from parallel subtests at once. A subtest
@@ -113,7 +116,7 @@ func Run(t *testing.T, target Target) {
 
 func properties() []property {
 	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(),
-		orderProperties(), queueProperties(), cancelProperties(), snoozeProperties())
+		orderProperties(), queueProperties(), cancelProperties(), snoozeProperties(), deadConnProperties())
 }
 
 // suiteIdleConns is how many idle connections a pool the suite opens with
@@ -380,11 +383,17 @@ func wantOK(t *testing.T, what string, err error) {
 // then, so neither is a violation.
 func (e *env) listen() leasework.Listener {
 	e.t.Helper()
+	return e.listenOn(e.db, e.fix.Channel())
+}
+
+// listenOn is listen on channel through db.
+func (e *env) listenOn(db *sql.DB, channel string) leasework.Listener {
+	e.t.Helper()
 	n, ok := e.target.Driver.(leasework.Notifier)
 	if !ok {
 		e.t.Skip("optional capability: the driver does not implement leasework.Notifier (workers poll)")
 	}
-	l, err := n.Listen(e.ctx, e.db, e.fix.Channel())
+	l, err := n.Listen(e.ctx, db, channel)
 	if errors.Is(err, errors.ErrUnsupported) {
 		e.t.Skipf("optional capability: the driver cannot listen on this pool (workers poll): %v", err)
 	}

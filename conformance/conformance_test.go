@@ -87,12 +87,14 @@ func runSuite(t *testing.T, target string) (map[string]string, error) {
 }
 
 // runChild runs the subtests names of the test function test in a child
-// process with env added to its environment, and returns each subtest's
-// result, the child's output and how it exited.
-func runChild(t *testing.T, test string, names []string, env string) (map[string]string, string, error) {
+// process with env added to its environment and flags added to its
+// command line, and returns each subtest's result, the child's output and
+// how it exited.
+func runChild(t *testing.T, test string, names []string, env string, flags ...string) (map[string]string, string, error) {
 	t.Helper()
 	pattern := "^" + test + "$/^(" + strings.Join(names, "|") + ")$"
-	cmd := exec.Command(os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1", "-test.timeout=5m")
+	args := append([]string{"-test.run=" + pattern, "-test.v", "-test.count=1", "-test.timeout=5m"}, flags...)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), env)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -1,5 +1,7 @@
 // Package conformance is leasework's exported test suite: the ownership
-// guarantees, proved against a real PostgreSQL through any [leasework.Driver].
+// guarantees, proved against a real PostgreSQL through any [leasework.Driver],
+// and the driver's own duties: bounding dead connections, classifying
+// errors.
 //
 // A driver author calls [Run] from an ordinary test:
 //
@@ -95,15 +97,70 @@
 //     written again, and the row is claimed again once due (by fixture)
 //     with exactly one more attempt.
 //
+// # Dead connections
+//
+// Seven properties check the driver's own duties (leasework.Driver): six
+// that every wait on a dead connection is bounded, through a TCP proxy of
+// the suite's that blackholes the connections it carries (drops every
+// byte, closes neither end, so that the kernel still acknowledges the
+// packets and keepalives see nothing wrong) and a server that accepts
+// connections and never answers; and one on the driver's name:
+//
+//   - DeadConnStatementEndsWithItsDeadline, DeadConnRowsEndWithTheirDeadline
+//     and DeadConnTransactionEndsAndFreesItsConnection: a statement, a
+//     query whose rows are being read and a statement in a transaction,
+//     on a pool of one connection blackholed while their context's
+//     deadline is ahead, return with an error that leasework.Classify
+//     calls a lost connection; after the transaction, a ping on the pool
+//     succeeds (it got its connection back);
+//   - DeadConnListenerNoticesAndCloses: a listener whose connection is
+//     blackholed ends Wait with an error by itself, and Close returns
+//     (skipped when the driver is no leasework.Notifier, or its Listen
+//     reports errors.ErrUnsupported for the pool);
+//   - DeadConnHandshakeEndsWithTheContext and
+//     DeadConnHandshakeEndsAtConnectTimeout: a ping on a pool whose server
+//     never answers fails when the ping's context ends (200ms, with
+//     connect_timeout=600), and when connect_timeout passes (1s, with no
+//     deadline on the context);
+//   - DriverNameIsAShortWord: Name is 1 to 32 ASCII letters, digits, '.',
+//     '_' or '-', the same on every call.
+//
+// Each call must return within 30s: a liveness bound far above any a
+// driver should document, so that reaching it means the call would have
+// waited forever; each logs how long it took. The context's deadline is a
+// fixture, not what is checked. An attempt that could not test the driver
+// on a loaded machine is made again with twice the deadline, from 200ms up
+// to 25.6s in eight tries: one whose deadline passed before the blackhole,
+// before the silent server accepted the connection, or (for rows) before
+// the rows already in flight at the blackhole ran out, so that the driver
+// was never waiting on the dead connection when the deadline came.
+//
+// The pools come from Target.OpenDB or Driver.Open, as everywhere in the
+// suite, for Target.DSN pointed at the proxy's (or the silent server's)
+// address on 127.0.0.1: the suite reads the DSN in URL form (postgres://
+// or postgresql://) or key=value form, takes its host (or hostaddr) and
+// port (else $PGPORT, else 5432), a host starting with '/' being a unix
+// socket directory, and writes the same DSN with host=127.0.0.1, the
+// proxy's port and no hostaddr (and sslmode=disable for a unix socket,
+// which carries no TLS). The six are skipped, saying why, for a DSN that
+// gives no host (drivers differ in the one they take then), names several
+// hosts or a service, asks for sslmode=verify-full (the certificate would
+// be checked against 127.0.0.1), or does not parse; and when a unix
+// socket's server refuses the same connection over TCP. Give such a
+// target a DSN with one TCP host and port to run them.
+//
 // # The pool
 //
 // Every pool the suite works through comes from Target.OpenDB when it is
 // set, and from Driver.Open otherwise: one to check that the database is
-// reachable, then one per subtest, each closed when the subtest ends. Set
-// OpenDB to run the suite through a connector or pool options of your own
-// (pgx's stdlib.OpenDB of a ConnConfig with a TLS config or tracer, lib/pq's
-// connector, limits on the pool). The pool must be of the same driver
-// library: Driver classifies its errors and binds its arrays. This
+// reachable, then one per subtest, each closed when the subtest ends (the
+// dead-connection properties open more, for the DSN pointed at their
+// proxy, which OpenDB must honour). Set OpenDB to run the suite through a
+// connector or pool options of your own (pgx's stdlib.OpenDB of a
+// ConnConfig with a TLS config or tracer, lib/pq's connector, limits on
+// the pool); the dead-connection properties then check the bounds of that
+// pool. The pool must be of the same driver library: Driver classifies
+// its errors and binds its arrays. This
 // package's own tests run properties through both kinds, with a Driver
 // whose Open fails (TestTargetOpenDB).
 //
@@ -139,12 +196,17 @@
 //
 // # No false positives
 //
-// A subtest fails only when the store violated the property it names: rows
-// returned, persisted state and exit signals are asserted, never timings. A
-// subtest is skipped only for an optional capability the driver lacks
-// (LISTEN/NOTIFY: leasework.Notifier not implemented, or its Listen
+// A subtest fails only when the store or the driver violated the property
+// it names: rows returned, persisted state and exit signals are asserted,
+// never timings, but for the dead-connection properties' generous
+// liveness bound above (no verdict there depends on the machine's speed
+// either: a deadline that passed too soon to test anything is tried again,
+// longer). A subtest is skipped only for an optional capability the driver
+// lacks (LISTEN/NOTIFY: leasework.Notifier not implemented, or its Listen
 // reporting errors.ErrUnsupported for the pool, as a pool from
-// Target.OpenDB may make it), with a message that names the capability.
+// Target.OpenDB may make it), with a message that names the capability,
+// or for a DSN the dead-connection properties cannot point at their proxy,
+// with a message that says so.
 //
 // # Proving the suite can fail
 //
@@ -157,4 +219,18 @@
 // (KilledWorkerClaimIsRecovered, StaleOwnerCannotComplete,
 // StaleOwnerCannotRetry, ExpiredOwnerCannotFinalize) and two pass, as in
 // the article; TestBaselineSelfTest asserts that.
+//
+// Every required method of leasework.Driver fails a property when it is
+// wrong. TestBrokenDrivers runs, in child processes, real drivers with one
+// method broken, each against the properties that should catch it and a
+// control: a Name with a slash, or empty (DriverNameIsAShortWord); a
+// SQLState that finds nothing (ErrorsAreClassified,
+// DuplicateEventIsRejected); an IsConnectionError always false
+// (ErrorsAreClassified); an Array that returns the slice as is, for a
+// database/sql driver that binds no slices itself (ClaimThenComplete and
+// every property that claims, enqueues or writes a batch); and an Open
+// that returns lib/pq's own pool, without driver/pq's bounds
+// (DeadConnStatementEndsWithItsDeadline, DeadConnRowsEndWithTheirDeadline,
+// DeadConnTransactionEndsAndFreesItsConnection,
+// DeadConnHandshakeEndsWithTheContext).
 package conformance

@@ -30,6 +30,7 @@ func productProperties() []property {
 		{"EnqueueRollsBackWithTransaction", enqueueRollsBackWithTransaction},
 		{"NotifyOnCommit", notifyOnCommit},
 		{"ErrorsAreClassified", errorsAreClassified},
+		{"DriverNameIsAShortWord", driverNameIsAShortWord},
 	}
 }
 
@@ -449,5 +450,24 @@ func errorsAreClassified(e *env) {
 	}
 	if leasework.Classify(drv, nil) != leasework.ClassNone || leasework.Classify(drv, errors.New("x")) != leasework.ClassOther {
 		e.t.Fatal("Classify of nil or a plain error is wrong")
+	}
+}
+
+// The driver's Name is what logs and test names call it: 1 to 32 ASCII
+// letters, digits, '.', '_' or '-' (leasework.Driver.Name), so that it
+// never splits a test name (a slash) or a log line's value (a space), and
+// the same on every call.
+func driverNameIsAShortWord(e *env) {
+	name := e.target.Driver.Name()
+	if name == "" || len(name) > 32 {
+		e.t.Fatalf("Name() = %q: %d bytes; want 1 to 32", name, len(name))
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			e.t.Fatalf("Name() = %q: %q is not an ASCII letter, digit, '.', '_' or '-'", name, c)
+		}
+	}
+	if again := e.target.Driver.Name(); again != name {
+		e.t.Fatalf("Name() = %q, then %q; want the same name", name, again)
 	}
 }
