@@ -19,7 +19,8 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// TestConformance runs every property of the suite through lib/pq.
+// TestConformance runs every property of the suite through lib/pq, the
+// dead-connection ones (DeadConn*) among them.
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Target{Driver: pqdriver.New(), DSN: pgtest.DSN(t)})
 }
@@ -71,20 +72,6 @@ func TestListenNeedsAPoolOpenedByThePackage(t *testing.T) {
 		}
 	}
 }
-
-// A statement, rows being read and a transaction on a connection whose
-// packets are dropped return soon after their context's deadline, although
-// lib/pq itself would wait for the server's answer to its cancel request
-// forever.
-func TestDeadConnStatement(t *testing.T) { pgtest.DeadStatements(t, pqdriver.New()) }
-
-// A listener whose connection is blackholed ends Wait with an error, and
-// Close returns, both within the documented bounds.
-func TestDeadConnListener(t *testing.T) { pgtest.DeadListener(t, pqdriver.New()) }
-
-// The set-up of a connection to a server that accepts it and then says
-// nothing ends with the context, and with connect_timeout.
-func TestDeadConnHandshake(t *testing.T) { pgtest.DeadHandshake(t, pqdriver.New()) }
 
 // The package's connections, statements and rows wrap lib/pq's and implement
 // every optional database/sql/driver interface that lib/pq's do, so that
