@@ -15,14 +15,35 @@ import (
 // lease package. Optional capabilities are separate interfaces, discovered by
 // type assertion ([Notifier]).
 //
+// A driver's hardest duty is bounding dead connections: a server that
+// stops answering, its packets dropped and its socket left open (a failed
+// router, a paused machine), holds no caller past the bounds of Open and
+// [Listener], and the error says the connection was lost. TCP keepalives
+// alone do not notice while something in between (a proxy) still
+// acknowledges the packets.
+//
 // The driver packages driver/pgx and driver/pq implement it; an outsider can
-// write one in an afternoon and prove it with the conformance suite.
+// write one in an afternoon and prove it with the conformance suite, which
+// checks each duty stated here, the dead connections through a proxy that
+// blackholes them.
 type Driver interface {
-	// Name is a short name for logs and test names, such as "pgx".
+	// Name is a short name for logs and test names, such as "pgx": 1 to
+	// 32 ASCII letters, digits, '.', '_' or '-'.
 	Name() string
 
-	// Open returns a connection pool for dsn. It should not fail merely
-	// because the server is unreachable; the first query reports that.
+	// Open returns a connection pool for dsn, a URL or key=value
+	// connection string. It should not fail merely because the server is
+	// unreachable; the first query reports that. However dead the
+	// server, the pool's calls end:
+	//
+	//   - a statement, a query whose rows are being read, and a
+	//     statement in a transaction end soon after their context does,
+	//     within a bound the driver documents, with an error that
+	//     [Classify] calls [ClassConnection]; the transaction's end then
+	//     gives its connection back to the pool (or discards it);
+	//   - setting up a connection (dial, TLS, startup, authentication)
+	//     ends when the context of the call that needs it ends, and when
+	//     the DSN's connect_timeout passes, whatever the context.
 	Open(dsn string) (*sql.DB, error)
 
 	// Array wraps a slice so that it binds as a PostgreSQL array parameter.
@@ -30,15 +51,19 @@ type Driver interface {
 	Array(slice any) any
 
 	// SQLState returns the five-character SQLSTATE code carried by err, or ""
-	// when err did not come from the server.
+	// when err did not come from the server. The lease package branches on
+	// it: a unique violation is [ErrDuplicateEvent], for one.
 	SQLState(err error) string
 
 	// IsConnectionError reports whether err means the connection failed or
-	// was lost (refused, reset, closed by the server), as opposed to a
-	// statement the server rejected. The statement may or may not have
-	// been applied. The conformance suite checks it both ways: false for
-	// a serialization failure, true for a statement on a connection whose
-	// backend the server terminated.
+	// was lost (refused, reset, closed by the server, or given up by the
+	// driver on one of Open's bounds), as opposed to a statement the server
+	// rejected. The statement may or may not have been applied. It must be
+	// true for the driver's own errors of that kind, such as the error of
+	// a statement on a connection whose backend the server terminated;
+	// [Classify] recognizes driver.ErrBadConn, io.EOF and net.Error
+	// without it. It must be false for an error the server sent about a
+	// statement, such as a serialization failure.
 	IsConnectionError(err error) bool
 }
 
@@ -57,9 +82,10 @@ type Notifier interface {
 // Listener receives notifications on one channel.
 type Listener interface {
 	// Wait blocks until a notification arrives, ctx ends, or the connection
-	// fails. It returns the notification's payload. A driver should notice
-	// a connection that went silent (by pinging it, say) and return an
-	// error within a bound it documents, so that the caller listens again.
+	// fails. It returns the notification's payload. It must notice a
+	// connection that went silent (by pinging it, say) and return an error
+	// within a bound the driver documents, whatever ctx allows, so that
+	// the caller listens again.
 	Wait(ctx context.Context) (payload string, err error)
 
 	// Close releases the listener's connection, within a bound the driver
