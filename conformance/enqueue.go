@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // Properties of enqueue: what it reports for each event it is given.

@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // The six tests of the lab article, under its names.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // oldOutcomeTries is how many failed writes the outcome writer once allowed

@@ -10,9 +10,9 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // effectsTable creates the business table of a test beside s's events

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // "Was it cancelled?" is data, not a reading of the last error: a FAILED

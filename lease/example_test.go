@@ -10,8 +10,8 @@ import (
 
 	"github.com/leasework/leasework"
 	lwpgx "github.com/leasework/leasework/driver/pgx"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // exampleStore opens the database named by $LEASEWORK_DSN (the tests'

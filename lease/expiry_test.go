@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // NextWake reads the earliest lease still running: none when nothing is

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // txCompletions are the two completions in the caller's transaction

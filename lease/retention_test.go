@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // TestRetentionPlanSkipsFailedRows: retention deletes DONE (and DISCARDED)

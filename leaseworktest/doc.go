@@ -42,8 +42,9 @@
 // [ExpireLease] ends a claim's lease now, as if its worker had died, so
 // that a test sees the event claimed again and the stale owner fenced
 // off, without waiting for the lease; [MakeDue] makes a retry or a
-// snoozed event due now. They are lease/leasetest's fixtures, failing the
-// test instead of returning an error.
+// snoozed event due now. They fail the test instead of returning an
+// error. This package is the one test kit for applications; the fixtures
+// leasework's own suites use beside it are internal.
 //
 // The tables of leasework's own tests live in a fresh schema per test
 // (lease.Options.Schema); a test of an application does well to do the

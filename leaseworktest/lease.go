@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // ExpireLease moves the lease of row id, INPROGRESS, one second into the
@@ -16,7 +16,7 @@ import (
 // with leasework.ErrLeaseLost. A running worker that owns the row notices
 // at its next renewal, and cancels the handler with that cause.
 //
-// It is lease/leasetest.ExpireLease for a test: a fixture that bypasses
+// It is the project's internal ExpireLease fixture for a test: a fixture that bypasses
 // the ownership guard on purpose, never to be used outside tests.
 func ExpireLease(t testing.TB, ctx context.Context, s *lease.Store, id int64) {
 	t.Helper()

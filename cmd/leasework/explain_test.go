@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // On a table with a history (and fresh statistics), explain shows the

@@ -18,9 +18,9 @@ import (
 	"github.com/leasework/leasework"
 	leaseworkotel "github.com/leasework/leasework/contrib/otel"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // series names one series of a metric: kind/queue, and any other

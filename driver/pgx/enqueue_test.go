@@ -16,9 +16,9 @@ import (
 	"github.com/leasework/leasework"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // newPool returns the application's own pgx pool on the test server.

@@ -11,9 +11,9 @@ import (
 
 	"github.com/leasework/leasework"
 	pgxdriver "github.com/leasework/leasework/driver/pgx"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
-	"github.com/leasework/leasework/lease/leasetest"
 )
 
 // TestMain doubles as the worker process: the supervisor re-executes the
