@@ -169,7 +169,7 @@ func (e *env) deadStatementTry(srv *server, d time.Duration, run func(ctx contex
 	silenced := make(chan bool, 1) // whether the deadline was still ahead
 	silence := func() {
 		silenced <- ctx.Err() == nil
-		if n := p.blackhole(); n != 1 {
+		if n := p.Blackhole(); n != 1 {
 			e.t.Errorf("blackholed %d connections, want 1", n)
 		}
 	}
@@ -216,7 +216,7 @@ func deadConnListener(e *env) {
 	closed := false
 	e.t.Cleanup(func() {
 		if !closed { // the subtest ended early: the proxy's end lets Close end
-			p.close()
+			p.Close()
 			l.Close()
 		}
 	})
@@ -230,7 +230,7 @@ func deadConnListener(e *env) {
 		e.t.Fatalf("Wait before the blackhole: %q, %v; want the notification", payload, err)
 	}
 
-	if p.blackhole() == 0 {
+	if p.Blackhole() == 0 {
 		e.t.Fatal("blackholed no connection: the listener's connection does not reach the server through the pool's DSN")
 	}
 	start := time.Now()
@@ -259,7 +259,7 @@ func deadConnListener(e *env) {
 		e.t.Logf("%s: Close returned after %v: %v", e.target.Driver.Name(), time.Since(start).Round(time.Millisecond), err)
 	case <-time.After(deadConnBound):
 		e.t.Errorf("Close of a blackholed listener still waiting after %v", deadConnBound)
-		p.close() // let it end
+		p.Close() // let it end
 		<-closeErr
 	}
 }

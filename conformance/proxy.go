@@ -13,9 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasework/leasework/internal/blackhole"
 )
 
 // This file holds the dead-connection properties' fixtures: the target's
@@ -243,134 +244,29 @@ func parseKeyValue(dsn string) ([]setting, error) {
 	return out, nil
 }
 
-// proxy forwards TCP connections from 127.0.0.1 to a server, and can make
-// the connections it carries go silent: blackhole drops every byte they
-// carry, in both directions, and closes neither end, as a failed router or
-// a paused virtual machine would. Through a loopback proxy the kernel
-// still acknowledges every segment, so neither TCP keepalives nor
-// TCP_USER_TIMEOUT notice: only bounds the driver keeps (deadlines, pings)
-// do.
+// proxy is a blackhole.Proxy to a server, closed when the test ends:
+// blackhole drops every byte its connections carry, in both directions,
+// and closes neither end, as a failed router or a paused virtual machine
+// would.
 type proxy struct {
-	ln  net.Listener
+	*blackhole.Proxy
 	srv *server
-
-	mu     sync.Mutex
-	pipes  map[*pipe]struct{}
-	closed bool
-	wg     sync.WaitGroup
-}
-
-// pipe is one proxied connection.
-type pipe struct {
-	client, server net.Conn
-	silent         atomic.Bool
 }
 
 // newProxy starts a proxy to srv, closed when the test ends.
 func newProxy(t *testing.T, srv *server) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	bh, err := blackhole.New(srv.network, srv.address)
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
-	p := &proxy{ln: ln, srv: srv, pipes: map[*pipe]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
+	t.Cleanup(func() { bh.Close() })
+	return &proxy{Proxy: bh, srv: srv}
 }
 
 // dsn is the target's DSN with the proxy's address and settings (see
 // server.at).
-func (p *proxy) dsn(settings ...string) string {
-	return p.srv.at(p.ln.Addr().(*net.TCPAddr), settings...)
-}
-
-// blackhole silences every connection open now, and returns how many.
-// Connections opened afterwards forward normally.
-func (p *proxy) blackhole() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for c := range p.pipes {
-		if !c.silent.Swap(true) {
-			n++
-		}
-	}
-	return n
-}
-
-// close stops accepting, closes every connection, silent or not, and waits
-// for the proxy's goroutines. Calling it again does nothing.
-func (p *proxy) close() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
-	}
-	p.closed = true
-	p.ln.Close()
-	for c := range p.pipes {
-		c.client.Close()
-		c.server.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		server, err := net.Dial(p.srv.network, p.srv.address)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		c := &pipe{client: client, server: server}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			client.Close()
-			server.Close()
-			return
-		}
-		p.pipes[c] = struct{}{}
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.forward(c, server, client)
-		go p.forward(c, client, server)
-	}
-}
-
-// forward copies src to dst until either fails. A silent pipe drops what it
-// reads, and stays open when an end closes: a dead network tells neither
-// end that the other has gone.
-func (p *proxy) forward(c *pipe, dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !c.silent.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil && err == nil {
-				err = werr
-			}
-		}
-		if err != nil {
-			if !c.silent.Load() {
-				p.mu.Lock()
-				delete(p.pipes, c)
-				p.mu.Unlock()
-				c.client.Close()
-				c.server.Close()
-			}
-			return
-		}
-	}
-}
+func (p *proxy) dsn(settings ...string) string { return p.srv.at(p.Addr(), settings...) }
 
 // silentServer accepts TCP connections on 127.0.0.1 and never answers: it
 // reads what the client sends and drops it, as an overloaded or stopped

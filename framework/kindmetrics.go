@@ -13,23 +13,20 @@ import (
 // latencyBuckets are the upper bounds, in seconds, of the latency
 // histograms: from a few milliseconds (a wakeup by notification) to ten
 // minutes.
-var latencyBuckets = latencyBucketsArray[:]
+var latencyBuckets = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 // histogram counts observations by latencyBuckets, without a lock: every
 // field is an atomic, so the attempts of many kinds and queues record at
 // once. A rendering may see an observation in one field and not yet in
 // another; each count it shows is one that was reached.
 type histogram struct {
-	counts [len(latencyBucketsArray) + 1]atomic.Uint64 // per bucket, not cumulative; the last is above every bound
-	nanos  atomic.Int64                                // the sum, in nanoseconds
+	counts [len(latencyBuckets) + 1]atomic.Uint64 // per bucket, not cumulative; the last is above every bound
+	nanos  atomic.Int64                           // the sum, in nanoseconds
 }
-
-// latencyBucketsArray sizes histogram.counts.
-var latencyBucketsArray = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 func (h *histogram) observe(d time.Duration) {
 	d = max(d, 0)
-	i, _ := slices.BinarySearch(latencyBuckets, d.Seconds())
+	i, _ := slices.BinarySearch(latencyBuckets[:], d.Seconds())
 	h.counts[i].Add(1)
 	h.nanos.Add(int64(d))
 }

@@ -169,22 +169,23 @@ func (w *Worker) flush(pending []outcome, deadline time.Time) []outcome {
 	failed := map[lease.Op]bool{}
 	for i, r := range w.write(batch, deadline) {
 		o := batch[i]
-		switch {
-		case r.Verdict != lease.VerdictNoAnswer:
+		if r.Verdict != lease.VerdictNoAnswer {
 			w.recorded(o, r)
 			continue
-		case !failed[o.op()]:
+		}
+		transient := w.transient(r.Err)
+		if !failed[o.op()] {
 			failed[o.op()] = true
 			w.count.outcomeWriteErrors.Add(1)
 			switch {
-			case w.transient(r.Err):
+			case transient:
 				w.log.Warn("outcome write failed; will try again", "op", o.op(), "claims", perOp[o.op()], "err", r.Err)
 			case perOp[o.op()] > 1:
 				w.log.Warn("outcome write failed; writing its claims one by one", "op", o.op(), "claims", perOp[o.op()], "err", r.Err)
 			}
 		}
 		switch {
-		case w.transient(r.Err):
+		case transient:
 			again = append(again, w.keepForRetry([]outcome{o}, r.Err)...)
 		case perOp[o.op()] == 1:
 			again = append(again, w.failedAlone(o, r.Err)...)

@@ -265,10 +265,6 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("Verdict(%d)", int(v))
 }
 
-// Made reports whether the write is known to be in the row: accepted, or
-// recorded by an earlier try.
-func (v Verdict) Made() bool { return v == VerdictAccepted || v == VerdictRecorded }
-
 // Result is the answer to one guarded write.
 type Result struct {
 	Op      Op

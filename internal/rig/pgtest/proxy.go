@@ -7,38 +7,19 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasework/leasework/internal/blackhole"
 )
 
-// Proxy forwards TCP connections from 127.0.0.1 to the test server, and can
-// make the connections it carries go silent: [Proxy.Blackhole] drops every
-// byte they carry, in both directions, and closes neither end, as a failed
-// router or a paused virtual machine would.
-//
-// Through a loopback proxy the kernel still acknowledges every segment, so
-// neither TCP keepalives nor TCP_USER_TIMEOUT notice a blackholed
-// connection: only bounds kept by the application (deadlines, pings) do.
+// Proxy is a [blackhole.Proxy] to the test server (or another server named
+// by a DSN), with that server's DSN pointed at it: [Proxy.Blackhole]
+// silences the connections it carries, [Proxy.Refuse] makes the server look
+// down.
 type Proxy struct {
-	ln  net.Listener
+	*blackhole.Proxy
 	dsn string
-
-	mu       sync.Mutex
-	network  string // of the server: "tcp" or "unix"
-	target   string
-	pipes    map[*pipe]struct{}
-	closed   bool
-	refusing bool // set by Refuse: new connections are reset at once
-	wg       sync.WaitGroup
-}
-
-// pipe is one proxied connection.
-type pipe struct {
-	client, server net.Conn
-	silent         atomic.Bool
 }
 
 // NewProxy starts a proxy to the test server and closes it at the end of
@@ -58,16 +39,12 @@ func NewProxyTo(t testing.TB, server string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	bh, err := blackhole.New(network, target)
 	if err != nil {
 		t.Fatalf("pgtest: proxy: %v", err)
 	}
-	p := &Proxy{ln: ln, network: network, target: target, pipes: map[*pipe]struct{}{}}
-	p.dsn = withAddress(server, ln.Addr().(*net.TCPAddr))
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() { p.Close() })
-	return p
+	t.Cleanup(func() { bh.Close() })
+	return &Proxy{Proxy: bh, dsn: withAddress(server, bh.Addr())}
 }
 
 // address returns the network and address of the server of dsn.
@@ -91,9 +68,7 @@ func (p *Proxy) Retarget(server string) error {
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.network, p.target = network, target
+	p.Proxy.Retarget(network, target)
 	return nil
 }
 
@@ -108,145 +83,5 @@ func withAddress(dsn string, addr *net.TCPAddr) string {
 	return fmt.Sprintf("%s host=%s port=%d", dsn, addr.IP, addr.Port)
 }
 
-// DSN returns the test server's DSN with the proxy's address.
+// DSN returns the server's DSN with the proxy's address.
 func (p *Proxy) DSN() string { return p.dsn }
-
-// Blackhole makes every connection open now stop forwarding, in both
-// directions, without closing either end: what either side sends is read
-// and dropped, until [Proxy.Close]. Connections opened afterwards forward
-// normally. It returns how many connections it silenced.
-func (p *Proxy) Blackhole() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for c := range p.pipes {
-		if !c.silent.Swap(true) {
-			n++
-		}
-	}
-	return n
-}
-
-// Refuse makes the server look down, as during a restart: every connection
-// open now is closed at both ends, and every connection opened afterwards
-// is reset as soon as it is accepted (the client reads a reset, as from a
-// port nobody listens on), until [Proxy.Resume]. It returns how many
-// connections it closed.
-func (p *Proxy) Refuse() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refusing = true
-	n := 0
-	for c := range p.pipes {
-		delete(p.pipes, c)
-		c.close()
-		n++
-	}
-	return n
-}
-
-// Resume ends [Proxy.Refuse]: connections opened from now on are forwarded
-// again.
-func (p *Proxy) Resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.refusing = false
-}
-
-// Close stops accepting connections, closes every connection, silent or
-// not, and waits for the proxy's goroutines to end. Calling it again does
-// nothing.
-func (p *Proxy) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil
-	}
-	p.closed = true
-	err := p.ln.Close()
-	for c := range p.pipes {
-		c.close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-	return err
-}
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		p.mu.Lock()
-		refusing, network, target := p.refusing, p.network, p.target
-		p.mu.Unlock()
-		if refusing {
-			reset(client)
-			continue
-		}
-		server, err := net.Dial(network, target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		c := &pipe{client: client, server: server}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.close()
-			return
-		}
-		if p.refusing { // Refuse came while dialing
-			p.mu.Unlock()
-			server.Close()
-			reset(client)
-			continue
-		}
-		p.pipes[c] = struct{}{}
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.forward(c, server, client)
-		go p.forward(c, client, server)
-	}
-}
-
-// forward copies src to dst until either fails. A silent pipe drops what it
-// reads, and stays open when an end closes: a dead network tells neither
-// end that the other has gone.
-func (p *Proxy) forward(c *pipe, dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !c.silent.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil && err == nil {
-				err = werr
-			}
-		}
-		if err != nil {
-			if !c.silent.Load() {
-				p.mu.Lock()
-				delete(p.pipes, c)
-				p.mu.Unlock()
-				c.close()
-			}
-			return
-		}
-	}
-}
-
-// reset closes a client's connection with a reset rather than an orderly
-// end, as a port nobody listens on answers.
-func reset(client net.Conn) {
-	if tc, ok := client.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	client.Close()
-}
-
-func (c *pipe) close() {
-	c.client.Close()
-	c.server.Close()
-}
