@@ -119,19 +119,21 @@ type ListRequest struct {
 
 // List returns rows in id order.
 func (s *Store) List(ctx context.Context, req ListRequest) ([]Row, error) {
-	return s.list(ctx, s.db, req)
+	return s.list(ctx, sqlTx{tx: s.db, drv: s.drv}, req)
 }
 
 // ListTx is [Store.List] inside tx: it sees what tx wrote and has not
-// committed (the events a transaction enqueued, say). A nil tx is an error.
-func (s *Store) ListTx(ctx context.Context, tx *sql.Tx, req ListRequest) ([]Row, error) {
+// committed (the events a transaction enqueued, say). tx is a transaction
+// of any database library: [Store.WrapTx] adapts a *sql.Tx, driver/pgx's
+// WrapTx a pgx.Tx. A nil tx is an error.
+func (s *Store) ListTx(ctx context.Context, tx leasework.Tx, req ListRequest) ([]Row, error) {
 	if tx == nil {
 		return nil, errors.New("lease: list: tx is nil")
 	}
 	return s.list(ctx, tx, req)
 }
 
-func (s *Store) list(ctx context.Context, q querier, req ListRequest) ([]Row, error) {
+func (s *Store) list(ctx context.Context, q leasework.Tx, req ListRequest) ([]Row, error) {
 	if req.Status != "" && !req.Status.Valid() {
 		return nil, fmt.Errorf("lease: list: unknown status %q (want READY, INPROGRESS, DONE, FAILED, WAITING or DISCARDED)", req.Status)
 	}
@@ -141,7 +143,7 @@ func (s *Store) list(ctx context.Context, q querier, req ListRequest) ([]Row, er
 	if req.Limit == 0 {
 		req.Limit = 100
 	}
-	rows, err := q.QueryContext(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit, req.Queue)
+	rows, err := q.Query(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit, req.Queue)
 	if err != nil {
 		return nil, s.wrapErr("list", err)
 	}

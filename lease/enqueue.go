@@ -122,7 +122,7 @@ func (s *Store) EnqueueWith(ctx context.Context, tx *sql.Tx, opts EnqueueOptions
 	if tx == nil {
 		return nil, errors.New("lease: enqueue: tx is nil; events are written in the caller's transaction")
 	}
-	return s.enqueue(ctx, sqlTx{tx: tx, drv: s.drv}, opts, events)
+	return s.enqueue(ctx, s.WrapTx(tx), opts, events)
 }
 
 // EnqueueTx is [Store.EnqueueWith] in a transaction of any database
@@ -140,9 +140,22 @@ func (s *Store) EnqueueTx(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 	return s.enqueue(ctx, tx, opts, events)
 }
 
-// sqlTx adapts a *sql.Tx to leasework.Tx, binding slices with the store's driver.
+// WrapTx adapts a database/sql transaction to [leasework.Tx], binding the
+// store's arrays as its driver does, for the calls that take any library's
+// transaction ([Store.EnqueueTx], [Store.ListTx], and leaseworktest's
+// Require…Tx): driver/pgx's WrapTx is the same for a pgx.Tx. A nil tx is
+// returned as nil, which those calls refuse.
+func (s *Store) WrapTx(tx *sql.Tx) leasework.Tx {
+	if tx == nil {
+		return nil
+	}
+	return sqlTx{tx: tx, drv: s.drv}
+}
+
+// sqlTx adapts a *sql.Tx (or the store's pool) to leasework.Tx, binding
+// slices with the store's driver.
 type sqlTx struct {
-	tx  *sql.Tx
+	tx  querier
 	drv leasework.Driver
 }
 

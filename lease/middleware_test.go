@@ -94,7 +94,7 @@ func TestEnqueueMiddlewarePanicIsAnError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the enqueue middleware panicked: middleware bug") || out != nil {
 		t.Fatalf("enqueue through a panicking middleware: %v, %v; want an error saying it panicked", out, err)
 	}
-	if rows, err := s.ListTx(context.Background(), tx, lease.ListRequest{}); err != nil || len(rows) != 0 {
+	if rows, err := s.ListTx(context.Background(), s.WrapTx(tx), lease.ListRequest{}); err != nil || len(rows) != 0 {
 		t.Errorf("rows after the panic: %v, %v; want none", rows, err)
 	}
 }

@@ -29,7 +29,9 @@
 //
 // [RequireEnqueuedTx] returns the rows of a kind's events visible in a
 // transaction, uncommitted ones included, and fails the test when none
-// matches [EnqueuedOptions] (queue, priority, key, status, count);
+// matches [EnqueuedOptions] (queue, priority, key, status, count). The
+// transaction is any library's, as [leasework.Tx]: lease.Store.WrapTx
+// adapts a *sql.Tx, driver/pgx's WrapTx a pgx.Tx;
 // [RequireNotEnqueuedTx] fails when one does. [RequireEnqueued] and
 // [RequireNotEnqueued] read the committed rows of a store's table.
 // [RequireEnqueuedKindTx] and [RequireEnqueuedKind] decode each row's

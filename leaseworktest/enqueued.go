@@ -2,7 +2,6 @@ package leaseworktest
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -35,14 +34,16 @@ type EnqueuedOptions struct {
 
 // RequireEnqueuedTx returns the rows of events of kind visible in tx that
 // match opts (nil matches them all), in id order, and fails the test when
-// none does, or when opts.Count is set and not as many do. Rows visible in
-// tx are those it enqueued itself, uncommitted, and those committed before
-// it looked: give each test a table of its own (a schema of its own), or
-// expect what earlier tests left.
+// none does, or when opts.Count is set and not as many do. tx is a
+// transaction of any database library: s.WrapTx(tx) adapts a *sql.Tx,
+// driver/pgx's WrapTx a pgx.Tx. Rows visible in tx are those it enqueued
+// itself, uncommitted, and those committed before it looked: give each
+// test a table of its own (a schema of its own), or expect what earlier
+// tests left.
 //
 // The failure names what was looked for and lists the rows of the kind
 // that did not match, with their queue, priority, key and status.
-func RequireEnqueuedTx(t testing.TB, ctx context.Context, tx *sql.Tx, s *lease.Store, kind string, opts *EnqueuedOptions) []lease.Row {
+func RequireEnqueuedTx(t testing.TB, ctx context.Context, tx leasework.Tx, s *lease.Store, kind string, opts *EnqueuedOptions) []lease.Row {
 	t.Helper()
 	if tx == nil {
 		t.Fatalf("leaseworktest: RequireEnqueuedTx: tx is nil")
@@ -60,7 +61,7 @@ func RequireEnqueued(t testing.TB, ctx context.Context, s *lease.Store, kind str
 // RequireNotEnqueuedTx fails the test when a row of an event of kind
 // visible in tx matches opts (nil: when there is any row of kind), and
 // names the rows that do.
-func RequireNotEnqueuedTx(t testing.TB, ctx context.Context, tx *sql.Tx, s *lease.Store, kind string, opts *EnqueuedOptions) {
+func RequireNotEnqueuedTx(t testing.TB, ctx context.Context, tx leasework.Tx, s *lease.Store, kind string, opts *EnqueuedOptions) {
 	t.Helper()
 	if tx == nil {
 		t.Fatalf("leaseworktest: RequireNotEnqueuedTx: tx is nil")
@@ -84,7 +85,7 @@ type Row[T any] struct {
 // RequireEnqueuedKindTx is [RequireEnqueuedTx] for the events of k, their
 // payloads decoded with k's codec. A payload that does not decode fails
 // the test.
-func RequireEnqueuedKindTx[T any](t testing.TB, ctx context.Context, tx *sql.Tx, s *lease.Store, k lease.Kind[T], opts *EnqueuedOptions) []Row[T] {
+func RequireEnqueuedKindTx[T any](t testing.TB, ctx context.Context, tx leasework.Tx, s *lease.Store, k lease.Kind[T], opts *EnqueuedOptions) []Row[T] {
 	t.Helper()
 	return decodeRows(t, k, RequireEnqueuedTx(t, ctx, tx, s, k.Name, opts))
 }
@@ -119,7 +120,7 @@ func committed(t testing.TB, s *lease.Store) lister {
 }
 
 // inTx lists the rows s's table has as tx sees them.
-func inTx(t testing.TB, s *lease.Store, tx *sql.Tx) lister {
+func inTx(t testing.TB, s *lease.Store, tx leasework.Tx) lister {
 	t.Helper()
 	if s == nil {
 		t.Fatalf("leaseworktest: the store is nil")

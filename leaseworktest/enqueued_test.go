@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/leasework/leasework"
+	pgxdriver "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 	"github.com/leasework/leasework/leaseworktest"
@@ -65,12 +68,12 @@ func TestRequireEnqueuedTx(t *testing.T) {
 			{"order.placed", &leaseworktest.EnqueuedOptions{Queue: "orders", Priority: new(1), Count: 1}, []string{"a"}},
 			{"order.shipped", nil, []string{"c"}},
 		} {
-			if got := ids(leaseworktest.RequireEnqueuedTx(t, ctx, tx, s, tc.kind, tc.opts)); !reflect.DeepEqual(got, tc.want) {
+			if got := ids(leaseworktest.RequireEnqueuedTx(t, ctx, s.WrapTx(tx), s, tc.kind, tc.opts)); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("%s %+v: %v, want %v", tc.kind, tc.opts, got, tc.want)
 			}
 		}
-		leaseworktest.RequireNotEnqueuedTx(t, ctx, tx, s, "order.placed", &leaseworktest.EnqueuedOptions{Queue: "orders", Priority: new(2)})
-		leaseworktest.RequireNotEnqueuedTx(t, ctx, tx, s, "order.cancelled", nil)
+		leaseworktest.RequireNotEnqueuedTx(t, ctx, s.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Queue: "orders", Priority: new(2)})
+		leaseworktest.RequireNotEnqueuedTx(t, ctx, s.WrapTx(tx), s, "order.cancelled", nil)
 
 		// Outside the transaction, only what was committed.
 		if got := ids(leaseworktest.RequireEnqueued(t, ctx, s, "order.placed", nil)); !reflect.DeepEqual(got, []string{"committed"}) {
@@ -152,29 +155,29 @@ func TestRequireEnqueuedFailures(t *testing.T) {
 		want []string
 	}{
 		{"no row of the kind", func(tb testing.TB) {
-			leaseworktest.RequireEnqueuedTx(tb, ctx, tx, s, "order.cancelled", nil)
+			leaseworktest.RequireEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "order.cancelled", nil)
 		}, []string{`no event of kind "order.cancelled" is in the transaction (nor any other of kind "order.cancelled")`}},
 		{"no row that matches", func(tb testing.TB) {
-			leaseworktest.RequireEnqueuedTx(tb, ctx, tx, s, "order.placed", &leaseworktest.EnqueuedOptions{Queue: "orders", Priority: new(2)})
+			leaseworktest.RequireEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Queue: "orders", Priority: new(2)})
 		}, []string{
 			`no event of kind "order.placed" in queue "orders" with priority 2 is in the transaction; of kind "order.placed" it sees 2 others:`,
 			`event "a" queue "orders" priority 1 READY`,
 			`event "b" queue "default" priority 0 key "order-2" READY`,
 		}},
 		{"not as many", func(tb testing.TB) {
-			leaseworktest.RequireEnqueuedTx(tb, ctx, tx, s, "order.placed", &leaseworktest.EnqueuedOptions{Count: 3})
+			leaseworktest.RequireEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Count: 3})
 		}, []string{`2 events of kind "order.placed" are in the transaction, want 3:`, `event "a"`, `event "b"`, `(nor any other`}},
 		{"committed only", func(tb testing.TB) {
 			leaseworktest.RequireEnqueued(tb, ctx, s, "order.placed", nil)
 		}, []string{`no event of kind "order.placed" is in the table`}},
 		{"one that should not be", func(tb testing.TB) {
-			leaseworktest.RequireNotEnqueuedTx(tb, ctx, tx, s, "order.placed", &leaseworktest.EnqueuedOptions{Key: "order-2", Status: leasework.StatusReady})
+			leaseworktest.RequireNotEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Key: "order-2", Status: leasework.StatusReady})
 		}, []string{`1 event of kind "order.placed" with key "order-2" in status READY is in the transaction, want none:`, `event "b"`}},
 		{"a negative count", func(tb testing.TB) {
-			leaseworktest.RequireEnqueuedTx(tb, ctx, tx, s, "order.placed", &leaseworktest.EnqueuedOptions{Count: -1})
+			leaseworktest.RequireEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Count: -1})
 		}, []string{"Count is -1"}},
 		{"an unknown status", func(tb testing.TB) {
-			leaseworktest.RequireEnqueuedTx(tb, ctx, tx, s, "order.placed", &leaseworktest.EnqueuedOptions{Status: "SENT"})
+			leaseworktest.RequireEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Status: "SENT"})
 		}, []string{`Status "SENT" is not a status`}},
 		{"a nil tx", func(tb testing.TB) {
 			leaseworktest.RequireEnqueuedTx(tb, ctx, nil, s, "order.placed", nil)
@@ -183,7 +186,7 @@ func TestRequireEnqueuedFailures(t *testing.T) {
 			leaseworktest.RequireEnqueued(tb, ctx, nil, "order.placed", nil)
 		}, []string{"the store is nil"}},
 		{"args that do not decode", func(tb testing.TB) {
-			leaseworktest.RequireEnqueuedKindTx(tb, ctx, tx, s, lease.Kind[string]{Name: "order.placed", Codec: brokenCodec{}}, nil)
+			leaseworktest.RequireEnqueuedKindTx(tb, ctx, s.WrapTx(tx), s, lease.Kind[string]{Name: "order.placed", Codec: brokenCodec{}}, nil)
 		}, []string{`event "a"`, "no decoder"}},
 	} {
 		msg := failure(t, tc.run)
@@ -203,7 +206,7 @@ func TestRequireEnqueuedFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := failure(t, func(tb testing.TB) {
-		leaseworktest.RequireNotEnqueuedTx(tb, ctx, tx, s, "bulk", nil)
+		leaseworktest.RequireNotEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "bulk", nil)
 	})
 	if !strings.Contains(msg, "30 events") || !strings.Contains(msg, "... and 10 more") || strings.Count(msg, "\n\trow ") != 20 {
 		t.Errorf("failure listing 30 rows:\n%s", msg)
@@ -213,7 +216,7 @@ func TestRequireEnqueuedFailures(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `SELECT 1/0`); err == nil {
 		t.Fatal("division by zero succeeded")
 	}
-	if msg := failure(t, func(tb testing.TB) { leaseworktest.RequireEnqueuedTx(tb, ctx, tx, s, "order.placed", nil) }); !strings.Contains(msg, "aborted") {
+	if msg := failure(t, func(tb testing.TB) { leaseworktest.RequireEnqueuedTx(tb, ctx, s.WrapTx(tx), s, "order.placed", nil) }); !strings.Contains(msg, "aborted") {
 		t.Errorf("an aborted transaction: %q", msg)
 	}
 }
@@ -226,7 +229,7 @@ func TestRequireEnqueuedKind(t *testing.T) {
 		if _, err := sendEmail.Enqueue(ctx, s, tx, email{To: "ada@example.com"}, email{To: "alan@example.com"}); err != nil {
 			t.Fatal(err)
 		}
-		rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, tx, s, sendEmail, &leaseworktest.EnqueuedOptions{Queue: "mail", Priority: new(2), Count: 2})
+		rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, s.WrapTx(tx), s, sendEmail, &leaseworktest.EnqueuedOptions{Queue: "mail", Priority: new(2), Count: 2})
 		if rows[0].Args.To != "ada@example.com" || rows[1].Args.To != "alan@example.com" || rows[0].Kind != "email.send" || rows[1].MaxAttempts != 5 {
 			t.Errorf("rows %+v", rows)
 		}
@@ -238,4 +241,51 @@ func TestRequireEnqueuedKind(t *testing.T) {
 			t.Errorf("rows %+v", rows)
 		}
 	})
+}
+
+// A pgx transaction is asserted on as a database/sql one is: what it
+// enqueued and has not committed is visible in it, and only in it.
+func TestRequireEnqueuedPgxTx(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.Store(t, pgxdriver.New(), lease.Options{})
+	pool, err := pgxpool.New(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+
+	if _, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{},
+		lease.Event{EventID: "order-1-placed", Kind: "order.placed", Key: "order-1", Queue: "orders"},
+		lease.Event{EventID: "order-2-placed", Kind: "order.placed", Key: "order-2", Queue: "orders"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	rows := leaseworktest.RequireEnqueuedTx(t, ctx, pgxdriver.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Queue: "orders", Count: 2})
+	if got := ids(rows); !reflect.DeepEqual(got, []string{"order-1-placed", "order-2-placed"}) {
+		t.Errorf("rows %v", got)
+	}
+	leaseworktest.RequireNotEnqueuedTx(t, ctx, pgxdriver.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Key: "order-3"})
+	leaseworktest.RequireNotEnqueued(t, ctx, s, "order.placed", nil)
+
+	msg := failure(t, func(tb testing.TB) {
+		leaseworktest.RequireEnqueuedTx(tb, ctx, pgxdriver.WrapTx(tx), s, "order.placed", &leaseworktest.EnqueuedOptions{Key: "order-3"})
+	})
+	if !strings.Contains(msg, "order-1-placed") || !strings.Contains(msg, "order-2-placed") {
+		t.Errorf("failure %q; want it to list the rows of the kind that did not match", msg)
+	}
+	if msg := failure(t, func(tb testing.TB) {
+		leaseworktest.RequireEnqueuedTx(tb, ctx, pgxdriver.WrapTx(nil), s, "order.placed", nil)
+	}); !strings.Contains(msg, "tx is nil") {
+		t.Errorf("nil pgx.Tx: failure %q", msg)
+	}
+
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leaseworktest.RequireEnqueued(t, ctx, s, "order.placed", &leaseworktest.EnqueuedOptions{Count: 2})
 }

@@ -128,7 +128,7 @@ func ExampleRequireEnqueuedTx() {
 		log.Fatal(err)
 	}
 
-	rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, tx, store, SendEmail,
+	rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, store.WrapTx(tx), store, SendEmail,
 		&leaseworktest.EnqueuedOptions{Queue: "mail", Priority: new(0), Count: 2})
 	for _, r := range rows {
 		fmt.Println(r.Kind, r.Status, r.MaxAttempts, r.Args.To)
@@ -164,7 +164,7 @@ func ExampleWorkTx() {
 	defer tx.Rollback()
 	res, err := leaseworktest.WorkTx(t, ctx, tx, placed, leasework.Claim{Kind: "order.placed", Key: "ada@example.com"})
 	fmt.Println("error:", err, "completed in tx:", res.CompletedInTx)
-	rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, tx, store, SendEmail, &leaseworktest.EnqueuedOptions{Count: 1})
+	rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, store.WrapTx(tx), store, SendEmail, &leaseworktest.EnqueuedOptions{Count: 1})
 	fmt.Println("confirmation to", rows[0].Args.To)
 	// Output:
 	// error: <nil> completed in tx: true

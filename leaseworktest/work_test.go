@@ -419,7 +419,7 @@ func TestWorkTx(t *testing.T) {
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM `+shipments+` WHERE event_id = 'order-42'`).Scan(&n); err != nil || n != 1 {
 			t.Errorf("shipments in tx: %d, %v", n, err)
 		}
-		rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, tx, s, sendEmail, &leaseworktest.EnqueuedOptions{Queue: "mail", Count: 1})
+		rows := leaseworktest.RequireEnqueuedKindTx(t, ctx, s.WrapTx(tx), s, sendEmail, &leaseworktest.EnqueuedOptions{Queue: "mail", Count: 1})
 		if rows[0].Args.Subject != "order-42" {
 			t.Errorf("enqueued %+v", rows[0].Args)
 		}
