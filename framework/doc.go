@@ -14,27 +14,32 @@
 // # Claiming
 //
 // The worker claims as many due rows as it has free handler slots
-// (Config.Concurrency, 1000 by default), in one statement. After a full
-// batch it claims again as soon as a slot frees. A slot frees when its
+// (Config.Concurrency, 1000 by default), in one statement. A worker serving
+// several queues (Config.Queues) gives each its own slots and its own
+// claims; slots are counted per worker, never across the table. After a
+// full batch it claims again as soon as a slot frees. A slot frees when its
 // handler returns, before its outcome is written, so claiming overlaps the
 // writing of outcomes; the claims a worker holds, running or waiting for
-// their outcome, never pass twice Concurrency. After a short batch it waits: for a LISTEN/NOTIFY
-// notification that an event of one of its kinds was inserted, when the
-// driver implements leasework.Notifier, or else for Config.PollInterval plus
-// jitter. Notifications cannot announce retries and snoozes coming due or
-// leases that expired, and for those the worker does not wait for the
+// their outcome, never pass twice Concurrency. After a short batch it
+// waits: for a LISTEN/NOTIFY notification, when the driver implements
+// leasework.Notifier, or else for Config.PollInterval plus jitter. The
+// table notifies when a write makes an event claimable (an enqueue, a
+// release, a requeue, the next event of a key taking its turn), naming its
+// kind, and when a queue is resumed; a worker wakes for its own kinds and
+// for resumes. Notifications cannot announce retries and snoozes coming due
+// or leases that expired, and for those the worker does not wait for the
 // poll: after a claim that found nothing it reads when the earliest running
 // lease runs out or the earliest waiting row comes due
 // (lease.Store.NextWake, a few index entries), and claims again then, so a
 // crashed worker's claims are taken over within tens of milliseconds of
-// their expiry, and a retry runs when its delay ends. A claim that fails (the
-// database restarting or failing over) is tried again after 50ms, then
+// their expiry, and a retry runs when its delay ends. A claim that fails
+// (the database restarting or failing over) is tried again after 50ms, then
 // after waits doubling up to PollInterval, and at once when the listener
 // connects again: notifications sent while the worker could not listen are
-// lost, and the events behind them do not wait for the poll. Both shipped drivers
-// listen on a connection of their own, outside the worker's pool, so the
-// listener takes none of the pool's connections (driver/pgx also on a pool
-// shared with the application through stdlib.OpenDBFromPool).
+// lost, and the events behind them do not wait for the poll. Both shipped
+// drivers listen on a connection of their own, outside the worker's pool,
+// so the listener takes none of the pool's connections (driver/pgx also on
+// a pool shared with the application through stdlib.OpenDBFromPool).
 //
 // # Leases and renewal
 //
@@ -83,9 +88,9 @@
 //
 // ErrCancelled and ErrLeaseUnconfirmed also match leasework.ErrLeaseLost
 // (errors.Is): a handler that only asks whether its claim is gone need not
-// tell them apart. Nothing else cancels it: in particular not the end of the context given
-// to Run, which starts the graceful stop instead. Values of Run's context
-// are visible in handlers' contexts.
+// tell them apart. Nothing else cancels it: in particular not the end of
+// the context given to Run, which starts the graceful stop instead. Values
+// of Run's context are visible in handlers' contexts.
 //
 // # Outcomes
 //
@@ -97,6 +102,9 @@
 //     deleted with Config.DeleteAtCompletion), unless a [Transactional]
 //     handler already completed it in its own transaction;
 //   - an error made with leasework.Permanent: FAILED with the error's text;
+//   - an error made with leasework.RetryAfter(err, d): a failure like any
+//     other, counted by the budgets, but retried after d instead of the
+//     policy's delay;
 //   - leasework.Snooze(d): READY again after d, and not a failure: the
 //     row's budget grows by one, and the kind's [RetryPolicy], which counts
 //     failures (leasework.Claim.Failures), never counts a snooze;
@@ -150,36 +158,20 @@
 //
 // A handler that writes to the database holding the queue can commit its
 // business writes and its completion together: [Transactional] adapts a
-// [TxFunc] (a function given a *sql.Tx on the worker's pool) into a
-// handler that runs the function, runs the guarded completion in the same
-// transaction (lease.Store.WriteTx of lease.Complete, or of
-// lease.CompleteAndDelete when Config.DeleteAtCompletion is set) and commits. A stale owner's completion is
-// rejected and its writes are rolled back with it; the attempt ends as lost
-// and is counted in [Counters].StaleRejections, and the worker writes
-// nothing more for the claim; a committed one is counted in
-// [Counters].Completed. An error, a panic or the end of the handler's
-// context rolls the transaction back, and the attempt is retried (or
-// failed, or released) as any handler's. A COMMIT that fails with its
-// outcome unknown is settled by the guarded write that follows, which finds
-// the row completed by the claim (counted as completed) or records the
-// retry. [CompleteInTx] makes the completion earlier, inside the function.
-//
-// Renewals never wait for a handler's transaction: a row locked by one (the
-// completion holds the row until COMMIT) is skipped, neither renewed nor
-// lost, and the worker's other claims are renewed at once. The claim being
-// completed is not renewed from its completion to its COMMIT: commit well
-// within the lease (Transactional's own completion comes last, just before
-// COMMIT). This is the one transaction the worker keeps open around a
-// handler, at the handler's request: the worker's own statements (claims,
-// renewals, outcomes) run outside it and never wait for it. Keep it short
-// all the same: an open transaction keeps PostgreSQL from cleaning the row
-// versions other writes leave behind meanwhile. And bound it on the
-// server: a worker whose connection goes silent (a dead network) between
-// the completion and COMMIT leaves the transaction open there, and its row
-// locked, so that no other worker can take the event (nor, with a key, its
-// followers) until the server ends the session, which with PostgreSQL's
-// defaults can take hours. Set idle_in_transaction_session_timeout (to a
-// few leases, say) for the workers' role or database.
+// [TxFunc] into such a handler, and its doc gives every case (a stale
+// owner's writes rolled back with its rejected completion, a COMMIT whose
+// outcome is unknown, the renewals that skip the locked row, the
+// connections it may hold). Its transaction is the one the worker keeps
+// open around a handler, at the handler's request: the worker's own
+// statements (claims, renewals, outcomes) run outside it and never wait
+// for it. Keep it short all the same: an open transaction keeps PostgreSQL
+// from cleaning the row versions other writes leave behind meanwhile. A
+// worker whose connection goes silent (a dead network) between the
+// completion and COMMIT leaves the transaction open on the server, and its
+// row locked, so that no other worker can take the event (nor, with a key,
+// its followers) until the server ends the session: with PostgreSQL's
+// defaults that can take hours, and idle_in_transaction_session_timeout
+// bounds it.
 //
 // # Progress
 //
@@ -189,8 +181,9 @@
 //
 // # Periodic events
 //
-// [Worker.Schedule] adds a [Periodic] schedule before Run: a cron spec
-// ("0 3 * * *", read in UTC unless it starts with TZ=<zone>), a descriptor
+// [Worker.Schedule] adds a [Periodic] schedule before Run: a cron spec of
+// five fields, as the standard parser of github.com/robfig/cron/v3 reads
+// them ("0 3 * * *", in UTC unless it starts with TZ=<zone>), a descriptor
 // (@hourly, @daily, ...) or a fixed interval ("@every 30s", which fires at
 // the multiples of 30s since the Unix epoch). Each worker with schedules
 // runs a scheduler, and there is no leader: every worker computes the same
@@ -254,15 +247,15 @@
 // Logs go to Config.Logger, slog.Default() when nil. A claim that fails (an
 // unreachable database, a table never migrated) is logged with the store's
 // error, which names the fix, and counted in [Counters].ClaimErrors.
-// [Worker.Counters] returns the
-// in-process counters, [Worker.Stats] the table's figures; both are served
-// in the Prometheus text format by [Worker.MetricsHandler], with the
-// standard library only. The Prometheus text also has per kind and queue
-// series: claims, outcomes, and histograms of queue wait and run time. The
-// package registers nothing of its own on a global mux; to publish the
-// counters with expvar, one line does it:
-//
-//	expvar.Publish("leasework", expvar.Func(func() any { return w.Counters() }))
+// [Worker.Counters] returns the in-process counters, [Worker.Stats] the
+// table's figures; [Worker.MetricsHandler] serves both in the Prometheus
+// text format, with the standard library only, and series per kind and
+// queue: leasework_kind_claimed_total, leasework_kind_outcomes_total (label
+// outcome: completed, retried, snoozed or failed), and the histograms
+// leasework_queue_wait_seconds (from an attempt's due time to its claim, by
+// the database clock; reclaims are not counted) and leasework_run_seconds
+// (the handler's run). The package registers nothing on a global mux, nor
+// with expvar.
 //
 // For tracing and metrics of your own, [Worker.Observe] adds an
 // [Observer]: told of each claim (its context becomes the handler's, so a

@@ -7,7 +7,12 @@
 // [Store.Claim] selects due READY rows and INPROGRESS rows whose lease has
 // expired, with FOR UPDATE SKIP LOCKED, and in the same statement marks them
 // INPROGRESS, increments their generation and sets their lease from the
-// database clock. It commits before it returns.
+// database clock. It commits before it returns. A claim, a requeue, a
+// discard and a cancel that ends an event give the row a generation one
+// above its own and at least the floor of the server's timeline,
+// (timeline - 1) << 32: every generation given after a failover outranks
+// every one given before it, so a claim lost with an old primary is never
+// handed out again (on a server never promoted, generations count 1, 2, 3).
 //
 // Every other write of a claim is a [Write], made by one constructor per
 // op ([Complete], [CompleteAndDelete], [Retry], [Snooze], [Fail],
@@ -37,46 +42,77 @@
 // [Store.WriteTx] runs a guarded completion ([Complete], or
 // [CompleteAndDelete] for a table that keeps no history) inside the
 // caller's *sql.Tx, so that a handler writing to the same database commits
-// its business writes and its completion together or not at all. A stale
-// owner's completion is rejected with leasework.ErrLeaseLost and WriteTx
-// rolls the transaction back itself: the stale owner's business writes are
-// undone with it, and a Commit that follows by mistake returns
-// sql.ErrTxDone. An accepted completion holds the row's lock until the
-// transaction ends; nobody can claim the row meanwhile (claims skip locked
-// rows), and the completion takes effect at COMMIT. If the transaction rolls
-// back, the claim is INPROGRESS and owned, as before.
-//
-// Renewals never wait for such a transaction: a [Renew] skips a locked row
-// and is answered [VerdictBusy], neither renewed nor lost, and the rest of
-// its batch is renewed at once.
+// its business writes and its completion together or not at all; its doc
+// gives the rules (a stale owner's writes rolled back with its rejected
+// completion, the row locked until the transaction ends, the renewals that
+// skip it with [VerdictBusy]).
 //
 // # Attempt budget
 //
-// Every claim counts as an attempt, including claims whose worker crashed. A
-// row whose lease expires on its last allowed attempt becomes FAILED with a
-// reason such as "lease expired on attempt 5 of 5" the next time any worker
-// claims, instead of being claimed again. A retry on the last attempt also
-// ends in FAILED. A [Snooze] adds one attempt to the
-// budget, so it never spends it, and is counted in the row's snoozes,
-// handed to the next claim as leasework.Claim.Snoozes; a crash adds
-// nothing. [Store.Requeue] is the explicit repair path.
+// Every claim counts as an attempt, including claims whose worker crashed.
+// A row whose lease expires on its last allowed attempt becomes FAILED with
+// a reason such as "lease expired on attempt 5 of 5" the next time any
+// worker claims, instead of being claimed again. A retry on the last
+// attempt also ends in FAILED. A [Snooze] adds one attempt to the budget,
+// so it never spends it, and is counted in the row's snoozes, handed to the
+// next claim as leasework.Claim.Snoozes; a crash adds nothing.
+// [Store.Requeue] is the explicit repair path.
 //
 // # Order per key
 //
 // Events enqueued with the same non-empty [Event.Key] are handled one at a
-// time, in the order their enqueuing transactions committed: only each
-// key's head (its one READY, INPROGRESS or FAILED row) is claimable, and
-// the events behind it are [leasework.StatusWaiting], a state the claim
-// never reads. Two deferred constraint triggers (migration 4) keep this on
-// every write path, the store's and a producer's own SQL alike: at the
-// commit of an enqueue a keyed row takes its place in its key, and at the
-// commit of a write that finished a key's head the next waiting row
-// becomes READY. A FAILED head holds its key until [Store.Requeue] or
-// [Store.Discard]; [Store.HeldKeys] shows the held keys and why. The guide
-// docs/order-per-key.md in the repository says how the triggers order
-// racing commits, what survives what, and the limits (READ COMMITTED
-// transactions only; one call per transaction's keyed events; a batch over
-// several keys that gives way with SQLSTATE 55P03).
+// time, in the order their enqueuing transactions committed (within one
+// transaction, in insertion order): only each key's head (its one READY,
+// INPROGRESS or FAILED row) is claimable, and the events behind it are
+// [leasework.StatusWaiting], a state the claim never reads. Two deferred
+// constraint triggers (migration 4) keep this on every write path, the
+// store's and a producer's own SQL alike, each under the key's
+// transaction-scoped advisory lock, held from the start of a commit to its
+// end and never across a business transaction. At the commit of an enqueue
+// a keyed row takes its place in its key (key_seq), WAITING if the key has
+// a live or waiting row; at the commit of a write that finished a key's
+// head (completed, deleted, discarded, cancelled) the next waiting row
+// becomes READY and listening workers are woken. Each trigger reads in a
+// statement begun after it holds the lock, and PostgreSQL makes a commit
+// visible before it releases its locks, so of two racing commits on one key
+// the second sees the first.
+//
+// The key passes on in the commit that finished its head, so the order
+// survives what the generation survives: a killed owner's head is claimed
+// again, before its followers, once its lease expires; a paused owner's
+// late completion is rejected and promotes nothing; a lost connection, a
+// retry and a release at shutdown keep the followers waiting. A head never
+// ends while its attempt may still run: a cancelled running head holds its
+// key until the attempt stops or its lease ends ([Store.Cancel]), and a
+// DELETE of a keyed INPROGRESS row under a running lease, other than its
+// owner's [CompleteAndDelete], is refused (SQLSTATE 55006), saying to
+// cancel it. A keyed event is claimable only once its enqueue has
+// committed: a [Store.ClaimTx] in the enqueuing transaction does not take
+// it. A FAILED head holds its key until [Store.Requeue] (it is then claimed
+// again, before its followers) or [Store.Discard]; [Store.HeldKeys] shows
+// the held keys and why.
+//
+// Each limit is an error, never a silent loss of order:
+//
+//   - keyed events must be enqueued and finished in READ COMMITTED
+//     transactions, PostgreSQL's default: a REPEATABLE READ or SERIALIZABLE
+//     one could not see the commits it waits for, and its commit is
+//     refused with SQLSTATE 0A000;
+//   - [Store.Enqueue] inserts a call's events in key order, so enqueues take
+//     their keys' locks in one order and never deadlock with each other;
+//     keyed events enqueued by several calls of one transaction, in
+//     different key orders, can deadlock with a transaction doing the
+//     opposite, and PostgreSQL aborts one (SQLSTATE 40P01);
+//   - a transaction that finishes events of several keys waits for its
+//     first key's lock like anyone, but tries for each later key's for
+//     about 100ms only, then gives way with SQLSTATE 55P03 and rolls back
+//     whole, rather than deadlock with an enqueue: an enqueue is never the
+//     one to fail. Write such outcomes again one key per transaction (the
+//     framework does, claim by claim; a [Store.WriteMany] statement's
+//     writes then have [VerdictNoAnswer], with the 55P03 error). A
+//     transaction that both finishes keyed events and enqueues events of
+//     other keys can still deadlock with an enqueue of those keys
+//     (SQLSTATE 40P01, to retry).
 //
 // # Queues and priorities
 //
@@ -85,9 +121,8 @@
 // one queue (ClaimRequest.Queue): its expired leases first, then its due
 // READY rows, priority 0 before 1 and so on, in due order within a level.
 // Priority is strict: while a queue always has due events of a level, its
-// claims take none of a later one. To keep bulk work from starving, or
-// being starved, put it in a queue of its own: a worker gives each queue it
-// serves its own slots (framework.Config.Queues).
+// claims take none of a later one. A worker gives each queue it serves its
+// own handler slots (framework.Config.Queues).
 //
 // [Store.PauseQueue] stops every claim of a queue at once, expired leases
 // included; handlers already running finish. [Store.ResumeQueue] lets
