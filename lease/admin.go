@@ -119,7 +119,7 @@ type ListRequest struct {
 
 // List returns rows in id order.
 func (s *Store) List(ctx context.Context, req ListRequest) ([]Row, error) {
-	return s.list(ctx, sqlTx{tx: s.db, drv: s.drv}, req)
+	return s.list(ctx, sqlTx{q: s.db, drv: s.drv}, req)
 }
 
 // ListTx is [Store.List] inside tx: it sees what tx wrote and has not

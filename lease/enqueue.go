@@ -149,13 +149,13 @@ func (s *Store) WrapTx(tx *sql.Tx) leasework.Tx {
 	if tx == nil {
 		return nil
 	}
-	return sqlTx{tx: tx, drv: s.drv}
+	return sqlTx{q: tx, drv: s.drv}
 }
 
-// sqlTx adapts a *sql.Tx (or the store's pool) to leasework.Tx, binding
-// slices with the store's driver.
+// sqlTx adapts a *sql.Tx, or the store's pool (List), to leasework.Tx,
+// binding slices with the store's driver.
 type sqlTx struct {
-	tx  querier
+	q   querier
 	drv leasework.Driver
 }
 
@@ -169,7 +169,7 @@ func (t sqlTx) Query(ctx context.Context, query string, args ...any) (leasework.
 			bound[i] = a
 		}
 	}
-	rows, err := t.tx.QueryContext(ctx, query, bound...)
+	rows, err := t.q.QueryContext(ctx, query, bound...)
 	if err != nil {
 		return nil, err
 	}
