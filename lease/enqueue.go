@@ -45,11 +45,9 @@ type Event struct {
 	// [DefaultQueue]. Valid UTF-8 without NUL bytes, at most
 	// [MaxQueueBytes].
 	Queue string
-	// Priority orders the due events of a queue: 0, the default, are
-	// claimed first, then 1, and so on to [MaxPriority]. Within a level,
-	// due order. Priority is strict: while a queue always has due events of
-	// a level, it claims none of a later level (see "Queues and priorities"
-	// in the package doc).
+	// Priority is the event's level in its queue, from 0 (the default,
+	// claimed first) to [MaxPriority]; how levels are claimed is "Queues
+	// and priorities" in the package doc.
 	Priority int
 	// Metadata is string pairs that travel with the event to its claims
 	// ([leasework.Claim.Metadata]) without being part of its payload: the

@@ -46,14 +46,13 @@ LIMIT $2`
 var ErrNotFailed = errors.New("lease: not a FAILED row at that generation")
 
 // Discard gives up on a FAILED row: it becomes DISCARDED, a terminal state
-// kept for the record (retention deletes DONE rows only), and, if it has a
-// key, the first event waiting behind it becomes READY. ref names the row
-// and the generation the operator saw FAILED (see [Store.Get], [Store.List]
-// and [Store.HeldKeys]); a row requeued and failed again since has a newer
+// kept for the record until retention deletes it as it deletes DONE rows
+// ([Store.DeleteFinished]), and, if it has a key, the first event waiting
+// behind it becomes READY. ref names the row and the generation the
+// operator saw FAILED (see [Store.Get], [Store.List] and
+// [Store.HeldKeys]); a row requeued and failed again since has a newer
 // generation and is not discarded. It returns the row's new generation,
-// above ref's: one more on a server never promoted, and at least the
-// timeline's floor, (timeline - 1) << 32, on a promoted one, as every
-// claim's.
+// given as a claim's is (see Ownership in the package doc).
 //
 // A row that does not exist is [ErrNotFound]; a row not FAILED at
 // ref.Generation is [ErrNotFailed], and nothing is written.
