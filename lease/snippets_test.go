@@ -1,0 +1,95 @@
+//lint:file-ignore SA4006 some snippets leave errors unchecked, as their guides show them
+
+package lease_test
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/leasework/leasework"
+	lwpgx "github.com/leasework/leasework/driver/pgx"
+	"github.com/leasework/leasework/lease"
+)
+
+// This file holds the code of guide snippets (docs/*.md) that no example
+// shows, compiled and never called; docs_test.go in the module's root
+// checks each snippet against its function. The names a snippet takes as
+// given are the function's parameters.
+var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx}
+
+// storeRoundTrip is the store without a worker (docs/store.md): migrate,
+// enqueue with the business write, claim, and record the outcomes.
+func storeRoundTrip(ctx context.Context, db *sql.DB, body []byte) ([]lease.Result, error) {
+	store, err := lease.New(db, lwpgx.New(), lease.Options{}) // schema "leasework", table "events"
+	_, err = store.Migrate(ctx)                               // idempotent; safe from many processes
+
+	tx, _ := db.BeginTx(ctx, nil)
+	// ... your business write in tx ...
+	_, err = store.Enqueue(ctx, tx, lease.Event{Kind: "order.placed", Key: "order-42", Payload: body})
+	err = tx.Commit() // the event exists exactly when the business write does
+
+	claims, err := store.Claim(ctx, lease.ClaimRequest{Limit: 100, Lease: 30 * time.Second})
+	// ... handle each claim, then record the outcomes in one statement ...
+	writes := make([]lease.Write, len(claims))
+	for i, c := range claims {
+		writes[i] = lease.Complete(c.Ref()) // or lease.Retry, lease.Fail, ...
+	}
+	results, err := store.WriteMany(ctx, writes...) // results[i].Verdict; results[i].Err: nil, or ErrLeaseLost
+	return results, err
+}
+
+// enqueueWithMetadata enqueues an event with metadata (docs/store.md,
+// "Enqueue").
+func enqueueWithMetadata(ctx context.Context, store *lease.Store, tx *sql.Tx, body []byte, requestID string) (err error) {
+	_, err = store.Enqueue(ctx, tx, lease.Event{
+		Kind: "invoice.send", Payload: body,
+		Metadata: map[string]string{"tenant": "acme", "request_id": requestID},
+	})
+	return err
+}
+
+// enqueueInKeyOrder enqueues two events of one key (docs/order-per-key.md).
+func enqueueInKeyOrder(ctx context.Context, store *lease.Store, tx *sql.Tx) {
+	// In one transaction or in several, committed one after another:
+	store.Enqueue(ctx, tx, lease.Event{Kind: "order.placed", Key: "order-42"},
+		lease.Event{Kind: "order.paid", Key: "order-42"})
+	// order.paid is WAITING until order.placed is DONE.
+}
+
+// withdraw cancels an event, even one a worker runs (docs/workers.md,
+// "Cancel from outside, fenced").
+func withdraw(ctx context.Context, store *lease.Store, id int64) error {
+	res, err := store.Cancel(ctx, id, "order withdrawn") // or: leasework cancel -id 42 -reason "order withdrawn"
+	if err != nil {
+		return err // lease.ErrNotFound, lease.ErrFinished
+	}
+	if res.Stopping {
+		// a worker runs it: the event ends DISCARDED once that attempt has stopped
+	}
+	return nil
+}
+
+// enqueueOnce enqueues an event unless its id was enqueued before
+// (docs/workers.md, "Retention and deduplication").
+func enqueueOnce(ctx context.Context, store *lease.Store, tx *sql.Tx, body []byte) error {
+	res, err := store.EnqueueWith(ctx, tx, lease.EnqueueOptions{SkipDuplicates: true},
+		lease.Event{EventID: "order-42-charge", Kind: "card.charge", Payload: body})
+	if err != nil {
+		return err
+	}
+	if res[0].Duplicate {
+		// enqueued before, and perhaps handled already: nothing to do
+	}
+	return nil
+}
+
+// completeInOwnTx completes a claim in the transaction of its business
+// writes, without the framework (docs/transactional.md).
+func completeInOwnTx(ctx context.Context, store *lease.Store, tx *sql.Tx, claim leasework.Claim) error {
+	// ... the business writes in tx ...
+	if err := store.WriteTx(ctx, tx, lease.Complete(claim.Ref())); err != nil {
+		return err // tx is already rolled back; errors.Is(err, leasework.ErrLeaseLost): not yours
+	}
+	return tx.Commit()
+}
