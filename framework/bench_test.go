@@ -71,21 +71,26 @@ func BenchmarkPickupLatency(b *testing.B) {
 // dedupe window. "delete-at-completion" (Config.DeleteAtCompletion)
 // deletes rows in the completion's statement. "keep-keys=1000" spreads the
 // events over 1,000 keys, each key's events handled in order: every
-// completion promotes the key's next event. "slots=100" is the zero
+// completion promotes the key's next event. "keep-keys=10" spreads them
+// over 10 hot keys: at most 10 events can run at once, each waiting for
+// the one before it to be written DONE. "slots=100" is the zero
 // configuration with 100 slots. jobs/claim is the mean claim batch;
 // client-cpu-µs/job the benchmark process's CPU time per event, the
 // runtime's and the driver's overhead.
 func BenchmarkThroughput(b *testing.B) {
 	for _, d := range pgtest.Drivers {
-		for _, mode := range []string{"zero-config", "delete-at-completion", "keep-keys=1000", "slots=100"} {
+		for _, mode := range []string{"zero-config", "delete-at-completion", "keep-keys=1000", "keep-keys=10", "slots=100"} {
 			b.Run(d.Name+"/"+mode, func(b *testing.B) {
 				s := pgtest.Store(b, d.New(), lease.Options{})
 				for i := 0; i < b.N; i += 1000 {
 					events := make([]lease.Event, min(1000, b.N-i))
 					for j := range events {
 						events[j] = lease.Event{Kind: "k"}
-						if mode == "keep-keys=1000" {
+						switch mode {
+						case "keep-keys=1000":
 							events[j].Key = fmt.Sprintf("key-%d", j)
+						case "keep-keys=10":
+							events[j].Key = fmt.Sprintf("key-%d", j%10)
 						}
 					}
 					pgtest.Enqueue(b, s, events...)

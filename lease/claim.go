@@ -140,7 +140,7 @@ func (s *Store) settleUndecodable(ctx context.Context, q querier, bad []Write) e
 	for i := range bad {
 		all[i] = i
 	}
-	if _, _, err := s.run(ctx, q, bad, all); err != nil {
+	if _, _, err := s.run(ctx, q, true, bad, all); err != nil {
 		return s.wrapErr("claim: fail the rows it cannot decode", err)
 	}
 	return nil

@@ -131,6 +131,7 @@ var derivedObjects = map[string]derivedObject{
 	"notify":               {kind: ownFunction, use: "trigger function that wakes workers"},
 	"lock_key":             {kind: ownFunction, use: "function that takes a key's lock", args: "text, text, boolean"},
 	"settle_key":           {kind: ownFunction, use: "function that makes a key's next event READY", args: "text"},
+	"settle_keys":          {kind: ownFunction, use: "function that makes the next events of many keys READY", args: "text[]"},
 	"order_key":            {kind: ownFunction, use: "trigger function that puts a key's events in line"},
 	"release_key":          {kind: ownFunction, use: "trigger function that releases a key"},
 	"forget_event_ids":     {kind: ownFunction, use: "trigger function that frees the event ids of deleted rows"},
@@ -275,17 +276,15 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 		coll.Collisions = append(coll.Collisions, NameCollision{Name: s.table, Use: "events table",
 			Found: kindText(r) + " that no migration of " + QuoteIdent(s.table+"_migrations") + " records"})
 	}
-	// partial[v](body) reports whether step v runs outside a transaction
-	// and creates a function of that body: a run of it that failed
-	// part-way leaves what it made.
-	partial := map[int]func(string) bool{}
+	// made[v](body) reports whether step v creates a function of exactly
+	// that body, rendered for this table: a run of it that failed
+	// part-way (outside a transaction), or one whose record was lost,
+	// left what it made.
+	made := map[int]func(string) bool{}
 	for _, m := range ms {
-		rendered := ""
-		if m.NoTransaction {
-			rendered = s.render(m.sql)
-		}
-		partial[m.Version] = func(body string) bool {
-			return rendered != "" && strings.TrimSpace(body) != "" && strings.Contains(rendered, "$$"+body+"$$")
+		rendered := s.render(m.sql)
+		made[m.Version] = func(body string) bool {
+			return strings.TrimSpace(body) != "" && strings.Contains(rendered, "$$"+body+"$$")
 		}
 	}
 	seen := map[string]bool{}
@@ -315,12 +314,13 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 					case f.args != o.args: // another signature: no clash
 					case len(f.triggers) > 0:
 						found = "a function that a trigger on table " + strings.Join(f.triggers, ", ") + " runs"
-					case !applied[refs[suffix]] && !f.ofTable && !partial[refs[suffix]](f.body):
+					case !applied[refs[suffix]] && !f.ofTable && !made[refs[suffix]](f.body):
 						// Not made by an applied step, not one a rerun
 						// of the step (its triggers there) finds, and not
-						// the one a step run outside a transaction made,
-						// body for body, before it failed part-way, ahead
-						// of the trigger that runs it.
+						// the step's own, body for body: left by a run
+						// outside a transaction that failed part-way,
+						// ahead of the trigger that runs it, or by one
+						// whose record was lost.
 						found = fmt.Sprintf("a function this table's migrations did not create (migration %d, which creates it, is not applied)", refs[suffix])
 					}
 				}

@@ -75,7 +75,12 @@
 // becomes READY and listening workers are woken. Each trigger reads in a
 // statement begun after it holds the lock, and PostgreSQL makes a commit
 // visible before it releases its locks, so of two racing commits on one key
-// the second sees the first.
+// the second sees the first. The store's own completions ([Complete] and
+// [CompleteAndDelete] through [Store.Write] and [Store.WriteMany], each one
+// statement that commits alone) pass their keys on themselves, all of a
+// batch's at once, at the end of the statement, under the same locks (held
+// from there to the commit) and by the same rule (migration 13); the
+// triggers then skip those rows.
 //
 // The key passes on in the commit that finished its head, so the order
 // survives what the generation survives: a killed owner's head is claimed

@@ -14,10 +14,13 @@ func GuardedWrites(s *Store) map[string]Statement {
 	return map[string]Statement{
 		"complete":       {s.q.complete, "bigint[], jsonb"},
 		"completeDelete": {s.q.completeDelete, "bigint[], jsonb"},
-		"retry":          {s.q.retry, "bigint[], jsonb"},
-		"fail":           {s.q.fail, "bigint[], jsonb"},
-		"renew":          {s.q.renew, "bigint[], jsonb, bigint"},
-		"release":        {s.q.release, "bigint[], jsonb, text"},
+		// in a caller's transaction: the keys are left to the triggers
+		"completeTx":       {s.q.completeTx, "bigint[], jsonb"},
+		"completeDeleteTx": {s.q.completeDeleteTx, "bigint[], jsonb"},
+		"retry":            {s.q.retry, "bigint[], jsonb"},
+		"fail":             {s.q.fail, "bigint[], jsonb"},
+		"renew":            {s.q.renew, "bigint[], jsonb, bigint"},
+		"release":          {s.q.release, "bigint[], jsonb, text"},
 	}
 }
 

@@ -118,7 +118,7 @@ func groups(writes []Write) [][]int {
 // the rejected ones. A failed statement gives its writes VerdictNoAnswer.
 func (s *Store) writeGroup(ctx context.Context, writes []Write, group []int, out []Result) (rejected []int) {
 	op := writes[group[0]].op
-	accepted, busy, err := s.run(ctx, s.db, writes, group)
+	accepted, busy, err := s.run(ctx, s.db, false, writes, group)
 	for _, i := range group {
 		r, ref := &out[i], writes[i].ref
 		switch a, ok := accepted[ref]; {
@@ -144,9 +144,10 @@ type answer struct {
 
 // run runs one statement for the writes group names, with q, and reads
 // the rows it returned: (id, generation, status), or for a renewal (id,
-// generation, lease_until, skipped).
-func (s *Store) run(ctx context.Context, q querier, writes []Write, group []int) (accepted map[leasework.Ref]answer, busy map[leasework.Ref]bool, err error) {
-	query, args := s.statement(writes, group)
+// generation, lease_until, skipped). callerTx says q is a transaction the
+// statement does not commit alone (see ops' queryTx).
+func (s *Store) run(ctx context.Context, q querier, callerTx bool, writes []Write, group []int) (accepted map[leasework.Ref]answer, busy map[leasework.Ref]bool, err error) {
+	query, args := s.statement(writes, group, callerTx)
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, err
@@ -187,8 +188,8 @@ func (s *Store) run(ctx context.Context, q querier, writes []Write, group []int)
 
 // statement returns the query and parameters of one group's statement.
 // A batched statement's parameters are $1 and $2 (see batchArgs, with the
-// writes' own values) followed by the statement's own.
-func (s *Store) statement(writes []Write, group []int) (string, []any) {
+// writes' own values) followed by the statement's own. callerTx is run's.
+func (s *Store) statement(writes []Write, group []int, callerTx bool) (string, []any) {
 	first := writes[group[0]]
 	if first.op == OpProgress { // one row
 		return s.q.progress, []any{first.ref.ID, first.ref.Generation, first.progress}
@@ -207,6 +208,9 @@ func (s *Store) statement(writes []Write, group []int) (string, []any) {
 		args = append(args, s.channel)
 	case OpRenew:
 		args = append(args, first.lease.Microseconds())
+	}
+	if callerTx && ops[first.op].queryTx != nil {
+		return ops[first.op].queryTx(&s.q), args
 	}
 	return ops[first.op].query(&s.q), args
 }
@@ -306,7 +310,7 @@ func (s *Store) WriteTx(ctx context.Context, tx *sql.Tx, w Write) error {
 		// Refused before anything is sent: tx is left as it was.
 		return fmt.Errorf("lease: write in transaction: the op is %s; only a completion (lease.Complete, lease.CompleteAndDelete) is written in the caller's transaction", w.op)
 	}
-	accepted, _, err := s.run(ctx, tx, []Write{w}, []int{0})
+	accepted, _, err := s.run(ctx, tx, true, []Write{w}, []int{0})
 	if err == nil && len(accepted) == 1 {
 		return nil
 	}

@@ -246,7 +246,9 @@ FROM {{schema}}.{{name "event_ids"}} AS x
 WHERE x.event_id = ANY ($1::text[])`
 
 const completeSQL = `
-WITH ` + lockedCTE + `
+WITH ` + lockedCTE + completeStep
+
+const completeStep = `
 UPDATE {{table}} AS o
 SET status = 'DONE', lease_until = NULL, last_error = NULL,
     finished_at = statement_timestamp(), updated_at = statement_timestamp()
@@ -260,11 +262,31 @@ RETURNING o.id, o.generation, o.status`
 // "id:generation" in leasework.deleting: the owner's own deletion is its
 // stop, not an operator's.
 const completeDeleteSQL = `
-WITH ` + lockedCTE + `
+WITH ` + lockedCTE + completeDeleteStep
+
+const completeDeleteStep = `
 DELETE FROM {{table}} AS o
 WHERE ` + batchGuard + `
   AND set_config('leasework.deleting', o.id::text || ':' || o.generation::text, true) <> ''
-RETURNING o.id, o.generation, 'DONE'::text`
+RETURNING o.id, o.generation, 'DONE'::text AS status`
+
+// passingKeysOn is a completion statement that passes on the keys of the
+// rows it finished itself (migration 13): done, the completion's step as
+// a CTE, returns each row's key too, and settle_keys, called once with
+// all of them after every row is written (the aggregate reads done to its
+// end first), makes each key's next event READY and tells the release
+// triggers, which would settle each keyed row with statements of their
+// own at COMMIT, that nothing is left to them. passed is materialized:
+// the function runs once, however the join rescans it. The store's own
+// completions, which commit alone, are written so; a completion in a
+// caller's transaction ([Store.WriteTx]) is left to the triggers, which
+// see everything that transaction finished.
+func passingKeysOn(step string) string {
+	return `
+WITH ` + lockedCTE + `, done AS (` + step + `, o.key),
+passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key)) FROM done AS k)
+SELECT d.id, d.generation, d.status FROM done AS d, passed`
+}
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error. Each
@@ -489,43 +511,46 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     ) - statement_timestamp())::float8`
 
 type queries struct {
-	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, retry, fail, renew, release, progress,
+	claim, enqueue, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
+	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
 }
 
 func (s *Store) renderQueries() queries {
 	q := queries{
-		claim:          s.render(claimSQL),
-		enqueue:        s.render(enqueueSQL),
-		claimEventIDs:  s.render(claimEventIDsSQL),
-		insertClaimed:  s.render(insertClaimedSQL),
-		existing:       s.render(existingSQL),
-		complete:       s.render(completeSQL),
-		completeDelete: s.render(completeDeleteSQL),
-		retry:          s.render(retrySQL),
-		fail:           s.render(failSQL),
-		renew:          s.render(renewSQL),
-		release:        s.render(releaseSQL),
-		progress:       s.render(progressSQL),
-		requeue:        s.render(requeueSQL),
-		requeueByID:    s.render(requeueByIDSQL),
-		stats:          s.render(statsSQL),
-		rejected:       s.render(rejectedSQL),
-		get:            s.render(getSQL),
-		getByEvent:     s.render(getByEventSQL),
-		list:           s.render(listSQL),
-		deleteFinished: s.render(deleteFinishedSQL),
-		nextWake:       s.render(nextWakeSQL),
-		discard:        s.render(discardSQL),
-		heldKeys:       s.render(heldKeysSQL),
-		keyHead:        s.render(keyHeadSQL),
-		pause:          s.render(pauseSQL),
-		resume:         s.render(resumeSQL),
-		queues:         s.render(queuesSQL),
-		cancel:         s.render(cancelSQL),
-		stop:           s.render(stopSQL),
-		requeueRefs:    s.render(requeueRefsSQL),
+		claim:            s.render(claimSQL),
+		enqueue:          s.render(enqueueSQL),
+		claimEventIDs:    s.render(claimEventIDsSQL),
+		insertClaimed:    s.render(insertClaimedSQL),
+		existing:         s.render(existingSQL),
+		complete:         s.render(passingKeysOn(completeStep)),
+		completeDelete:   s.render(passingKeysOn(completeDeleteStep)),
+		completeTx:       s.render(completeSQL),
+		completeDeleteTx: s.render(completeDeleteSQL),
+		retry:            s.render(retrySQL),
+		fail:             s.render(failSQL),
+		renew:            s.render(renewSQL),
+		release:          s.render(releaseSQL),
+		progress:         s.render(progressSQL),
+		requeue:          s.render(requeueSQL),
+		requeueByID:      s.render(requeueByIDSQL),
+		stats:            s.render(statsSQL),
+		rejected:         s.render(rejectedSQL),
+		get:              s.render(getSQL),
+		getByEvent:       s.render(getByEventSQL),
+		list:             s.render(listSQL),
+		deleteFinished:   s.render(deleteFinishedSQL),
+		nextWake:         s.render(nextWakeSQL),
+		discard:          s.render(discardSQL),
+		heldKeys:         s.render(heldKeysSQL),
+		keyHead:          s.render(keyHeadSQL),
+		pause:            s.render(pauseSQL),
+		resume:           s.render(resumeSQL),
+		queues:           s.render(queuesSQL),
+		cancel:           s.render(cancelSQL),
+		stop:             s.render(stopSQL),
+		requeueRefs:      s.render(requeueRefsSQL),
 	}
 	breakQueries(&q) // a no-op but in the chaos soak's deliberately broken builds (breaks_off.go)
 	return q

@@ -125,7 +125,7 @@ func (s *Store) wrapErrState(sqlState func(error) string, op string, err error) 
 	return fmt.Errorf("lease: %s: %w", op, err)
 }
 
-var placeholder = regexp.MustCompile(`\{\{(table|tableText|schema|channel|name "([a-z_]+)")\}\}`)
+var placeholder = regexp.MustCompile(`\{\{(table|tableText|keyLockTable|schema|channel|name "([a-z_]+)")\}\}`)
 
 // render replaces the placeholders of an SQL template with quoted names.
 func (s *Store) render(tmpl string) string {
@@ -136,6 +136,8 @@ func (s *Store) render(tmpl string) string {
 			return s.QualifiedTable()
 		case sub[1] == "tableText": // the qualified name as a string literal
 			return quoteLiteral(s.QualifiedTable())
+		case sub[1] == "keyLockTable": // the table as the key locks name it: schema.table, unquoted, as a literal
+			return quoteLiteral(s.schema + "." + s.table)
 		case sub[1] == "schema":
 			return QuoteIdent(s.schema)
 		case sub[1] == "channel":

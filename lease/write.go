@@ -41,10 +41,16 @@ var ops = [numOps]struct {
 	values   func(w Write) []any
 	ends     bool
 	recorded func(st rowState, text string) bool
+	// queryTx is a completion's statement in a caller's transaction
+	// ([Store.WriteTx]): query's passes the keys of the rows it finished
+	// on itself, for a statement that commits alone (passingKeysOn).
+	queryTx func(q *queries) string
 }{
 	OpComplete: {name: "complete", query: func(q *queries) string { return q.complete }, ends: true,
+		queryTx:  func(q *queries) string { return q.completeTx },
 		recorded: func(st rowState, _ string) bool { return st.status == leasework.StatusDone }},
 	OpCompleteAndDelete: {name: "complete and delete", query: func(q *queries) string { return q.completeDelete }, ends: true,
+		queryTx:  func(q *queries) string { return q.completeDeleteTx },
 		recorded: func(st rowState, _ string) bool { return st.status == leasework.StatusDone }},
 	OpRetry: {name: "retry", query: func(q *queries) string { return q.retry }, values: retryValues, ends: true,
 		recorded: func(st rowState, text string) bool {
