@@ -1,14 +1,23 @@
 // Command bench measures leasework beside River on one PostgreSQL server, in
-// one run, and prints a table per measurement: throughput, pickup latency,
-// claim cost against finished history, recovery after a crash, peak memory,
-// server cost per job, and whether a paused owner's stale completion is
-// accepted.
+// one run, and prints a table per measurement: throughput, the enqueue
+// side, pickup latency, claim cost against finished history, recovery after
+// a crash, peak memory, server cost per job, and whether a paused owner's
+// stale completion is accepted.
+//
+// The enqueue section measures the producer: events per second into the
+// table when the caller's own transactions carry them (one business row
+// and 1, 100 or 5,000 events each, keyless and keyed, with and without
+// SkipDuplicates) from -producers concurrent producers, through each
+// leasework driver beside River's InsertTx, InsertManyTx and
+// InsertManyFastTx; and, for one event a transaction, the caller's
+// transaction latency with the enqueue and without it.
 //
 // It is a module of its own, so that River is never a dependency of
 // leasework. From the repository's root:
 //
 //	go run ./bench                 # every section, on a throwaway durable PostgreSQL
 //	go run ./bench -dsn postgres://… -sections throughput,pickup
+//	go run ./bench -sections enqueue -producers 8
 //
 // With no -dsn and no $LEASEWORK_DSN it starts a throwaway cluster from the
 // local server binaries with fsync on (a benchmark on fsync off would
@@ -35,13 +44,14 @@ import (
 
 // env is what every section gets.
 type env struct {
-	dsn    string           // the server to measure on, as a URL
-	server *pgserver.Server // the throwaway cluster; nil when -dsn or $LEASEWORK_DSN named a server
-	jobs   int              // events per throughput run
-	rounds int              // rounds of each interleaved measurement
-	quick  bool             // a smoke run: every figure is rough
-	log    io.Writer        // progress lines, on stderr
-	logf   func(string, ...any)
+	dsn       string           // the server to measure on, as a URL
+	server    *pgserver.Server // the throwaway cluster; nil when -dsn or $LEASEWORK_DSN named a server
+	jobs      int              // events per throughput run
+	rounds    int              // rounds of each interleaved measurement
+	producers int              // concurrent producers of the enqueue section's events/s runs
+	quick     bool             // a smoke run: every figure is rough
+	log       io.Writer        // progress lines, on stderr
+	logf      func(string, ...any)
 }
 
 // table is one section's result, printed as a Markdown table.
@@ -68,7 +78,7 @@ func addSection(name string, run func(ctx context.Context, e *env) ([]table, err
 
 // order is the order of the sections in the output, whatever the order of
 // their files' init functions.
-var order = []string{"throughput", "pickup", "server", "claimcost", "recovery", "rss", "paused"}
+var order = []string{"throughput", "enqueue", "pickup", "server", "claimcost", "recovery", "rss", "paused"}
 
 // children are roles this program plays when it re-executes itself (a worker
 // to kill, a process whose memory is measured): name → function, added by the
@@ -103,11 +113,12 @@ func run() error {
 		names  = flag.String("sections", "all", "comma-separated sections to run: all, or some of "+strings.Join(order, ","))
 		jobs   = flag.Int("jobs", 50000, "events per throughput run")
 		rounds = flag.Int("rounds", 2, "rounds of each interleaved measurement")
+		prods  = flag.Int("producers", 4, "concurrent producers of the enqueue section's events/s runs")
 		quick  = flag.Bool("quick", false, "a short smoke run: fewer events and rows; figures are rough")
 	)
 	flag.Parse()
-	if *jobs < 1000 || *rounds < 1 {
-		return fmt.Errorf("-jobs must be at least 1000 and -rounds at least 1")
+	if *jobs < 1000 || *rounds < 1 || *prods < 1 {
+		return fmt.Errorf("-jobs must be at least 1000, -rounds and -producers at least 1")
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(*names, ",") {
@@ -120,7 +131,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	e := &env{jobs: *jobs, rounds: *rounds, quick: *quick, log: os.Stderr}
+	e := &env{jobs: *jobs, rounds: *rounds, producers: *prods, quick: *quick, log: os.Stderr}
 	e.logf = func(format string, args ...any) {
 		fmt.Fprintf(e.log, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}

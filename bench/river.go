@@ -3,8 +3,9 @@ package main
 // River, set up the way every section measures it: each client in a schema
 // of its own, migrated by rivermigrate, on a pool of its own, through either
 // of River's drivers. A section builds one with newRiverClient, inserts
-// with insertN or insertOne, starts it, and stops it with stop, which also
-// closes its pools.
+// with insertN or insertOne (or, through pgx, with the client's own
+// InsertTx and its kin in a transaction of its pool), starts it, and stops
+// it with stop, which also closes its pools.
 
 import (
 	"context"
@@ -14,6 +15,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/leasework/leasework/lease"
@@ -66,6 +68,9 @@ type riverOptions struct {
 	// job timeout, a rescue delay), for sections that need more than
 	// Settings.
 	Configure func(*river.Config)
+	// MaxConns is the size of the client's pool; zero means pgxpool's
+	// default for either driver.
+	MaxConns int32
 }
 
 // riverClient is one River client on pools of its own, in one schema.
@@ -73,6 +78,12 @@ type riverClient struct {
 	driverName string  // "pgx" (riverpgxv5) or "postgres" (riverdatabasesql on lib/pq)
 	schema     string  // holds River's tables
 	db         *sql.DB // a database/sql view of the client's database, for the caller's queries
+
+	// pgx and pool are the client and its pool when driverName is "pgx",
+	// for inserts in the caller's own pgx transaction (InsertTx and its
+	// kin); nil otherwise.
+	pgx  *river.Client[pgx.Tx]
+	pool *pgxpool.Pool
 
 	start  func(context.Context) error
 	halt   func(context.Context) error // stops the client
@@ -110,7 +121,8 @@ func migrateRiver(ctx context.Context, dsn, schema string) error {
 // pgxpool with pgx's default size (as riverbench opens it); "postgres" is
 // riverdatabasesql on a lib/pq pool of the same size, without a listener
 // (riverdatabasesql.New: it polls). Both pools also set search_path to
-// schema, as riverdatabasesql asks.
+// schema, as riverdatabasesql asks. opts.MaxConns, when set, sizes either
+// pool instead.
 func newRiverClient(ctx context.Context, driverName, dsn, schema string, opts riverOptions) (*riverClient, error) {
 	dsn, err := withSearchPath(dsn, schema)
 	if err != nil {
@@ -136,17 +148,25 @@ func newRiverClient(ctx context.Context, driverName, dsn, schema string, opts ri
 	c := &riverClient{driverName: driverName, schema: schema}
 	switch driverName {
 	case "pgx":
-		pool, err := pgxpool.New(ctx, dsn)
+		poolCfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("river pgx pool: %w", err)
+		}
+		if opts.MaxConns > 0 {
+			poolCfg.MaxConns = opts.MaxConns
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 		if err != nil {
 			return nil, fmt.Errorf("river pgx pool: %w", err)
 		}
 		c.db = stdlib.OpenDBFromPool(pool)
 		c.close = func() { c.db.Close(); pool.Close() }
-		err = bindRiver(c, riverpgxv5.New(pool), cfg)
+		c.pgx, err = bindRiver(c, riverpgxv5.New(pool), cfg)
 		if err != nil {
 			c.close()
 			return nil, err
 		}
+		c.pool = pool
 	case "postgres":
 		db, err := openDB(ctx, "postgres", dsn)
 		if err != nil {
@@ -156,11 +176,14 @@ func newRiverClient(ctx context.Context, driverName, dsn, schema string, opts ri
 		// connections; database/sql's default keeps only two idle and
 		// would reconnect all the time.
 		size := int(pgxDefaultMaxConns())
+		if opts.MaxConns > 0 {
+			size = int(opts.MaxConns)
+		}
 		db.SetMaxOpenConns(size)
 		db.SetMaxIdleConns(size)
 		c.db = db
 		c.close = func() { db.Close() }
-		if err := bindRiver(c, riverdatabasesql.New(db), cfg); err != nil {
+		if _, err := bindRiver(c, riverdatabasesql.New(db), cfg); err != nil {
 			c.close()
 			return nil, err
 		}
@@ -171,11 +194,12 @@ func newRiverClient(ctx context.Context, driverName, dsn, schema string, opts ri
 }
 
 // bindRiver makes the client for drv and gives c its methods, so that
-// callers need not carry River's transaction type.
-func bindRiver[TTx any](c *riverClient, drv riverdriver.Driver[TTx], cfg *river.Config) error {
+// callers need not carry River's transaction type. It returns the client,
+// for the inserts in a transaction of the driver's own type.
+func bindRiver[TTx any](c *riverClient, drv riverdriver.Driver[TTx], cfg *river.Config) (*river.Client[TTx], error) {
 	client, err := river.NewClient(drv, cfg)
 	if err != nil {
-		return fmt.Errorf("river client: %w", err)
+		return nil, fmt.Errorf("river client: %w", err)
 	}
 	c.start = client.Start
 	c.halt = client.Stop
@@ -183,7 +207,7 @@ func bindRiver[TTx any](c *riverClient, drv riverdriver.Driver[TTx], cfg *river.
 		_, err := client.InsertMany(ctx, params)
 		return err
 	}
-	return nil
+	return client, nil
 }
 
 // pgxDefaultMaxConns is the size pgxpool gives a pool whose DSN names none.
