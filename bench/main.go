@@ -50,8 +50,12 @@ type env struct {
 	rounds    int              // rounds of each interleaved measurement
 	producers int              // concurrent producers of the enqueue section's events/s runs
 	quick     bool             // a smoke run: every figure is rough
-	log       io.Writer        // progress lines, on stderr
-	logf      func(string, ...any)
+
+	pressureRate    int           // the pressure section's producer rate, events/s; zero: its default
+	pressureRateSet bool          // -pressure-rate was given (-quick caps the default only)
+	pressurePhase   time.Duration // each pressure phase's length; zero: its default
+	log             io.Writer     // progress lines, on stderr
+	logf            func(string, ...any)
 }
 
 // table is one section's result, printed as a Markdown table.
@@ -78,7 +82,7 @@ func addSection(name string, run func(ctx context.Context, e *env) ([]table, err
 
 // order is the order of the sections in the output, whatever the order of
 // their files' init functions.
-var order = []string{"throughput", "enqueue", "pickup", "server", "claimcost", "recovery", "rss", "paused"}
+var order = []string{"throughput", "enqueue", "pickup", "server", "claimcost", "recovery", "rss", "paused", "pressure"}
 
 // children are roles this program plays when it re-executes itself (a worker
 // to kill, a process whose memory is measured): name → function, added by the
@@ -115,10 +119,15 @@ func run() error {
 		rounds = flag.Int("rounds", 2, "rounds of each interleaved measurement")
 		prods  = flag.Int("producers", 4, "concurrent producers of the enqueue section's events/s runs")
 		quick  = flag.Bool("quick", false, "a short smoke run: fewer events and rows; figures are rough")
+		pRate  = flag.Int("pressure-rate", pressureDefaultRate, "the pressure section's producer rate, events/s (with -quick, capped at 200 unless given)")
+		pPhase = flag.Duration("pressure-phase", 0, "the length of each pressure phase (default 2m, 1s with -quick)")
 	)
 	flag.Parse()
 	if *jobs < 1000 || *rounds < 1 || *prods < 1 {
 		return fmt.Errorf("-jobs must be at least 1000, -rounds and -producers at least 1")
+	}
+	if *pRate < 1 || *pPhase < 0 {
+		return fmt.Errorf("-pressure-rate must be at least 1, -pressure-phase not negative")
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(*names, ",") {
@@ -131,7 +140,9 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	e := &env{jobs: *jobs, rounds: *rounds, producers: *prods, quick: *quick, log: os.Stderr}
+	e := &env{jobs: *jobs, rounds: *rounds, producers: *prods, quick: *quick, log: os.Stderr,
+		pressureRate: *pRate, pressurePhase: *pPhase}
+	flag.Visit(func(f *flag.Flag) { e.pressureRateSet = e.pressureRateSet || f.Name == "pressure-rate" })
 	e.logf = func(format string, args ...any) {
 		fmt.Fprintf(e.log, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
