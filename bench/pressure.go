@@ -330,7 +330,12 @@ func runPressure(ctx context.Context, e *env, open func(ctx context.Context, e *
 		return prodErr
 	}
 
-	for _, p := range phases {
+	// Phases are contiguous: each begins where the last ended, so that
+	// every event and every completion falls in exactly one; a phase's
+	// time includes the start of its stress and the previous phase's
+	// measurements.
+	begin, seq0, done0 := time.Now(), int64(0), int64(0)
+	for k, p := range phases {
 		rateBits.Store(math.Float64bits(rate * p.rate))
 		var end func() error
 		if p.stress != nil {
@@ -339,12 +344,16 @@ func runPressure(ctx context.Context, e *env, open func(ctx context.Context, e *
 				return run, fmt.Errorf("%s: %w", p.name, err)
 			}
 		}
-		begin, seq0, done0 := time.Now(), seq.Load(), clock.handled.Load()
 		select {
 		case <-ctx.Done():
 		case <-time.After(phaseLen):
 		}
-		row := pressureRow{phase: p, elapsed: time.Since(begin), enqueued: seq.Load() - seq0, completed: clock.handled.Load() - done0}
+		if k == len(phases)-1 {
+			stopProducerNow() // its error is read below; nothing is enqueued past the last phase
+		}
+		now, seq1, done1 := time.Now(), seq.Load(), clock.handled.Load()
+		row := pressureRow{phase: p, elapsed: now.Sub(begin), enqueued: seq1 - seq0, completed: done1 - done0, first: seq0, end: seq1}
+		begin, seq0, done0 = now, seq1, done1
 		measureErr := measurePhase(ctx, t, &row)
 		if end != nil {
 			if err := end(); err != nil && ctx.Err() == nil {
@@ -358,7 +367,6 @@ func runPressure(ctx context.Context, e *env, open func(ctx context.Context, e *
 		}
 		// The latencies are read after the drain: an event of this phase
 		// may be picked up in a later one.
-		row.first, row.end = seq0, seq.Load()
 		run.rows = append(run.rows, row)
 		e.logf("pressure: %s: %s: %s enqueued, %s finished/s, depth %s", t.label, p.name,
 			thousands(float64(row.enqueued)), thousands(row.rate()), thousands(float64(row.depth)))
@@ -692,7 +700,7 @@ func pressureTables(e *env, runs []pressureRun) []table {
 	}
 	last := &out[len(out)-1]
 	last.notes = append(last.notes,
-		fmt.Sprintf("one system at a time, each on a schema of its own on the same server; phases of %v each, one after the other without a pause; the producer commits, every %v, the events due at the phase's rate in one transaction (at most %s)", phaseLen, pressureTick, thousands(pressureMaxBatch)),
+		fmt.Sprintf("one system at a time, each on a schema of its own on the same server; phases of %v each (plus the start of the stress and the previous phase's measurements, which fall in the phase), one after the other without a pause; the producer commits, every %v, the events due at the phase's rate in one transaction (at most %s)", phaseLen, pressureTick, thousands(pressureMaxBatch)),
 		fmt.Sprintf("every handler sleeps %v; completed/s counts handler calls returned during the phase; pickup from the producer's commit returning to the handler's start, for the events enqueued in the phase, however late they were picked up; percentiles by nearest rank", pressureHandlerSleep),
 		"idle in transaction: a connection of its own runs BEGIN; SELECT txid_current(); and sits idle until the phase ends, pinning the xmin horizon; REPEATABLE READ readers: each holds one read-only REPEATABLE READ transaction for the phase, scanning the whole events table again and again; overload: the producer at the rate shown",
 		"depth at end: rows not finished (leasework READY or INPROGRESS; River neither completed, cancelled nor discarded); dead tuples: pg_stat_user_tables.n_dead_tup (reported by backends at most once a second); sizes: pg_total_relation_size and pg_indexes_size of the events table; all read at the phase's end, the stress still on",
