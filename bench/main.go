@@ -1,8 +1,8 @@
 // Command bench measures leasework beside River on one PostgreSQL server, in
 // one run, and prints a table per measurement: throughput, the enqueue
 // side, pickup latency, claim cost against finished history, recovery after
-// a crash, peak memory, server cost per job, and whether a paused owner's
-// stale completion is accepted.
+// a crash, peak memory, server cost per job, whether a paused owner's
+// stale completion is accepted, and each system under pressure.
 //
 // The enqueue section measures the producer: events per second into the
 // table when the caller's own transactions carry them (one business row
@@ -12,12 +12,25 @@
 // InsertManyFastTx; and, for one event a transaction, the caller's
 // transaction latency with the enqueue and without it.
 //
+// The pressure section runs a steady producer (-pressure-rate events/s,
+// handlers that sleep 1 ms) through one leasework pgx worker and one River
+// pgx client at their defaults, one system at a time, over phases of
+// -pressure-phase each: clean, an idle transaction pinning the xmin
+// horizon, recovery; clean, four REPEATABLE READ readers scanning the
+// events table, recovery; clean, the producer at 1.5×, recovery. Per phase
+// it prints the completion rate, pickup p50 and p99 from the enqueue's
+// commit, the queue depth, dead tuples and the table's sizes at the
+// phase's end and, for leasework, one EXPLAIN (ANALYZE) of the claim; then
+// the two side by side with the project's goals: a stress phase at 0.8× the
+// clean rate or more, p99 pickup under 1 s, recovery within one phase.
+//
 // It is a module of its own, so that River is never a dependency of
 // leasework. From the repository's root:
 //
 //	go run ./bench                 # every section, on a throwaway durable PostgreSQL
 //	go run ./bench -dsn postgres://… -sections throughput,pickup
 //	go run ./bench -sections enqueue -producers 8
+//	go run ./bench -sections pressure -pressure-rate 800 -pressure-phase 2m
 //
 // With no -dsn and no $LEASEWORK_DSN it starts a throwaway cluster from the
 // local server binaries with fsync on (a benchmark on fsync off would
