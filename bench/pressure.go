@@ -554,14 +554,23 @@ func openRiverPressure(ctx context.Context, e *env, clock *pressureClock) (_ *pr
 		drop()
 		return nil, err
 	}
+	// The figures are read on a pool of their own, as leasework's are,
+	// not on the client's.
+	probe, err := openDB(ctx, "pgx", e.dsn)
+	if err != nil {
+		c.Stop(context.Background())
+		drop()
+		return nil, err
+	}
 	if err := c.Start(ctx); err != nil {
+		probe.Close()
 		c.Stop(context.Background())
 		drop()
 		return nil, err
 	}
 	count := func(ctx context.Context, query string, args ...any) (int64, error) {
 		var n int64
-		err := c.db.QueryRowContext(ctx, query, args...).Scan(&n)
+		err := probe.QueryRowContext(ctx, query, args...).Scan(&n)
 		return n, err
 	}
 	table := lease.QuoteIdent(schema) + ".river_job"
@@ -569,7 +578,7 @@ func openRiverPressure(ctx context.Context, e *env, clock *pressureClock) (_ *pr
 		label:  "River pgx",
 		config: fmt.Sprintf("defaults: %d workers, FetchCooldown 100ms, FetchPollInterval 1s", riverDefaults.maxWorkers),
 		schema: schema, table: "river_job",
-		probe: c.db,
+		probe: probe,
 		enqueue: func(ctx context.Context, first int64, n int) error {
 			params := make([]river.InsertManyParams, n)
 			for j := range params {
@@ -585,6 +594,7 @@ func openRiverPressure(ctx context.Context, e *env, clock *pressureClock) (_ *pr
 		},
 		stop: func() error {
 			err := c.Stop(context.Background())
+			probe.Close()
 			drop()
 			return err
 		},
