@@ -311,10 +311,10 @@ func runPressure(ctx context.Context, e *env, open func(ctx context.Context, e *
 			}
 			due -= float64(k)
 			first := seq.Load()
-			if err := t.enqueue(pctx, first, k); err != nil {
-				if pctx.Err() == nil {
-					prodErr = err
-				}
+			// On ctx, not pctx: a transaction under way when the producer
+			// is stopped commits and is counted, never lost in between.
+			if err := t.enqueue(ctx, first, k); err != nil {
+				prodErr = err
 				return
 			}
 			at := clock.now()
