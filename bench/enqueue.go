@@ -279,14 +279,8 @@ type riverEnqueue struct {
 // InsertManyFastTx is an INSERT … SELECT unnest).
 func openRiverEnqueue(insert riverInsert) func(ctx context.Context, e *env, conns int) (enqueueTarget, error) {
 	return func(ctx context.Context, e *env, conns int) (enqueueTarget, error) {
-		schema := freshSchema("river")
-		drop := func() {
-			if err := dropRiverSchema(context.Background(), e.dsn, schema); err != nil {
-				e.logf("drop schema %s: %v", schema, err)
-			}
-		}
-		if err := migrateRiver(ctx, e.dsn, schema); err != nil {
-			drop()
+		schema, drop, err := freshRiverSchema(ctx, e, "river")
+		if err != nil {
 			return nil, err
 		}
 		c, err := newRiverClient(ctx, "pgx", e.dsn, schema, riverOptions{Settings: riverBench, MaxConns: int32(conns)})

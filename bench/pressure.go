@@ -533,14 +533,8 @@ func openLeaseworkPressure(ctx context.Context, e *env, clock *pressureClock) (_
 // openRiverPressure starts a River pgx client at River's defaults on a
 // fresh schema.
 func openRiverPressure(ctx context.Context, e *env, clock *pressureClock) (_ *pressureTarget, err error) {
-	schema := freshSchema("riverpress")
-	drop := func() {
-		if err := dropRiverSchema(context.Background(), e.dsn, schema); err != nil {
-			e.logf("drop schema %s: %v", schema, err)
-		}
-	}
-	if err := migrateRiver(ctx, e.dsn, schema); err != nil {
-		drop()
+	schema, drop, err := freshRiverSchema(ctx, e, "riverpress")
+	if err != nil {
 		return nil, err
 	}
 	c, err := newRiverClient(ctx, "pgx", e.dsn, schema, riverOptions{

@@ -287,3 +287,20 @@ func dropRiverSchema(ctx context.Context, dsn, schema string) error {
 	_, err = db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+lease.QuoteIdent(schema)+" CASCADE")
 	return err
 }
+
+// freshRiverSchema migrates River's tables into a fresh schema named
+// from prefix, and returns it with the function that drops it (logging a
+// failure to). A failed migration drops what it made.
+func freshRiverSchema(ctx context.Context, e *env, prefix string) (schema string, drop func(), err error) {
+	schema = freshSchema(prefix)
+	drop = func() {
+		if err := dropRiverSchema(context.Background(), e.dsn, schema); err != nil {
+			e.logf("drop schema %s: %v", schema, err)
+		}
+	}
+	if err := migrateRiver(ctx, e.dsn, schema); err != nil {
+		drop()
+		return "", nil, err
+	}
+	return schema, drop, nil
+}

@@ -256,7 +256,7 @@ func waitCount(ctx context.Context, n int64, done func() (int64, error)) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%d of %d done: %w", c, n, ctx.Err())
 		case <-time.After(time.Millisecond):
 		}
 	}
