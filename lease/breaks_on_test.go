@@ -2,7 +2,10 @@
 
 package lease
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestBreaksApply renders the statements under each of the store's
 // deliberate breaks: a statement changed so that a break no longer finds
@@ -23,6 +26,27 @@ func TestBreaksApply(t *testing.T) {
 			}
 			if got := s.renderQueries(); got == want {
 				t.Errorf("break %s changed no statement", name)
+			}
+		})
+	}
+}
+
+// TestMigrationBreaksApply renders the migrations under each of their
+// deliberate breaks.
+func TestMigrationBreaksApply(t *testing.T) {
+	sqlOf := func() string {
+		var b strings.Builder
+		for _, m := range Migrations() {
+			b.WriteString(m.sql)
+		}
+		return b.String()
+	}
+	want := sqlOf()
+	for _, name := range []string{"keys-listed-reversed"} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("LEASEWORK_BREAK", name)
+			if sqlOf() == want {
+				t.Errorf("break %s changed no migration", name)
 			}
 		})
 	}

@@ -132,6 +132,9 @@ var derivedObjects = map[string]derivedObject{
 	"lock_key":             {kind: ownFunction, use: "function that takes a key's lock", args: "text, text, boolean"},
 	"settle_key":           {kind: ownFunction, use: "function that makes a key's next event READY", args: "text"},
 	"settle_keys":          {kind: ownFunction, use: "function that makes the next events of many keys READY", args: "text[]"},
+	"promote_keys":         {kind: ownFunction, use: "function that makes the next events of many locked keys READY", args: "text[]"},
+	"order_keys":           {kind: ownFunction, use: "function that puts many events in line behind their keys", args: "bigint[]"},
+	"list_keyed":           {kind: ownFunction, use: "trigger function that lists an insert's keyed rows"},
 	"order_key":            {kind: ownFunction, use: "trigger function that puts a key's events in line"},
 	"release_key":          {kind: ownFunction, use: "trigger function that releases a key"},
 	"forget_event_ids":     {kind: ownFunction, use: "trigger function that frees the event ids of deleted rows"},
@@ -276,16 +279,17 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 		coll.Collisions = append(coll.Collisions, NameCollision{Name: s.table, Use: "events table",
 			Found: kindText(r) + " that no migration of " + QuoteIdent(s.table+"_migrations") + " records"})
 	}
-	// made[v](body) reports whether step v creates a function of exactly
-	// that body, rendered for this table: a run of it that failed
-	// part-way (outside a transaction), or one whose record was lost,
-	// left what it made.
-	made := map[int]func(string) bool{}
-	for _, m := range ms {
-		rendered := s.render(m.sql)
-		made[m.Version] = func(body string) bool {
-			return strings.TrimSpace(body) != "" && strings.Contains(rendered, "$$"+body+"$$")
-		}
+	// made(body) reports whether a step creates a function of exactly
+	// that body, rendered for this table: a run of one that failed
+	// part-way (outside a transaction), or one whose record was lost, left
+	// what it made (a later step may have replaced the function of the
+	// step that first created it, migration 14 settle_keys, say).
+	rendered := make([]string, len(ms))
+	for i, m := range ms {
+		rendered[i] = s.render(m.sql)
+	}
+	made := func(body string) bool {
+		return strings.TrimSpace(body) != "" && slices.ContainsFunc(rendered, func(r string) bool { return strings.Contains(r, "$$"+body+"$$") })
 	}
 	seen := map[string]bool{}
 	for _, m := range ms {
@@ -314,7 +318,7 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 					case f.args != o.args: // another signature: no clash
 					case len(f.triggers) > 0:
 						found = "a function that a trigger on table " + strings.Join(f.triggers, ", ") + " runs"
-					case !applied[refs[suffix]] && !f.ofTable && !made[refs[suffix]](f.body):
+					case !applied[refs[suffix]] && !f.ofTable && !made(f.body):
 						// Not made by an applied step, not one a rerun
 						// of the step (its triggers there) finds, and not
 						// the step's own, body for body: left by a run

@@ -80,7 +80,12 @@
 // statement that commits alone) pass their keys on themselves, all of a
 // batch's at once, at the end of the statement, under the same locks (held
 // from there to the commit) and by the same rule (migration 13); the
-// triggers then skip those rows.
+// triggers then skip those rows. An enqueuing transaction's keyed rows,
+// likewise, are listed as each insert ends and put in line all at once by
+// the first firing of the commit-time trigger, their keys locked in key
+// order (migration 14); a row that is not listed (a transaction that
+// listed over 128 KiB of row ids, a trigger set IMMEDIATE) is put in line
+// by its own firing.
 //
 // The key passes on in the commit that finished its head, so the order
 // survives what the generation survives: a killed owner's head is claimed

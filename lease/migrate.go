@@ -70,7 +70,7 @@ func Migrations() []Migration {
 		if err != nil {
 			panic(err)
 		}
-		m, err := parseMigration(v, name, string(body))
+		m, err := parseMigration(v, name, breakMigration(v, string(body)))
 		if err != nil {
 			panic("lease: migration " + path + ": " + err.Error())
 		}

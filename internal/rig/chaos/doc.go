@@ -118,11 +118,12 @@
 // A checker that cannot fail proves nothing. Built with the leasework_break
 // tag, the library has deliberate breaks (lease/breaks_on.go,
 // framework/breaks_on.go; never in a normal build), and $LEASEWORK_BREAK
-// names one: steal-leases (owners), claim-waiting and cancel-releases
-// (key_order), cancel-finished (terminal), tx-split (effects, cancels), tick-per-worker
-// (ticks), snooze-spends (snoozes), retry-doubled (retries), pause-ignored
-// (pauses). Such a run passes when the history shows the break's
-// properties violated, and prints the violations.
+// names one: steal-leases (owners), claim-waiting, cancel-releases and
+// keys-listed-reversed (key_order), cancel-finished (terminal), tx-split
+// (effects, cancels), tick-per-worker (ticks), snooze-spends (snoozes),
+// retry-doubled (retries), pause-ignored (pauses). Such a run passes when
+// the history shows the break's properties violated, and prints the
+// violations.
 //
 // # Platforms
 //
