@@ -2,7 +2,9 @@ package lease_test
 
 import (
 	"context"
+	"crypto/md5"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -67,6 +69,13 @@ func checkLines(t *testing.T, s *lease.Store, want map[string][]string) {
 	}
 }
 
+// listedSetting is the name of store s's list of keyed rows, a setting of
+// the transaction (migration 14).
+func listedSetting(s *lease.Store) string {
+	sum := md5.Sum([]byte(s.Schema() + "." + s.Table()))
+	return "leasework.keys_listed_" + hex.EncodeToString(sum[:])
+}
+
 func keyed(key string, ids ...string) []lease.Event {
 	var es []lease.Event
 	for _, id := range ids {
@@ -116,8 +125,8 @@ func TestEnqueueTransactionPutsItsKeysInLineInOneStep(t *testing.T) {
 		}
 		var listed string
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(string_agg(o.event_id, ' ' ORDER BY l.n), '')
-			FROM unnest(string_to_array(current_setting('leasework.keys_listed'), ',')::bigint[]) WITH ORDINALITY AS l(id, n)
-			LEFT JOIN `+s.QualifiedTable()+` AS o ON o.id = l.id`).Scan(&listed); err != nil {
+			FROM unnest(string_to_array(current_setting($1), ',')::bigint[]) WITH ORDINALITY AS l(id, n)
+			LEFT JOIN `+s.QualifiedTable()+` AS o ON o.id = l.id`, listedSetting(s)).Scan(&listed); err != nil {
 			t.Fatal(err)
 		}
 		// Enqueue inserts in key order, and in the order given within a key.
@@ -130,7 +139,7 @@ func TestEnqueueTransactionPutsItsKeysInLineInOneStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		var locks, left string
-		if err := tx.QueryRowContext(ctx, `SELECT current_setting('leasework.key_locks'), current_setting('leasework.keys_listed')`).Scan(&locks, &left); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT current_setting('leasework.key_locks'), current_setting($1)`, listedSetting(s)).Scan(&locks, &left); err != nil {
 			t.Fatal(err)
 		}
 		if locks != "1" || left != "" {
@@ -163,7 +172,7 @@ func TestKeysPutInLineWhenTheListIsFull(t *testing.T) {
 	want := map[string][]string{}
 	listedFull := func() bool {
 		var listed string
-		if err := tx.QueryRowContext(ctx, `SELECT current_setting('leasework.keys_listed')`).Scan(&listed); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT current_setting($1)`, listedSetting(s)).Scan(&listed); err != nil {
 			t.Fatal(err)
 		}
 		return listed == "full"
@@ -269,5 +278,59 @@ func TestEnqueuePromotesAStrandedKey(t *testing.T) {
 				t.Errorf("key k after the enqueue: %v %v; want %v %v", got.ids, got.statuses, ids, statuses)
 			}
 		})
+	}
+}
+
+// TestKeysOfTwoTablesInOneTransaction: a transaction that enqueues keyed
+// events into two stores' tables, in turns, keeps a list per table, and
+// each table's commit-time step puts its own rows in line, in the order
+// given, with one call.
+func TestKeysOfTwoTablesInOneTransaction(t *testing.T) {
+	drv := pgtest.Drivers[0].New()
+	a := pgtest.Store(t, drv, lease.Options{})
+	b, err := lease.New(a.DB(), drv, lease.Options{Schema: a.Schema(), Table: "other_events"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := b.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := a.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	for i := range 3 {
+		for _, s := range []*lease.Store{a, b} {
+			id := fmt.Sprintf("%s-%d", s.Table(), i)
+			if _, err := s.Enqueue(ctx, tx, append(keyed("k", id+"a"), keyed("k", id+"b")...)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, s := range []*lease.Store{a, b} {
+		trigger := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_order_key")
+		if _, err := tx.ExecContext(ctx, "SET CONSTRAINTS "+trigger+" IMMEDIATE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var locks string
+	if err := tx.QueryRowContext(ctx, `SELECT current_setting('leasework.key_locks')`).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if locks != "2" {
+		t.Errorf("key_locks %q after both tables' commit-time steps; want 2, one call each", locks)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*lease.Store{a, b} {
+		var want []string
+		for i := range 3 {
+			id := fmt.Sprintf("%s-%d", s.Table(), i)
+			want = append(want, id+"a", id+"b")
+		}
+		checkLines(t, s, map[string][]string{"k": want})
 	}
 }
