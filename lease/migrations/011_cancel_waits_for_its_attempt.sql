@@ -20,8 +20,8 @@
 -- A trigger refuses a DELETE of a keyed INPROGRESS row whose lease runs:
 -- the key would pass to its next event at that commit while the attempt
 -- may still run. The error says to cancel the row instead. The owner's own
--- deletion at completion (Store.CompleteAndDeleteMany) names its row to
--- the trigger and passes.
+-- deletion at completion (lease.CompleteAndDelete through Store.Write or
+-- Store.WriteMany) names its row to the trigger and passes.
 --
 -- Rows cancelled before this step are DISCARDED with the last error Cancel
 -- wrote, "cancelled" or "cancelled: <reason>"; they get cancelled_at =
