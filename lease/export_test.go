@@ -117,3 +117,7 @@ func RowStatements(s *Store) map[string]Statement {
 		"nextWake":       {s.q.nextWake, "text"},
 	}
 }
+
+// KeysListed is the setting in which a transaction lists the keyed rows it
+// inserted into s's table (migration 14).
+func KeysListed(s *Store) string { return s.keysListed() }

@@ -2,9 +2,7 @@ package lease_test
 
 import (
 	"context"
-	"crypto/md5"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -69,13 +67,6 @@ func checkLines(t *testing.T, s *lease.Store, want map[string][]string) {
 	}
 }
 
-// listedSetting is the name of store s's list of keyed rows, a setting of
-// the transaction (migration 14).
-func listedSetting(s *lease.Store) string {
-	sum := md5.Sum([]byte(s.Schema() + "." + s.Table()))
-	return "leasework.keys_listed_" + hex.EncodeToString(sum[:])
-}
-
 func keyed(key string, ids ...string) []lease.Event {
 	var es []lease.Event
 	for _, id := range ids {
@@ -126,7 +117,7 @@ func TestEnqueueTransactionPutsItsKeysInLineInOneStep(t *testing.T) {
 		var listed string
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(string_agg(o.event_id, ' ' ORDER BY l.n), '')
 			FROM unnest(string_to_array(current_setting($1), ',')::bigint[]) WITH ORDINALITY AS l(id, n)
-			LEFT JOIN `+s.QualifiedTable()+` AS o ON o.id = l.id`, listedSetting(s)).Scan(&listed); err != nil {
+			LEFT JOIN `+s.QualifiedTable()+` AS o ON o.id = l.id`, lease.KeysListed(s)).Scan(&listed); err != nil {
 			t.Fatal(err)
 		}
 		// Enqueue inserts in key order, and in the order given within a key.
@@ -139,7 +130,7 @@ func TestEnqueueTransactionPutsItsKeysInLineInOneStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		var locks, left string
-		if err := tx.QueryRowContext(ctx, `SELECT current_setting('leasework.key_locks'), current_setting($1)`, listedSetting(s)).Scan(&locks, &left); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT current_setting('leasework.key_locks'), current_setting($1)`, lease.KeysListed(s)).Scan(&locks, &left); err != nil {
 			t.Fatal(err)
 		}
 		if locks != "1" || left != "" {
@@ -157,7 +148,6 @@ func TestEnqueueTransactionPutsItsKeysInLineInOneStep(t *testing.T) {
 // keyed row of the transaction is put in line by its own firing, in the
 // order inserted: the rows listed before do not overtake the later ones.
 func TestKeysPutInLineWhenTheListIsFull(t *testing.T) {
-	drv := pgtest.Drivers[0].New()
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
 	// Row ids of 18 digits: the list fills with a few thousand rows.
@@ -172,7 +162,7 @@ func TestKeysPutInLineWhenTheListIsFull(t *testing.T) {
 	want := map[string][]string{}
 	listedFull := func() bool {
 		var listed string
-		if err := tx.QueryRowContext(ctx, `SELECT current_setting($1)`, listedSetting(s)).Scan(&listed); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT current_setting($1)`, lease.KeysListed(s)).Scan(&listed); err != nil {
 			t.Fatal(err)
 		}
 		return listed == "full"
@@ -216,7 +206,6 @@ func TestKeysPutInLineWhenTheListIsFull(t *testing.T) {
 // statement lists it: the firing puts the rows listed so far in line, then
 // its own row alone. The order given holds.
 func TestKeysPutInLineByImmediateTriggers(t *testing.T) {
-	drv := pgtest.Drivers[0].New()
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
 	tx, err := s.DB().BeginTx(ctx, nil)
@@ -248,7 +237,6 @@ func TestKeysPutInLineByImmediateTriggers(t *testing.T) {
 // did: an enqueue of one event (put in line by its own firing) and of two
 // (by order_keys).
 func TestEnqueuePromotesAStrandedKey(t *testing.T) {
-	drv := pgtest.Drivers[0].New()
 	for _, n := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d events", n), func(t *testing.T) {
 			s := pgtest.Store(t, drv, lease.Options{})
@@ -286,7 +274,6 @@ func TestEnqueuePromotesAStrandedKey(t *testing.T) {
 // each table's commit-time step puts its own rows in line, in the order
 // given, with one call.
 func TestKeysOfTwoTablesInOneTransaction(t *testing.T) {
-	drv := pgtest.Drivers[0].New()
 	a := pgtest.Store(t, drv, lease.Options{})
 	b, err := lease.New(a.DB(), drv, lease.Options{Schema: a.Schema(), Table: "other_events"})
 	if err != nil {

@@ -1,7 +1,9 @@
 package lease
 
 import (
+	"crypto/md5"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -125,7 +127,16 @@ func (s *Store) wrapErrState(sqlState func(error) string, op string, err error) 
 	return fmt.Errorf("lease: %s: %w", op, err)
 }
 
-var placeholder = regexp.MustCompile(`\{\{(table|tableText|keyLockTable|schema|channel|name "([a-z_]+)")\}\}`)
+var placeholder = regexp.MustCompile(`\{\{(table|tableText|keyLockTable|keysListed|schema|channel|name "([a-z_]+)")\}\}`)
+
+// keysListed names the setting in which a transaction lists the keyed rows
+// it inserted into the table, for the commit-time step of order per key
+// (migration 14): one per table, and a valid setting name whatever the
+// table's name.
+func (s *Store) keysListed() string {
+	sum := md5.Sum([]byte(s.schema + "." + s.table))
+	return "leasework.keys_listed_" + hex.EncodeToString(sum[:])
+}
 
 // render replaces the placeholders of an SQL template with quoted names.
 func (s *Store) render(tmpl string) string {
@@ -138,6 +149,8 @@ func (s *Store) render(tmpl string) string {
 			return quoteLiteral(s.QualifiedTable())
 		case sub[1] == "keyLockTable": // the table as the key locks name it: schema.table, unquoted, as a literal
 			return quoteLiteral(s.schema + "." + s.table)
+		case sub[1] == "keysListed": // the transaction setting that lists the table's keyed rows (migration 14), as a literal
+			return quoteLiteral(s.keysListed())
 		case sub[1] == "schema":
 			return QuoteIdent(s.schema)
 		case sub[1] == "channel":

@@ -11,18 +11,20 @@
 --
 -- Here a statement trigger lists, after each insert, the ids of the keyed
 -- rows it inserted, in the order they were inserted, in a setting of the
--- transaction (one per table, leasework.keys_listed_ and the md5 of
--- schema.table; rolled back with a savepoint as the rows are). At COMMIT
--- the first firing of the row trigger passes the list to order_keys and
--- empties it: order_keys takes the keys' locks in key order (blocking, as
--- an enqueue's always are), then, in statements begun after it holds them
--- all, gives the rows their key_seq in the order listed, makes WAITING
--- each READY row behind a live or waiting row of its key (one already in
--- line, or one listed before it), and makes READY the first waiting row
--- of a key that has waiting rows and no live one (what settle_key did
--- after each row). The rule is the per-row trigger's; only the number of
--- statements changes. The later firings find the list empty and their row
--- in line, one primary-key probe each.
+-- transaction (one per table, since a transaction may enqueue into
+-- several: leasework.keys_listed_ and the md5 of schema.table, written
+-- into the functions when the step is rendered; rolled back with a
+-- savepoint as the rows are). At COMMIT the first firing of the row
+-- trigger passes the list to order_keys and empties it: order_keys takes
+-- the keys' locks in key order (blocking, as an enqueue's always are),
+-- then, in statements begun after it holds them all, gives the rows their
+-- key_seq in the order listed, makes WAITING each READY row behind a live
+-- or waiting row of its key (one already in line, or one listed before
+-- it), and makes READY the first waiting row of a key that has waiting
+-- rows and no live one (what settle_key did after each row). The rule is
+-- the per-row trigger's; only the number of statements changes. The later
+-- firings find the list empty and their row in line, one primary-key
+-- probe each.
 --
 -- A row listed alone (a transaction of one keyed event), or not listed,
 -- is put in line by its own firing, as before: a row inserted while the
@@ -219,9 +221,7 @@ $$;
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "list_keyed"}}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    -- A setting of this table's: a transaction may enqueue into several.
-    setting text := 'leasework.keys_listed_' || md5({{keyLockTable}});
-    listed text := current_setting(setting, true);
+    listed text := current_setting({{keysListed}}, true);
     ids text;
 BEGIN
     IF listed = 'full' THEN
@@ -237,7 +237,7 @@ BEGIN
     IF octet_length(ids) > 131072 THEN
         ids := 'full';
     END IF;
-    PERFORM set_config(setting, ids, true);
+    PERFORM set_config({{keysListed}}, ids, true);
     RETURN NULL;
 END
 $$;
@@ -249,11 +249,10 @@ $$;
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "order_key"}}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    setting text := 'leasework.keys_listed_' || md5({{keyLockTable}});
-    listed text := current_setting(setting, true);
+    listed text := current_setting({{keysListed}}, true);
 BEGIN
     IF listed <> '' AND listed <> 'full' THEN
-        PERFORM set_config(setting, '', true);
+        PERFORM set_config({{keysListed}}, '', true);
         IF listed <> NEW.id::text THEN
             PERFORM {{schema}}.{{name "order_keys"}}(string_to_array(listed, ',')::bigint[]);
         END IF;
