@@ -5,6 +5,7 @@ package framework
 import (
 	"context"
 	"database/sql"
+	"time"
 )
 
 // The library is broken on purpose only in a build with the
@@ -18,3 +19,7 @@ func breakTx(context.Context, *attempt, *sql.Tx) (handled bool, err error) { ret
 // breakFiringID returns id: a firing's event id is its schedule's name and
 // fire time.
 func breakFiringID(id, _ string) string { return id }
+
+// breakFloors returns from: the claim reads from the queue's floors, or
+// from the oldest when from is nil.
+func breakFloors(_ *floors, from []time.Time) []time.Time { return from }

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/leasework/leasework/lease"
 )
@@ -43,4 +44,14 @@ func breakFiringID(id, worker string) string {
 		return id
 	}
 	return id + "@" + worker
+}
+
+// breakFloors, for the break "floors-only", never claims from the oldest
+// once the queue has floors: a row due before its level's floor and still
+// READY (committed late, given a run time already past) is never claimed.
+func breakFloors(f *floors, from []time.Time) []time.Time {
+	if activeBreak != "floors-only" || from != nil {
+		return from
+	}
+	return f.from
 }

@@ -108,13 +108,16 @@ func (w *Worker) claim(q *queue, limit int) (int, error) {
 	defer cancel()
 	w.count.claimQueries.Add(1)
 	sent := time.Now() // before the statement: the lease cannot start earlier
+	from := q.floors.next(sent)
 	claims, err := w.store.Claim(ctx, lease.ClaimRequest{
-		Limit:  limit,
-		Lease:  w.cfg.Lease,
-		Kinds:  w.kindList,
-		Worker: w.cfg.WorkerID,
-		Queue:  q.name,
+		Limit:   limit,
+		Lease:   w.cfg.Lease,
+		Kinds:   w.kindList,
+		Worker:  w.cfg.WorkerID,
+		Queue:   q.name,
+		DueFrom: breakFloors(&q.floors, from),
 	})
+	q.floors.claimed(claims, err, from == nil, w.cfg.Lease, time.Since(sent), time.Now())
 	if f := w.claimReturned; f != nil {
 		f(q.name, len(claims), err)
 	}

@@ -41,6 +41,17 @@
 // so the listener takes none of the pool's connections (driver/pgx also on
 // a pool shared with the application through stdlib.OpenDBFromPool).
 //
+// Each claim of a queue reads its READY rows of each priority level from a
+// floor one second before the latest due time the worker has claimed at
+// that level (lease.ClaimRequest.DueFrom), so that it does not walk the
+// index entries of rows claimed earlier, which vacuum cannot remove while
+// a long transaction or a REPEATABLE READ reader pins the xmin horizon. At
+// least once a second (and no more often than twenty times its own
+// duration) a claim reads from the oldest instead, and after a failed
+// claim the next one does: a row committed more than a second after it
+// came due, or enqueued with a run time already past, is claimed by that
+// claim, a second or so later than otherwise, never lost.
+//
 // # Leases and renewal
 //
 // A claim is owned for Config.Lease. One goroutine per worker renews the

@@ -13,6 +13,7 @@ type queue struct {
 	held        int           // claims held, running or waiting for their outcome; under Worker.mu
 	wake        chan struct{} // a notification; capacity 1
 	slotFreed   chan struct{} // a handler returned or an outcome was written; capacity 1
+	floors      floors        // where its claims start reading; its claim loop's alone
 }
 
 func newQueue(q Queue) *queue {

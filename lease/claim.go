@@ -32,6 +32,20 @@ type ClaimRequest struct {
 	// Queue is the queue to claim from. Empty means [DefaultQueue]. A
 	// paused queue gives nothing (see [Store.PauseQueue]).
 	Queue string
+	// DueFrom, when given, starts the reading of READY rows of priority p
+	// at due time DueFrom[p] instead of at the oldest: rows of that level
+	// due earlier are not claimed by this call (a zero time reads the
+	// level from the oldest, as do levels past the slice's end). At most
+	// [MaxPriority]+1 entries. It keeps a claim's walk short while vacuum
+	// cannot remove the index entries of rows already claimed (a long
+	// transaction or a REPEATABLE READ reader pins the xmin horizon):
+	// those entries sort ahead of every row still READY, and each costs a
+	// heap visit. A caller that gives it must also claim without it now
+	// and then, or a row due before its floor (committed late, given a
+	// run time already past) waits for ever; the framework's worker does
+	// both (see framework.Config). Expired leases are read in full either
+	// way.
+	DueFrom []time.Time
 }
 
 // Claim claims up to req.Limit eligible rows of one queue in one
@@ -196,7 +210,18 @@ func (s *Store) claimArgs(req ClaimRequest) ([]any, error) {
 	if kinds == nil {
 		kinds = []string{}
 	}
-	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker, queue}, nil
+	if len(req.DueFrom) > MaxPriority+1 {
+		return nil, fmt.Errorf("lease: claim: DueFrom has %d entries; there are %d priority levels", len(req.DueFrom), MaxPriority+1)
+	}
+	// Microseconds from the Unix epoch, 0 for none: a bigint array binds
+	// alike through every driver.
+	from := make([]int64, len(req.DueFrom))
+	for i, t := range req.DueFrom {
+		if !t.IsZero() {
+			from[i] = t.UnixMicro()
+		}
+	}
+	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker, queue, s.drv.Array(from)}, nil
 }
 
 // checkQueue returns the queue named, [DefaultQueue] for "", or an error

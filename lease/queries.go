@@ -151,6 +151,10 @@ WITH paused AS (
           -- (key_seq, at its enqueue's commit): READY before that only to
           -- its own transaction, it may be behind its key's head.
           AND (key IS NULL OR key_seq IS NOT NULL)
+          -- The caller's floor for the level ($6, microseconds from the
+          -- epoch; 0 or none: from the oldest), a bound of the index range.
+          AND next_attempt_at >= COALESCE(timestamptz 'epoch'
+              + NULLIF(($6::bigint[])[p.level + 1], 0) * interval '1 microsecond', '-infinity')
         ORDER BY next_attempt_at, id
         LIMIT $1 - (SELECT count(*) FROM expired)
         FOR UPDATE SKIP LOCKED) AS r

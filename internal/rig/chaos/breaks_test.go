@@ -38,6 +38,7 @@ var breaks = map[string]libraryBreak{
 	"snooze-spends":   {"a snooze does not grow the budget", []string{history.Snoozes}},
 	"retry-doubled":   {"a retry waits twice the delay it was given", []string{history.Retries}},
 	"pause-ignored":   {"the claim takes rows of a paused queue", []string{history.Pauses}},
+	"floors-only":     {"the worker's claims never read from the oldest once they have floors: a row due before its floor waits for ever", []string{history.Terminal}},
 
 	"keys-listed-reversed": {"the commit-time step puts a transaction's keyed rows in line last inserted first", []string{history.KeyOrder}},
 }

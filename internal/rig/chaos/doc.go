@@ -121,7 +121,7 @@
 // names one: steal-leases (owners), claim-waiting, cancel-releases and
 // keys-listed-reversed (key_order), cancel-finished (terminal), tx-split
 // (effects, cancels), tick-per-worker (ticks), snooze-spends (snoozes),
-// retry-doubled (retries), pause-ignored (pauses). Such a run passes when
+// retry-doubled (retries), pause-ignored (pauses), floors-only (terminal). Such a run passes when
 // the history shows the break's properties violated, and prints the
 // violations.
 //

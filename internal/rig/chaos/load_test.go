@@ -99,7 +99,8 @@ func (s *soak) record(e history.Enqueue) {
 // a fresh key. Of the payloads some ask to fail (keyless plain events
 // only: a FAILED event would hold its key), to fail once, to be retried
 // after a delay of their own, or to hold (keyless, or a chain's head: a
-// hot key must keep up with its events); a few are due later. Events
+// hot key must keep up with its events); a few are due later, a few were
+// due seconds ago. Events
 // without a key spread over the queues and priorities.
 func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []history.Event) {
 	var events []lease.Event
@@ -117,8 +118,13 @@ func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []histo
 	}
 	for range per {
 		var runAt time.Time
-		if rng.IntN(100) < 5 {
+		switch p := rng.IntN(100); {
+		case p < 5:
 			runAt = time.Now().Add(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+		case p < 8:
+			// Due seconds ago: behind the claims' floors (framework/floor.go),
+			// as a row committed long after it came due is.
+			runAt = time.Now().Add(-time.Duration(3000+rng.IntN(7000)) * time.Millisecond)
 		}
 		if rng.IntN(100) < 10 {
 			add(snoozyKind, "", "default", fmt.Sprintf("%s%d:%d", payloadSnooze, 1+rng.IntN(3), 10+rng.IntN(40)), rng.IntN(4), runAt)

@@ -1,0 +1,118 @@
+package lease_test
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework/internal/rig/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// TestClaimDueFromStartsEachLevelAtItsFloor checks ClaimRequest.DueFrom:
+// a level's rows due before its floor are not claimed, a zero floor and a
+// level past the slice's end read from the oldest, and a claim without
+// floors takes what the floored one left.
+func TestClaimDueFromStartsEachLevelAtItsFloor(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	var now time.Time
+	if err := s.DB().QueryRowContext(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	pgtest.Enqueue(t, s,
+		lease.Event{Kind: "k", EventID: "p0-old", RunAt: ago(time.Minute)},
+		lease.Event{Kind: "k", EventID: "p0-new", RunAt: ago(10 * time.Second)},
+		lease.Event{Kind: "k", EventID: "p1-old", Priority: 1, RunAt: ago(time.Minute)},
+		lease.Event{Kind: "k", EventID: "p1-new", Priority: 1, RunAt: ago(10 * time.Second)},
+		lease.Event{Kind: "k", EventID: "p2-old", Priority: 2, RunAt: ago(time.Minute)},
+	)
+	claimed := func(req lease.ClaimRequest) []string {
+		t.Helper()
+		got, err := s.Claim(ctx, req)
+		if err != nil {
+			t.Fatalf("Claim(%+v): %v", req, err)
+		}
+		var ids []string
+		for _, c := range got {
+			ids = append(ids, c.EventID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	// Level 0 floored, level 1 not (zero), level 2 past the slice's end.
+	got := claimed(lease.ClaimRequest{Limit: 10, Lease: time.Minute, DueFrom: []time.Time{ago(30 * time.Second), {}}})
+	if want := []string{"p0-new", "p1-new", "p1-old", "p2-old"}; !slices.Equal(got, want) {
+		t.Fatalf("claim with level 0's floor 30s ago took %v; want %v (p0-old came due before the floor)", got, want)
+	}
+	if got := claimed(lease.ClaimRequest{Limit: 10, Lease: time.Minute, DueFrom: []time.Time{ago(30 * time.Second)}}); len(got) != 0 {
+		t.Fatalf("a second floored claim took %v; want nothing", got)
+	}
+	if got := claimed(lease.ClaimRequest{Limit: 10, Lease: time.Minute}); !slices.Equal(got, []string{"p0-old"}) {
+		t.Fatalf("a claim without floors took %v; want [p0-old]", got)
+	}
+	tooMany := make([]time.Time, lease.MaxPriority+2)
+	if _, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, DueFrom: tooMany}); err == nil || !strings.Contains(err.Error(), "DueFrom") {
+		t.Fatalf("Claim with %d floors: %v; want an error naming DueFrom", len(tooMany), err)
+	}
+}
+
+var readyScanBuffers = regexp.MustCompile(`Index Scan using events_queue_ready_idx[^\n]*\n(?:[^\n]*\n)*?\s*Buffers: shared hit=(\d+)(?: read=(\d+))?`)
+
+// TestClaimDueFromSkipsEntriesVacuumCannotRemove builds what a pinned
+// xmin horizon leaves in the ready index: while a transaction holding an
+// xid stays open, 5,000 rows are claimed and finished, and their entries
+// stay ahead of the 10 rows still READY. The claim without floors reads
+// them all; with its floor after them it reads a few pages.
+func TestClaimDueFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	pin, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Rollback()
+	if _, err := pin.ExecContext(ctx, "SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	if err := s.DB().QueryRowContext(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, next_attempt_at)
+		SELECT 'old-' || i, 'k', $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET status = 'DONE', finished_at = statement_timestamp()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, "VACUUM "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.EnqueueN(t, s, 10, "k")
+	buffers := func(from []time.Time) int {
+		t.Helper()
+		plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute, DueFrom: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := readyScanBuffers.FindStringSubmatch(plan)
+		if m == nil || !strings.Contains(plan, "rows=10 loops=1") {
+			t.Fatalf("claim plan (floors %v) shows no buffers of the ready index scan, or does not claim 10 rows:\n%s", from, plan)
+		}
+		hit, _ := strconv.Atoi(m[1])
+		read, _ := strconv.Atoi(m[2])
+		return hit + read
+	}
+	full := buffers(nil)
+	floored := buffers([]time.Time{now.Add(-time.Minute)})
+	t.Logf("ready index scan behind 5,000 entries vacuum cannot remove: %d buffers from the oldest, %d from the floor", full, floored)
+	if full < 50 || floored*5 > full {
+		t.Fatalf("the ready index scan read %d buffers from the oldest and %d from a floor after the finished rows; want the floor to read under a fifth", full, floored)
+	}
+}
