@@ -202,9 +202,10 @@ type pressureTarget struct {
 	enqueue func(ctx context.Context, first int64, n int) error
 	// depth counts rows not finished; finished counts finished ones.
 	depth, finished func(ctx context.Context) (int64, error)
-	// claimTime samples the claim statement's execution time; nil when the
-	// system has none to sample.
-	claimTime func(ctx context.Context) (time.Duration, error)
+	// claimTime samples the claim statement's execution time, as the
+	// worker runs it most of the time (from its floor) and from the oldest
+	// READY row; nil when the system has none to sample.
+	claimTime func(ctx context.Context) (floored, full time.Duration, err error)
 	stop      func() error
 }
 
@@ -225,8 +226,9 @@ type pressureRow struct {
 	deadTuples   int64
 	totalBytes   int64
 	indexBytes   int64
-	claimTime    time.Duration
-	claimTimeErr string // why claimTime is missing: "" when it is there
+	claimTime    time.Duration // from the worker's floor
+	claimFull    time.Duration // from the oldest
+	claimTimeErr string        // why claimTime is missing: "" when it is there
 }
 
 func (r pressureRow) rate() float64 { return float64(r.completed) / r.elapsed.Seconds() }
@@ -407,11 +409,11 @@ func measurePhase(ctx context.Context, t *pressureTarget, r *pressureRow) error 
 		return fmt.Errorf("queue depth: %w", err)
 	}
 	if t.claimTime != nil {
-		d, err := t.claimTime(ctx)
+		floored, full, err := t.claimTime(ctx)
 		if err != nil {
 			r.claimTimeErr = err.Error()
 		}
-		r.claimTime = d
+		r.claimTime, r.claimFull = floored, full
 	} else {
 		r.claimTimeErr = "n/a"
 	}
@@ -511,14 +513,31 @@ func openLeaseworkPressure(ctx context.Context, e *env, clock *pressureClock) (_
 		finished: func(ctx context.Context) (int64, error) {
 			return statuses(ctx, "SELECT /* bench */ count(*) FROM "+s.QualifiedTable()+" WHERE status = $1", "DONE")
 		},
-		claimTime: func(ctx context.Context) (time.Duration, error) {
-			plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{
-				Limit: framework.DefaultConcurrency, Lease: time.Minute, Kinds: []string{benchKind}, Worker: "bench-explain",
-			})
+		claimTime: func(ctx context.Context) (floored, full time.Duration, err error) {
+			// The worker's floor: a second before the due time of the row
+			// it finished last (framework/floor.go; every event has
+			// priority 0 here).
+			var last time.Time
+			err = probe.QueryRowContext(ctx, "SELECT /* bench */ next_attempt_at FROM "+s.QualifiedTable()+
+				" WHERE status = 'DONE' ORDER BY finished_at DESC LIMIT 1").Scan(&last)
 			if err != nil {
-				return 0, err
+				return 0, 0, fmt.Errorf("the last finished row: %w", err)
 			}
-			return executionTime(plan)
+			explain := func(from []time.Time) (time.Duration, error) {
+				plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{
+					Limit: framework.DefaultConcurrency, Lease: time.Minute, Kinds: []string{benchKind}, Worker: "bench-explain",
+					DueFrom: from,
+				})
+				if err != nil {
+					return 0, err
+				}
+				return executionTime(plan)
+			}
+			if floored, err = explain([]time.Time{last.Add(-time.Second)}); err != nil {
+				return 0, 0, err
+			}
+			full, err = explain(nil)
+			return floored, full, err
 		},
 		stop: func() error {
 			stop()
@@ -656,12 +675,12 @@ func pressureTables(e *env, runs []pressureRun) []table {
 		t := table{
 			title: fmt.Sprintf("Pressure: %s (%s), producer at %s events/s", run.label, run.config, thousands(rate)),
 			header: []string{"phase", "producer events/s", "enqueued", "completed/s", "pickup p50", "pickup p99",
-				"depth at end", "dead tuples", "table + indexes", "indexes", "claim statement"},
+				"depth at end", "dead tuples", "table + indexes", "indexes", "claim statement (from the oldest)"},
 		}
 		for i, r := range run.rows {
 			claim := r.claimTimeErr
 			if claim == "" {
-				claim = ms(r.claimTime)
+				claim = ms(r.claimTime) + " (" + ms(r.claimFull) + ")"
 			}
 			t.rows = append(t.rows, []string{
 				fmt.Sprintf("%d. %s", i+1, r.phase.name),
@@ -708,7 +727,7 @@ func pressureTables(e *env, runs []pressureRun) []table {
 		fmt.Sprintf("every handler sleeps %v; completed/s counts handler calls returned during the phase; pickup from the producer's commit returning to the handler's start, for the events enqueued in the phase, however late they were picked up; percentiles by nearest rank", pressureHandlerSleep),
 		"idle in transaction: a connection of its own runs BEGIN; SELECT txid_current(); and sits idle until the phase ends, pinning the xmin horizon; REPEATABLE READ readers: each holds one read-only REPEATABLE READ transaction for the phase, scanning the whole events table again and again; overload: the producer at the rate shown",
 		"depth at end: rows not finished (leasework READY or INPROGRESS; River neither completed, cancelled nor discarded); dead tuples: pg_stat_user_tables.n_dead_tup (reported by backends at most once a second); sizes: pg_total_relation_size and pg_indexes_size of the events table; all read at the phase's end, the stress still on",
-		"claim statement: execution time of one EXPLAIN (ANALYZE) of the claim (lease.Store.ExplainClaim, rolled back) at the phase's end; River: n/a",
+		"claim statement: execution time of one EXPLAIN (ANALYZE) of the claim (lease.Store.ExplainClaim, rolled back) at the phase's end, from the worker's floor (a second before the due time of the row finished last), and in brackets from the oldest READY row, as the worker claims once a second; River: n/a",
 		"goals: a stress phase's completion rate at least 0.8× the clean phase's before it; p99 pickup under 1 s; by a recovery phase's end, the queue depth no more than the clean phase's plus one second of production",
 		"leasework through pgx only; lib/pq is not measured here",
 	)

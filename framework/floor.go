@@ -45,8 +45,8 @@ func (f *floors) next(now time.Time) []time.Time {
 }
 
 // claimed moves the floors after a claim that returned claims (err nil),
-// given full (it read from the oldest), the lease it asked for and how long it took.
-// Within a level the claim takes the due rows in order, from its floor:
+// given full (it read from the oldest), the lease it asked for and how
+// long it took. Within a level the claim takes the due rows in order, from its floor:
 // any row of the level due before the latest it took, and not taken, was
 // locked by another claim or not yet committed. After a failed claim, or
 // one that shows the database clock behind a floor (a failover to a
