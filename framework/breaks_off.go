@@ -5,7 +5,6 @@ package framework
 import (
 	"context"
 	"database/sql"
-	"time"
 )
 
 // The library is broken on purpose only in a build with the
@@ -20,6 +19,6 @@ func breakTx(context.Context, *attempt, *sql.Tx) (handled bool, err error) { ret
 // fire time.
 func breakFiringID(id, _ string) string { return id }
 
-// breakFloors returns from: the claim reads from the queue's floors, or
-// from the oldest when from is nil.
-func breakFloors(_ *floors, from []time.Time) []time.Time { return from }
+// breakFloors returns full: a sweep, or a claim of the loop without
+// floors yet, reads from the oldest.
+func breakFloors(_ *floors, full bool) bool { return full }

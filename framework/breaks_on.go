@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/leasework/leasework/lease"
 )
@@ -47,11 +46,14 @@ func breakFiringID(id, worker string) string {
 }
 
 // breakFloors, for the break "floors-only", never claims from the oldest
-// once the queue has floors: a row due before its level's floor and still
-// READY (committed late, given a run time already past) is never claimed.
-func breakFloors(f *floors, from []time.Time) []time.Time {
-	if activeBreak != "floors-only" || from != nil {
-		return from
+// once the queue has floors, not even in a sweep: a row due before its
+// level's floor and still READY (committed late, given a run time already
+// past), or a lease that ran out before the lease floor, is never claimed.
+func breakFloors(f *floors, full bool) bool {
+	if activeBreak != "floors-only" || !full {
+		return full
 	}
-	return f.from
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.from == nil
 }

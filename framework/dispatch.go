@@ -26,6 +26,8 @@ import (
 // enqueued meanwhile sent their notifications to nobody, and a worker
 // that waited for the next poll would leave them waiting that long.
 func (w *Worker) dispatch(ctx context.Context, q *queue) {
+	swept := goDone(func() { w.sweep(ctx, q) })
+	defer func() { <-swept }()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	retry := &backoff.ExponentialBackOff{
@@ -52,7 +54,7 @@ func (w *Worker) dispatch(ctx context.Context, q *queue) {
 			}
 			free = w.freeSlots(q)
 		}
-		n, err := w.claim(q, free)
+		n, err := w.claim(q, free, false)
 		more = err == nil && n == free
 		wait := w.pollWait()
 		switch {
@@ -99,8 +101,38 @@ func (w *Worker) untilNextWake(q *queue, wait time.Duration) time.Duration {
 	return wait
 }
 
-// claim claims up to limit rows of q and starts their handlers.
-func (w *Worker) claim(q *queue, limit int) (int, error) {
+// sweepTick is how often a queue's sweep looks whether one is due.
+const sweepTick = fullEvery / 4
+
+// sweep runs q's claims from the oldest beside its claim loop, when they
+// are due (see floors), on a share of the free slots reserved for it, so
+// that the loop's floored claims go on while a sweep walks what vacuum
+// cannot remove. It returns when ctx ends, after the sweep in flight.
+func (w *Worker) sweep(ctx context.Context, q *queue) {
+	tick := time.NewTicker(sweepTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !q.floors.sweepDue(time.Now()) {
+			continue
+		}
+		limit := w.reserveSlots(q, max(1, q.concurrency/sweepShare))
+		if limit == 0 {
+			q.floors.sweepSkipped()
+			continue
+		}
+		_, _ = w.claim(q, limit, true)
+		w.unreserveSlots(q, limit)
+	}
+}
+
+// claim claims up to limit rows of q and starts their handlers: from the
+// queue's floors, or, for a sweep, from the oldest.
+func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	// A claim in flight is allowed to finish even when the worker stops,
 	// so that its rows are started (and, on a stop, released) rather than
 	// left to wait out their lease.
@@ -108,16 +140,20 @@ func (w *Worker) claim(q *queue, limit int) (int, error) {
 	defer cancel()
 	w.count.claimQueries.Add(1)
 	sent := time.Now() // before the statement: the lease cannot start earlier
-	from := q.floors.next(sent)
+	from, leaseFrom, full := q.floors.next()
+	if breakFloors(&q.floors, sweep) {
+		from, leaseFrom, full = nil, time.Time{}, true
+	}
 	claims, err := w.store.Claim(ctx, lease.ClaimRequest{
-		Limit:   limit,
-		Lease:   w.cfg.Lease,
-		Kinds:   w.kindList,
-		Worker:  w.cfg.WorkerID,
-		Queue:   q.name,
-		DueFrom: breakFloors(&q.floors, from),
+		Limit:       limit,
+		Lease:       w.cfg.Lease,
+		Kinds:       w.kindList,
+		Worker:      w.cfg.WorkerID,
+		Queue:       q.name,
+		DueFrom:     from,
+		ExpiredFrom: leaseFrom,
 	})
-	q.floors.claimed(claims, err, from == nil, w.cfg.Lease, time.Since(sent), time.Now())
+	q.floors.claimed(claims, err, full, limit, w.cfg.Lease, time.Since(sent), time.Now())
 	if f := w.claimReturned; f != nil {
 		f(q.name, len(claims), err)
 	}
@@ -150,7 +186,34 @@ func (w *Worker) claim(q *queue, limit int) (int, error) {
 func (w *Worker) freeSlots(q *queue) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return max(min(q.concurrency-q.running, 2*q.concurrency-q.held), 0)
+	return w.freeSlotsLocked(q)
+}
+
+// freeSlotsLocked is freeSlots under w.mu, less the slots a sweep has
+// reserved for its claim in flight.
+func (w *Worker) freeSlotsLocked(q *queue) int {
+	return max(min(q.concurrency-q.running, 2*q.concurrency-q.held)-q.reserved, 0)
+}
+
+// reserveSlots reserves up to n of q's free slots for a sweep's claim and
+// returns how many; the claim loop does not count them free until
+// unreserveSlots gives them back.
+func (w *Worker) reserveSlots(q *queue, n int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n = min(n, w.freeSlotsLocked(q))
+	q.reserved += n
+	return n
+}
+
+// unreserveSlots gives back n slots reserved by reserveSlots, once the
+// sweep's claims hold theirs as running handlers, and tells the claim
+// loop that slots may be free.
+func (w *Worker) unreserveSlots(q *queue, n int) {
+	w.mu.Lock()
+	q.reserved -= n
+	w.mu.Unlock()
+	signal(q.slotFreed)
 }
 
 // pollWait is the poll interval plus a jitter of up to a fifth of it, so

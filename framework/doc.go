@@ -43,14 +43,19 @@
 //
 // Each claim of a queue reads its READY rows of each priority level from a
 // floor one second before the latest due time the worker has claimed at
-// that level (lease.ClaimRequest.DueFrom), so that it does not walk the
-// index entries of rows claimed earlier, which vacuum cannot remove while
-// a long transaction or a REPEATABLE READ reader pins the xmin horizon. At
-// least once a second (and no more often than twenty times its own
-// duration) a claim reads from the oldest instead, and after a failed
-// claim the next one does: a row committed more than a second after it
-// came due, or enqueued with a run time already past, is claimed by that
-// claim, a second or so later than otherwise, never lost.
+// that level (lease.ClaimRequest.DueFrom), and its expired leases from a
+// floor one second before the database clock of its latest claim that
+// took every expired lease it found (lease.ClaimRequest.ExpiredFrom), so
+// that it does not walk the index entries of rows claimed and finished
+// earlier, which vacuum cannot remove while a long transaction or a
+// REPEATABLE READ reader pins the xmin horizon. At least once a second
+// (and no more often than twenty times its own duration) a sweep claims
+// from the oldest instead, beside the claim loop and on at most a tenth of
+// the queue's free slots, so that a slow sweep never holds up the claims
+// of new work; after a failed claim the loop's next claim reads from the
+// oldest. A row committed more than a second after it came due, enqueued
+// with a run time already past, or whose lease was moved back by hand, is
+// claimed by a sweep, a second or so later than otherwise, never lost.
 //
 // # Leases and renewal
 //

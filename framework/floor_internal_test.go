@@ -9,13 +9,13 @@ import (
 )
 
 // TestFloorsFollowTheClaims walks a queue's floors through the claims of
-// its loop: none before the first claim, each level's floor floorSlack
-// before the latest due time claimed at it, never lowered by a floored
-// claim of an older row but set back by a claim from the oldest that took
-// one, nothing learned from a reclaimed row, a claim from the oldest once
-// fullEvery has passed (or fullShare times the last one's duration), and
-// no floors after a failed claim or a claim that shows the database clock
-// behind a floor.
+// its loop and its sweeps: none before the first claim, each level's
+// floor floorSlack before the latest due time claimed at it, never lowered
+// by a floored claim of an older row but set back by a sweep that took
+// one, nothing learned from a reclaimed row, a sweep due once fullEvery
+// has passed (or fullShare times the last one's duration) and never two
+// at once, and no floors after a failed claim or a claim that shows the
+// database clock behind a floor.
 func TestFloorsFollowTheClaims(t *testing.T) {
 	const leaseFor = time.Minute
 	t0 := time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC) // the database clock
@@ -24,13 +24,16 @@ func TestFloorsFollowTheClaims(t *testing.T) {
 		return leasework.Claim{Priority: priority, DueAt: due, Reclaimed: reclaimed, LeaseUntil: t0.Add(leaseFor)}
 	}
 	var f floors
-	if from := f.next(local); from != nil {
-		t.Fatalf("before any claim: floors %v; want none", from)
+	if from, _, full := f.next(); from != nil || !full {
+		t.Fatalf("before any claim: floors %v, full %v; want none, a claim from the oldest", from, full)
+	}
+	if f.sweepDue(local.Add(time.Hour)) {
+		t.Fatal("before any claim: a sweep is due; want none (the loop's claims read from the oldest)")
 	}
 	f.claimed([]leasework.Claim{claim(0, t0.Add(-3*time.Second), false), claim(0, t0.Add(-5*time.Second), false),
-		claim(2, t0.Add(-time.Second), false), claim(1, t0.Add(-time.Hour), true)}, nil, true, leaseFor, time.Millisecond, local)
-	from := f.next(local.Add(fullEvery / 2))
-	if from == nil {
+		claim(2, t0.Add(-time.Second), false), claim(1, t0.Add(-time.Hour), true)}, nil, true, 10, leaseFor, time.Millisecond, local)
+	from, _, full := f.next()
+	if from == nil || full {
 		t.Fatal("after a claim: no floors")
 	}
 	if want := t0.Add(-3*time.Second - floorSlack); !from[0].Equal(want) {
@@ -42,39 +45,83 @@ func TestFloorsFollowTheClaims(t *testing.T) {
 	if !from[1].IsZero() {
 		t.Errorf("level 1's floor %v; want none (its only row was reclaimed: its due time says nothing of the READY rows)", from[1])
 	}
-	f.claimed([]leasework.Claim{claim(0, t0.Add(-time.Minute), false)}, nil, false, leaseFor, time.Millisecond, local)
+	f.claimed([]leasework.Claim{claim(0, t0.Add(-time.Minute), false)}, nil, false, 10, leaseFor, time.Millisecond, local)
 	if want := t0.Add(-3*time.Second - floorSlack); !f.from[0].Equal(want) {
 		t.Errorf("level 0's floor after a claim of an older row: %v; want it kept at %v", f.from[0], want)
 	}
-	if from := f.next(local.Add(fullEvery)); from != nil {
-		t.Errorf("fullEvery after the first claim: floors %v; want a claim from the oldest", from)
+	if f.sweepDue(local.Add(fullEvery / 2)) {
+		t.Errorf("fullEvery/2 after the first claim: a sweep is due; want none yet")
 	}
-	// That claim finds rows a long transaction committed late, due before
+	if !f.sweepDue(local.Add(fullEvery)) {
+		t.Errorf("fullEvery after the first claim: no sweep due; want one")
+	}
+	if f.sweepDue(local.Add(fullEvery)) {
+		t.Errorf("a second sweep is due while the first is in flight; want one at a time")
+	}
+	// That sweep finds rows a long transaction committed late, due before
 	// the floor: the floor goes back to them, for the rest behind them.
-	f.claimed([]leasework.Claim{claim(0, t0.Add(-time.Minute), false)}, nil, true, leaseFor, time.Millisecond, local.Add(fullEvery))
+	f.claimed([]leasework.Claim{claim(0, t0.Add(-time.Minute), false)}, nil, true, 10, leaseFor, time.Millisecond, local.Add(fullEvery))
 	if want := t0.Add(-time.Minute - floorSlack); !f.from[0].Equal(want) {
-		t.Errorf("level 0's floor after a claim from the oldest took a row due a minute ago: %v; want %v", f.from[0], want)
+		t.Errorf("level 0's floor after a sweep took a row due a minute ago: %v; want %v", f.from[0], want)
 	}
 	if want := t0.Add(-time.Second - floorSlack); !f.from[2].Equal(want) {
-		t.Errorf("level 2's floor after a claim from the oldest took none of its rows: %v; want it kept at %v", f.from[2], want)
+		t.Errorf("level 2's floor after a sweep took none of its rows: %v; want it kept at %v", f.from[2], want)
 	}
-	// A slow claim from the oldest spaces the next one out.
-	f.claimed(nil, nil, true, leaseFor, time.Second, local)
-	if from := f.next(local.Add(fullShare*time.Second - time.Millisecond)); from == nil {
-		t.Errorf("just under %d× a 1s claim from the oldest after it: no floors; want them", fullShare)
+	// A slow sweep spaces the next one out.
+	f.claimed(nil, nil, true, 10, leaseFor, time.Second, local)
+	if f.sweepDue(local.Add(fullShare*time.Second - time.Millisecond)) {
+		t.Errorf("just under %d× a 1s sweep after it: a sweep is due; want none yet", fullShare)
 	}
-	if from := f.next(local.Add(fullShare * time.Second)); from != nil {
-		t.Errorf("%d× a 1s claim from the oldest after it: floors %v; want none", fullShare, from)
+	if !f.sweepDue(local.Add(fullShare * time.Second)) {
+		t.Errorf("%d× a 1s sweep after it: no sweep due; want one", fullShare)
 	}
-	f.claimed(nil, errors.New("connection lost"), false, leaseFor, time.Millisecond, local)
-	if from := f.next(local); from != nil {
+	f.sweepSkipped()
+	f.claimed(nil, errors.New("connection lost"), false, 10, leaseFor, time.Millisecond, local)
+	if from, _, full := f.next(); from != nil || !full {
 		t.Errorf("after a failed claim: floors %v; want none", from)
 	}
-	f.claimed([]leasework.Claim{claim(0, t0, false)}, nil, true, leaseFor, time.Millisecond, local)
+	f.claimed([]leasework.Claim{claim(0, t0, false)}, nil, true, 10, leaseFor, time.Millisecond, local)
 	behind := claim(3, t0.Add(-time.Hour), false)
 	behind.LeaseUntil = t0.Add(-time.Hour + leaseFor) // the claim ran an hour before the floor
-	f.claimed([]leasework.Claim{behind}, nil, false, leaseFor, time.Millisecond, local)
-	if from := f.next(local); from != nil {
+	f.claimed([]leasework.Claim{behind}, nil, false, 10, leaseFor, time.Millisecond, local)
+	if from, _, full := f.next(); from != nil || !full {
 		t.Errorf("after a claim that shows the database clock an hour behind: floors %v; want none", from)
+	}
+}
+
+// TestLeaseFloorFollowsTheClaims walks the expired leases' floor: raised
+// to floorSlack before the clock of a claim that took fewer expired leases
+// than it could, kept by a claim that took as many as it could, back to
+// the oldest after a sweep that did, and never lowered by a claim that
+// returned nothing (its clock is unknown).
+func TestLeaseFloorFollowsTheClaims(t *testing.T) {
+	const leaseFor = time.Minute
+	t0 := time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC)
+	local := time.Now()
+	at := func(clock time.Time, reclaimed bool) leasework.Claim {
+		return leasework.Claim{DueAt: clock.Add(-time.Second), Reclaimed: reclaimed, LeaseUntil: clock.Add(leaseFor)}
+	}
+	var f floors
+	f.claimed([]leasework.Claim{at(t0, true), at(t0, false)}, nil, true, 10, leaseFor, time.Millisecond, local)
+	if _, leaseFrom, _ := f.next(); !leaseFrom.Equal(t0.Add(-floorSlack)) {
+		t.Fatalf("after a claim that took 1 expired lease of 10 it could: lease floor %v; want %v", leaseFrom, t0.Add(-floorSlack))
+	}
+	t1 := t0.Add(time.Minute)
+	full := []leasework.Claim{at(t1, true), at(t1, true)}
+	f.claimed(full, nil, false, 2, leaseFor, time.Millisecond, local)
+	if _, leaseFrom, _ := f.next(); !leaseFrom.Equal(t0.Add(-floorSlack)) {
+		t.Errorf("after a floored claim that took as many expired leases as it could: lease floor %v; want it kept at %v", leaseFrom, t0.Add(-floorSlack))
+	}
+	f.claimed(nil, nil, false, 10, leaseFor, time.Millisecond, local)
+	if _, leaseFrom, _ := f.next(); !leaseFrom.Equal(t0.Add(-floorSlack)) {
+		t.Errorf("after a claim that returned nothing: lease floor %v; want it kept at %v", leaseFrom, t0.Add(-floorSlack))
+	}
+	f.claimed([]leasework.Claim{at(t1, false)}, nil, false, 10, leaseFor, time.Millisecond, local)
+	if _, leaseFrom, _ := f.next(); !leaseFrom.Equal(t1.Add(-floorSlack)) {
+		t.Errorf("after a claim at t0+1m that took no expired lease: lease floor %v; want %v", leaseFrom, t1.Add(-floorSlack))
+	}
+	f.claimed(full, nil, true, 2, leaseFor, time.Millisecond, local)
+	if _, leaseFrom, _ := f.next(); !leaseFrom.IsZero() {
+		t.Errorf("after a sweep that took as many expired leases as it could: lease floor %v; want none (more may be before it)", leaseFrom)
 	}
 }

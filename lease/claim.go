@@ -43,9 +43,17 @@ type ClaimRequest struct {
 	// heap visit. A caller that gives it must also claim without it now
 	// and then, or a row due before its floor (committed late, given a
 	// run time already past) waits for ever; the framework's worker does
-	// both (see framework.Config). Expired leases are read in full either
-	// way.
+	// both (see framework.Config).
 	DueFrom []time.Time
+	// ExpiredFrom, when not zero, starts the reading of expired leases at
+	// lease_until ExpiredFrom instead of at the oldest: leases that ran
+	// out earlier are not claimed by this call. It does for the lease
+	// index what DueFrom does for the READY rows: every row claimed leaves
+	// an entry there, whose lease has run out once the row has been
+	// finished a lease ago, and which vacuum cannot remove while the
+	// horizon is pinned. The same duty comes with it: a caller that gives
+	// it must also claim without it now and then.
+	ExpiredFrom time.Time
 }
 
 // Claim claims up to req.Limit eligible rows of one queue in one
@@ -221,7 +229,11 @@ func (s *Store) claimArgs(req ClaimRequest) ([]any, error) {
 			from[i] = t.UnixMicro()
 		}
 	}
-	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker, queue, s.drv.Array(from)}, nil
+	var expiredFrom int64
+	if !req.ExpiredFrom.IsZero() {
+		expiredFrom = req.ExpiredFrom.UnixMicro()
+	}
+	return []any{req.Limit, s.drv.Array(kinds), req.Lease.Microseconds(), req.Worker, queue, s.drv.Array(from), expiredFrom}, nil
 }
 
 // checkQueue returns the queue named, [DefaultQueue] for "", or an error

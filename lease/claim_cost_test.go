@@ -83,7 +83,7 @@ func TestClaimPlanIgnoresOtherQueues(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		plan := explainPrepared(t, conn, mode, lease.ClaimStatement(s), "100, ARRAY['k'], 60000000, '', 'default', '{}'")
+		plan := explainPrepared(t, conn, mode, lease.ClaimStatement(s), "100, ARRAY['k'], 60000000, '', 'default', '{}', 0")
 		if mode == "force_generic_plan" && !strings.Contains(plan, "$5") {
 			t.Errorf("%s: the plan shows no parameter; it is not generic:\n%s", mode, plan)
 		}

@@ -116,3 +116,103 @@ func TestClaimDueFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 		t.Fatalf("the ready index scan read %d buffers from the oldest and %d from a floor after the finished rows; want the floor to read under a fifth", full, floored)
 	}
 }
+
+// TestClaimExpiredFromStartsAtTheLeaseFloor checks
+// ClaimRequest.ExpiredFrom: a lease that ran out before the floor is not
+// claimed, one that ran out after it is, and a claim without the floor
+// takes what the floored one left.
+func TestClaimExpiredFromStartsAtTheLeaseFloor(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	in := pgtest.EnqueueN(t, s, 2, "k")
+	if got, err := s.Claim(ctx, lease.ClaimRequest{Limit: 2, Lease: time.Minute}); err != nil || len(got) != 2 {
+		t.Fatalf("claim of the 2 rows: %d claims, %v", len(got), err)
+	}
+	var now time.Time
+	if err := s.DB().QueryRowContext(ctx, `UPDATE `+s.QualifiedTable()+`
+		SET lease_until = statement_timestamp() - CASE WHEN id = $1 THEN interval '1 hour' ELSE interval '10 seconds' END
+		RETURNING statement_timestamp()`, in[0].ID).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	reclaimed := func(req lease.ClaimRequest) []int64 {
+		t.Helper()
+		got, err := s.Claim(ctx, req)
+		if err != nil {
+			t.Fatalf("Claim(%+v): %v", req, err)
+		}
+		var ids []int64
+		for _, c := range got {
+			if !c.Reclaimed {
+				t.Fatalf("claim took row %d, READY; only expired leases were left", c.ID)
+			}
+			ids = append(ids, c.ID)
+		}
+		return ids
+	}
+	floor := lease.ClaimRequest{Limit: 10, Lease: time.Minute, ExpiredFrom: now.Add(-time.Minute)}
+	if got := reclaimed(floor); !slices.Equal(got, []int64{in[1].ID}) {
+		t.Fatalf("claim with the lease floor a minute ago took %v; want [%d] (row %d's lease ran out an hour ago)", got, in[1].ID, in[0].ID)
+	}
+	if got := reclaimed(floor); len(got) != 0 {
+		t.Fatalf("a second floored claim took %v; want nothing", got)
+	}
+	if got := reclaimed(lease.ClaimRequest{Limit: 10, Lease: time.Minute}); !slices.Equal(got, []int64{in[0].ID}) {
+		t.Fatalf("a claim without the lease floor took %v; want [%d]", got, in[0].ID)
+	}
+}
+
+var leaseScanBuffers = regexp.MustCompile(`Index Scan using events_queue_lease_idx[^\n]*\n(?:[^\n]*\n)*?\s*Buffers: shared hit=(\d+)(?: read=(\d+))?`)
+
+// TestClaimExpiredFromSkipsEntriesVacuumCannotRemove builds what a pinned
+// xmin horizon leaves in the lease index: while a transaction holding an
+// xid stays open, 5,000 rows are claimed (their leases already run out)
+// and finished, and their entries stay where the claim looks for expired
+// leases. The claim without the lease floor reads them all; with the
+// floor after them it reads a few pages.
+func TestClaimExpiredFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	pin, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Rollback()
+	if _, err := pin.ExecContext(ctx, "SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	if err := s.DB().QueryRowContext(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
+		SELECT 'old-' || i, 'k', 'INPROGRESS', 1, 1, $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, "VACUUM "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.EnqueueN(t, s, 10, "k")
+	buffers := func(from time.Time) int {
+		t.Helper()
+		plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute, ExpiredFrom: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := leaseScanBuffers.FindStringSubmatch(plan)
+		if m == nil || !strings.Contains(plan, "rows=10 loops=1") {
+			t.Fatalf("claim plan (lease floor %v) shows no buffers of the lease index scan, or does not claim 10 rows:\n%s", from, plan)
+		}
+		hit, _ := strconv.Atoi(m[1])
+		read, _ := strconv.Atoi(m[2])
+		return hit + read
+	}
+	full := buffers(time.Time{})
+	floored := buffers(now.Add(-time.Minute))
+	t.Logf("lease index scan behind 5,000 entries vacuum cannot remove: %d buffers from the oldest, %d from the floor", full, floored)
+	if full < 50 || floored*5 > full {
+		t.Fatalf("the lease index scan read %d buffers from the oldest and %d from a floor after the finished rows; want the floor to read under a fifth", full, floored)
+	}
+}

@@ -25,9 +25,10 @@ func GuardedWrites(s *Store) map[string]Statement {
 }
 
 // ClaimStatement returns the claim: $1 limit, $2 kinds, $3 lease in
-// microseconds, $4 worker, $5 queue.
+// microseconds, $4 worker, $5 queue, $6 the levels' floors, $7 the expired
+// leases' floor (microseconds from the epoch).
 func ClaimStatement(s *Store) Statement {
-	return Statement{s.q.claim, "int, text[], bigint, text, text"}
+	return Statement{s.q.claim, "int, text[], bigint, text, text, bigint[], bigint"}
 }
 
 // ProgressStatement returns the guarded single-row progress write.

@@ -283,7 +283,7 @@ func TestClaimPlanEndsCancelledAttemptsThroughTheirIndex(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		plan := explainPrepared(t, conn, mode, lease.ClaimStatement(s), "100, ARRAY['k'], 60000000, '', 'default', '{}'")
+		plan := explainPrepared(t, conn, mode, lease.ClaimStatement(s), "100, ARRAY['k'], 60000000, '', 'default', '{}', 0")
 		if !strings.Contains(plan, "Index Scan using "+s.Table()+"_stopping_idx") || strings.Contains(plan, "Seq Scan") {
 			t.Errorf("%s: the claim does not read the cancelled attempts' index alone:\n%s", mode, plan)
 		}

@@ -302,9 +302,9 @@ func TestRowStatementsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 		{"keyHead", st["keyHead"], "'key-1'", 2},
 		{"heldKeys", st["heldKeys"], "'', 100", 4},
 		{"nextWake", st["nextWake"], "'default'", 1 + 10},
-		{"claim", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default', '{}'", 2*100 + 10},
-		{"claim from floors", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default', '{1, 0, 1}'", 2*100 + 10},
-		{"claim of a paused queue", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'held', '{}'", 2},
+		{"claim", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default', '{}', 0", 2*100 + 10},
+		{"claim from floors", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default', '{1, 0, 1}', 1", 2*100 + 10},
+		{"claim of a paused queue", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'held', '{}', 0", 2},
 	}
 	for _, c := range cases {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {

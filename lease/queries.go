@@ -134,6 +134,10 @@ WITH paused AS (
       AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
       AND NOT (SELECT yes FROM paused)
+      -- The caller's floor for expired leases ($7, microseconds from the
+      -- epoch; 0: from the oldest), a bound of the index range.
+      AND lease_until >= COALESCE(timestamptz 'epoch'
+          + NULLIF($7::bigint, 0) * interval '1 microsecond', '-infinity')
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
