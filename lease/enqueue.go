@@ -239,7 +239,11 @@ func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 		first[e.EventID] = i
 		cols.add(e, s.maxAtt)
 	}
-	if !opts.SkipDuplicates {
+	if !opts.SkipDuplicates && len(cols.ids) == 1 {
+		if err := s.insert(ctx, tx, s.q.enqueueOne, out, first, cols.one()...); err != nil {
+			return nil, err
+		}
+	} else if !opts.SkipDuplicates {
 		if err := s.insert(ctx, tx, s.q.enqueue, out, first, cols.args()...); err != nil {
 			return nil, err
 		}
@@ -301,6 +305,12 @@ func (c columns) pick(keep func(i int) bool) columns {
 // args are the columns as the insert's parameters, $1 to $9.
 func (c columns) args() []any {
 	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities, c.metadata}
+}
+
+// one is the only event of c as the parameters of enqueueOneSQL, $1 to
+// $9, in the order of args.
+func (c columns) one() []any {
+	return []any{c.ids[0], c.kinds[0], c.keys[0], c.payloads[0], c.maxAtt[0], c.runAt[0], c.queues[0], c.priorities[0], c.metadata[0]}
 }
 
 // insert runs the insert statement q and records the row id of each event
