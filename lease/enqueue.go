@@ -247,6 +247,10 @@ func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 		if err := s.insert(ctx, tx, s.q.enqueue, out, first, cols.args()...); err != nil {
 			return nil, err
 		}
+	} else if len(cols.ids) == 1 {
+		if err := s.insertSkippingOne(ctx, tx, out, first, cols); err != nil {
+			return nil, err
+		}
 	} else if err := s.insertSkipping(ctx, tx, out, first, cols); err != nil {
 		return nil, err
 	}
@@ -369,10 +373,7 @@ func (s *Store) insertSkipping(ctx context.Context, tx leasework.Tx, out []Enque
 			return err
 		}
 		if len(freed) > 0 && try == maxEventIDTries {
-			id := slices.Min(slices.Collect(maps.Keys(freed)))
-			return fmt.Errorf("lease: enqueue: event %d (event id %q): its id was taken by another row when this enqueue tried to take it, "+
-				"and free when it looked that row up, %d times over: rows with that id are enqueued and deleted as fast as this enqueue runs",
-				first[id], id, maxEventIDTries)
+			return freedTooOften(first, slices.Min(slices.Collect(maps.Keys(freed))))
 		}
 		pending = skipped.pick(func(i int) bool { return freed[skipped.ids[i]] })
 	}
@@ -385,6 +386,39 @@ func (s *Store) insertSkipping(ctx context.Context, tx leasework.Tx, out []Enque
 		rowIDs[i] = taken[eventID]
 	}
 	return s.insert(ctx, tx, s.q.insertClaimed, out, first, append([]any{rowIDs}, fresh.args()...)...)
+}
+
+// insertSkippingOne is insertSkipping for one event, in one statement
+// when its event id is new (enqueueOneSkippingSQL takes a row id for it
+// and inserts the row with that id). When the id was taken, it looks the
+// id's row up as insertSkipping does, marking the event Duplicate, and
+// takes the id again if it was freed in between, up to maxEventIDTries
+// times in all.
+func (s *Store) insertSkippingOne(ctx context.Context, tx leasework.Tx, out []Enqueued, first map[string]int, cols columns) error {
+	id := cols.ids[0]
+	for try := 1; ; try++ {
+		if err := s.insert(ctx, tx, s.q.enqueueOneSkip, out, first, cols.one()...); err != nil {
+			return err
+		}
+		if out[first[id]].ID != 0 {
+			return nil
+		}
+		freed, err := s.markDuplicates(ctx, tx, cols.ids, out, first)
+		if err != nil || len(freed) == 0 {
+			return err
+		}
+		if try == maxEventIDTries {
+			return freedTooOften(first, id)
+		}
+	}
+}
+
+// freedTooOften is the error of an enqueue skipping duplicates that found
+// the event id id taken, and then free, maxEventIDTries times.
+func freedTooOften(first map[string]int, id string) error {
+	return fmt.Errorf("lease: enqueue: event %d (event id %q): its id was taken by another row when this enqueue tried to take it, "+
+		"and free when it looked that row up, %d times over: rows with that id are enqueued and deleted as fast as this enqueue runs",
+		first[id], id, maxEventIDTries)
 }
 
 // takeEventIDs takes a row id for each event id of cols not in the event

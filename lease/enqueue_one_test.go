@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,10 @@ import (
 )
 
 // An enqueue of one event goes in with a statement of its own (scalar
-// parameters instead of arrays); the row it writes is the row a batch
-// writes for the same event: every field, the store's default budget, the
-// due time, and the event id in the event id table beside the row's id.
+// parameters instead of arrays), as does one skipping duplicates; the row
+// either writes is the row a batch writes for the same event: every
+// field, the store's default budget, the due time, and the event id in the
+// event id table beside the row's id.
 func TestEnqueueOfOneEventWritesWhatABatchWrites(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		ctx := context.Background()
@@ -34,13 +36,19 @@ func TestEnqueueOfOneEventWritesWhatABatchWrites(t *testing.T) {
 		for _, e := range events("-one") {
 			one = append(one, pgtest.Enqueue(t, s, e)...)
 		}
+		var skip []lease.Enqueued
+		for _, e := range events("-skip") {
+			skip = append(skip, enqueueWith(t, s, lease.EnqueueOptions{SkipDuplicates: true}, e)...)
+		}
 		batch := pgtest.Enqueue(t, s, events("-batch")...)
-		for i := range one {
-			a, b := get(t, s, one[i].ID), get(t, s, batch[i].ID)
-			if a.EventID != one[i].EventID || b.EventID != batch[i].EventID {
-				t.Fatalf("rows %d and %d have event ids %q and %q; want %q and %q", one[i].ID, batch[i].ID, a.EventID, b.EventID, one[i].EventID, batch[i].EventID)
+		for i, alone := range slices.Concat(one, skip) {
+			suffix := []string{"-one", "-skip"}[i/len(one)]
+			i := i % len(one)
+			a, b := get(t, s, alone.ID), get(t, s, batch[i].ID)
+			if a.EventID != alone.EventID || b.EventID != batch[i].EventID || alone.Duplicate {
+				t.Fatalf("rows %d and %d have event ids %q and %q; want %q and %q", alone.ID, batch[i].ID, a.EventID, b.EventID, alone.EventID, batch[i].EventID)
 			}
-			if strings.TrimSuffix(a.Key, "-one") != strings.TrimSuffix(b.Key, "-batch") {
+			if strings.TrimSuffix(a.Key, suffix) != strings.TrimSuffix(b.Key, "-batch") {
 				t.Errorf("event %d has key %q enqueued alone, %q in a batch", i, a.Key, b.Key)
 			}
 			if got, want := comparable(a), comparable(b); got != want {
@@ -54,7 +62,7 @@ func TestEnqueueOfOneEventWritesWhatABatchWrites(t *testing.T) {
 					a.MaxAttempts, a.NextAttemptAt, a.CreatedAt)
 			}
 		}
-		for _, e := range append(one, batch...) {
+		for _, e := range slices.Concat(one, skip, batch) {
 			var id int64
 			err := s.DB().QueryRowContext(ctx, `SELECT id FROM `+eventIDs(s)+` WHERE event_id = $1`, e.EventID).Scan(&id)
 			if err != nil || id != e.ID {
@@ -71,6 +79,26 @@ func comparable(r lease.Row) string {
 		r.Kind, r.Payload, r.Status, r.Generation, r.Attempt, r.MaxAttempts, r.Queue, r.Priority, r.Metadata, r.Worker, r.LastError)
 }
 
+// enqueueWith enqueues events with opts in a transaction of their own, and
+// commits it.
+func enqueueWith(t *testing.T, s *lease.Store, opts lease.EnqueueOptions, events ...lease.Event) []lease.Enqueued {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	out, err := s.EnqueueWith(ctx, tx, opts, events...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func get(t *testing.T, s *lease.Store, id int64) lease.Row {
 	t.Helper()
 	r, err := s.Get(context.Background(), id)
@@ -85,9 +113,10 @@ func eventIDs(s *lease.Store) string {
 }
 
 // One event keeps every refusal of a batch: a taken event id fails the
-// statement with leasework.ErrDuplicateEvent, a budget the column cannot
-// hold fails it, and a row a caller's trigger drops is reported missing,
-// leaving no event id behind (so the id can be enqueued again).
+// statement with leasework.ErrDuplicateEvent (skipping duplicates, it is
+// reported Duplicate and the row left as it was), a budget the column
+// cannot hold fails it, and a row a caller's trigger drops is reported
+// missing, leaving no event id behind (so the id can be enqueued again).
 func TestEnqueueOfOneEventRefuses(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		ctx := context.Background()
@@ -111,6 +140,14 @@ func TestEnqueueOfOneEventRefuses(t *testing.T) {
 			t.Errorf("enqueue of a budget of 2^40: %v (SQLSTATE %q); want numeric_value_out_of_range (22003)", err, drv.SQLState(err))
 		}
 
+		out := enqueueWith(t, s, lease.EnqueueOptions{SkipDuplicates: true}, lease.Event{Kind: "other", EventID: "taken", Payload: []byte("new")})
+		if len(out) != 1 || !out[0].Duplicate || out[0].ID != 0 {
+			t.Errorf("enqueue skipping duplicates of a taken event id = %+v; want it a duplicate, not inserted", out)
+		}
+		if r, err := s.GetByEventID(ctx, "taken"); err != nil || r.Kind != "k" || len(r.Payload) != 0 {
+			t.Errorf("the row of the taken id: %+v, %v; want it as first enqueued, kind k, no payload", r, err)
+		}
+
 		fn := lease.QuoteIdent(s.Schema()) + ".drop_inserts"
 		for _, q := range []string{
 			`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`,
@@ -123,6 +160,15 @@ func TestEnqueueOfOneEventRefuses(t *testing.T) {
 		err := inTx(lease.Event{Kind: "k", EventID: "dropped"})
 		if err == nil || !strings.Contains(err.Error(), `event 0 (event id "dropped") was not inserted`) {
 			t.Errorf("enqueue of a row a trigger drops: %v; want it reported not inserted", err)
+		}
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.EnqueueWith(ctx, tx, lease.EnqueueOptions{SkipDuplicates: true}, lease.Event{Kind: "k", EventID: "dropped"})
+		tx.Rollback()
+		if err == nil || !strings.Contains(err.Error(), `event 0 (event id "dropped"): the id is recorded as taken by row`) {
+			t.Errorf("enqueue skipping duplicates of a row a trigger drops: %v; want the id reported taken by a row that does not exist", err)
 		}
 		if _, err := s.DB().ExecContext(ctx, `DROP TRIGGER drop_inserts ON `+s.QualifiedTable()); err != nil {
 			t.Fatal(err)

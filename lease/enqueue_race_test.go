@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,7 +24,21 @@ import (
 // the event id table holds the enqueue's first statement, after its insert
 // found the duplicate, on an advisory lock the test holds until retention
 // has committed.
+//
+// Both ways the enqueue goes: a batch (two statements: the ids taken,
+// then the rows) and one event (one statement, which takes the id and
+// inserts the row).
 func TestSkipDuplicatesEnqueueRacingRetention(t *testing.T) {
+	for _, batch := range []bool{true, false} {
+		name := "one-event"
+		if batch {
+			name = "batch"
+		}
+		t.Run(name, func(t *testing.T) { skipDuplicatesRacingRetention(t, batch) })
+	}
+}
+
+func skipDuplicatesRacingRetention(t *testing.T, batch bool) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := pgtest.Store(t, drv, lease.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -70,10 +85,11 @@ func TestSkipDuplicatesEnqueueRacingRetention(t *testing.T) {
 				return
 			}
 			defer tx.Rollback()
-			out, err := s.EnqueueWith(ctx, tx, lease.EnqueueOptions{SkipDuplicates: true},
-				lease.Event{Kind: "k", EventID: "fresh"},
-				lease.Event{Kind: "k", EventID: "dup", Payload: []byte("new")},
-			)
+			events := []lease.Event{{Kind: "k", EventID: "dup", Payload: []byte("new")}}
+			if batch {
+				events = append([]lease.Event{{Kind: "k", EventID: "fresh"}}, events...)
+			}
+			out, err := s.EnqueueWith(ctx, tx, lease.EnqueueOptions{SkipDuplicates: true}, events...)
 			if err == nil {
 				err = tx.Commit()
 			}
@@ -106,12 +122,17 @@ func TestSkipDuplicatesEnqueueRacingRetention(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("enqueue racing retention: %v", r.err)
 		}
-		if len(r.out) != 2 || r.out[1].Duplicate || r.out[1].ID == 0 || r.out[1].ID == old[0].ID || r.out[0].Duplicate || r.out[0].ID == 0 {
-			t.Fatalf("enqueue racing retention = %+v; want both events inserted, dup as a new row", r.out)
+		want := 1
+		if batch {
+			want = 2
 		}
+		if len(r.out) != want || slices.ContainsFunc(r.out, func(e lease.Enqueued) bool { return e.Duplicate || e.ID == 0 || e.ID == old[0].ID }) {
+			t.Fatalf("enqueue racing retention = %+v; want every event inserted, dup as a new row", r.out)
+		}
+		dup := r.out[len(r.out)-1]
 		row, err := s.GetByEventID(ctx, "dup")
-		if err != nil || row.ID != r.out[1].ID || string(row.Payload) != "new" || row.Status != leasework.StatusReady {
-			t.Errorf("row of dup: %+v, %v; want the new event, READY, as row %d", row, err, r.out[1].ID)
+		if err != nil || row.ID != dup.ID || string(row.Payload) != "new" || row.Status != leasework.StatusReady {
+			t.Errorf("row of dup: %+v, %v; want the new event, READY, as row %d", row, err, dup.ID)
 		}
 	})
 }

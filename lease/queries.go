@@ -246,6 +246,26 @@ INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
 SELECT e.event_id, e.id FROM e
 RETURNING id, event_id`
 
+// enqueueOneSkippingSQL inserts one event ($1 to $9, as enqueueOneSQL)
+// unless its event id is taken: it takes a row id for the event id in the
+// event id table, skipping an id already there (waiting, as any insert
+// does, for a transaction that has just inserted it to end), and inserts
+// the row with the id it took; an id taken returns no row. One statement
+// where claimEventIDsSQL and insertClaimedSQL are two.
+const enqueueOneSkippingSQL = `
+WITH taken AS (
+    INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
+    VALUES ($1::text, ` + nextRowID + `)
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, id
+)
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata)
+OVERRIDING SYSTEM VALUE
+SELECT t.id, t.event_id, $2::text, NULLIF($3::text, ''), $4::bytea, $5::bigint,
+    COALESCE(NULLIF($6::text, '')::timestamptz, statement_timestamp()), $7::text, $8::smallint, NULLIF($9::text, '')::jsonb
+FROM taken AS t
+RETURNING id, event_id`
+
 // claimEventIDsSQL is the first step of an enqueue that skips duplicates:
 // it takes a row id for each event id ($1, with its key $2, in the order of
 // insertEvents) not in the event id table, and returns the ids it took; the
@@ -542,7 +562,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
     ) - statement_timestamp())::float8`
 
 type queries struct {
-	claim, enqueue, enqueueOne, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
+	claim, enqueue, enqueueOne, enqueueOneSkip, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
 	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
@@ -553,6 +573,7 @@ func (s *Store) renderQueries() queries {
 		claim:            s.render(claimSQL),
 		enqueue:          s.render(enqueueSQL),
 		enqueueOne:       s.render(enqueueOneSQL),
+		enqueueOneSkip:   s.render(enqueueOneSkippingSQL),
 		claimEventIDs:    s.render(claimEventIDsSQL),
 		insertClaimed:    s.render(insertClaimedSQL),
 		existing:         s.render(existingSQL),
