@@ -94,8 +94,10 @@ func eventPayload(num int64) ([]byte, error) { return json.Marshal(riverArgs{Num
 // holding its events table and the business table, on a pool of its own.
 type enqueueTarget interface {
 	// tx commits one caller's transaction: the business row, then events
-	// events (none: the business write alone).
-	tx(ctx context.Context, events int) error
+	// events (none: the business write alone). It returns how long the
+	// enqueue call took (zero without events), from the call to its
+	// return, inside the transaction.
+	tx(ctx context.Context, events int) (call time.Duration, err error)
 	// stored counts the rows of the events table and of the business table.
 	stored(ctx context.Context) (events, orders int64, err error)
 	// settle prepares the tables for a timed run (see settle).
@@ -207,16 +209,16 @@ func openLWEnqueue(drvName string, keyed bool, opts lease.EnqueueOptions) func(c
 	}
 }
 
-func (t *lwEnqueue) tx(ctx context.Context, events int) error {
+func (t *lwEnqueue) tx(ctx context.Context, events int) (call time.Duration, err error) {
 	tx, err := t.store.DB().BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback() // after Commit, does nothing
 	var order int64
 	customer, amount := orderValues(t.next.Add(1))
 	if err := tx.QueryRowContext(ctx, t.insertOrder, customer, amount).Scan(&order); err != nil {
-		return fmt.Errorf("business insert: %w", err)
+		return 0, fmt.Errorf("business insert: %w", err)
 	}
 	if events > 0 {
 		batch := make([]lease.Event, events)
@@ -224,18 +226,20 @@ func (t *lwEnqueue) tx(ctx context.Context, events int) error {
 			num := eventNumber(order, events, j)
 			payload, err := eventPayload(num)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			batch[j] = lease.Event{Kind: benchKind, EventID: "order-" + strconv.FormatInt(order, 10) + "-" + strconv.Itoa(j), Payload: payload}
 			if t.keyed {
 				batch[j].Key = "key-" + strconv.FormatInt(num%enqueueKeys, 10)
 			}
 		}
+		called := time.Now()
 		if _, err := t.store.EnqueueWith(ctx, tx, t.opts, batch...); err != nil {
-			return err
+			return 0, err
 		}
+		call = time.Since(called)
 	}
-	return tx.Commit()
+	return call, tx.Commit()
 }
 
 func (t *lwEnqueue) stored(ctx context.Context) (events, orders int64, err error) {
@@ -298,18 +302,19 @@ func openRiverEnqueue(insert riverInsert) func(ctx context.Context, e *env, conn
 	}
 }
 
-func (t *riverEnqueue) tx(ctx context.Context, events int) error {
+func (t *riverEnqueue) tx(ctx context.Context, events int) (call time.Duration, err error) {
 	tx, err := t.c.pool.Begin(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback(ctx) // after Commit, does nothing
 	var order int64
 	customer, amount := orderValues(t.next.Add(1))
 	if err := tx.QueryRow(ctx, t.insertOrder, customer, amount).Scan(&order); err != nil {
-		return fmt.Errorf("business insert: %w", err)
+		return 0, fmt.Errorf("business insert: %w", err)
 	}
 	if events > 0 {
+		called := time.Now()
 		params := make([]river.InsertManyParams, events)
 		for j := range params {
 			params[j].Args = riverArgs{Num: eventNumber(order, events, j)}
@@ -318,20 +323,21 @@ func (t *riverEnqueue) tx(ctx context.Context, events int) error {
 		case riverInsertTx:
 			for _, p := range params {
 				if _, err := t.c.pgx.InsertTx(ctx, tx, p.Args, nil); err != nil {
-					return fmt.Errorf("river InsertTx: %w", err)
+					return 0, fmt.Errorf("river InsertTx: %w", err)
 				}
 			}
 		case riverInsertManyTx:
 			if _, err := t.c.pgx.InsertManyTx(ctx, tx, params); err != nil {
-				return fmt.Errorf("river InsertManyTx: %w", err)
+				return 0, fmt.Errorf("river InsertManyTx: %w", err)
 			}
 		case riverInsertManyFastTx:
 			if _, err := t.c.pgx.InsertManyFastTx(ctx, tx, params); err != nil {
-				return fmt.Errorf("river InsertManyFastTx: %w", err)
+				return 0, fmt.Errorf("river InsertManyFastTx: %w", err)
 			}
 		}
+		call = time.Since(called)
 	}
-	return tx.Commit(ctx)
+	return call, tx.Commit(ctx)
 }
 
 func (t *riverEnqueue) stored(ctx context.Context) (events, orders int64, err error) {
@@ -374,7 +380,7 @@ func runEnqueue(ctx context.Context, e *env, row enqueueRow, producers int, runF
 		return enqueueRun{}, err
 	}
 	defer t.close(e)
-	if err := concurrently(ctx, producers, func(ctx context.Context) (bool, error) { return false, t.tx(ctx, 1) }); err != nil {
+	if err := concurrently(ctx, producers, func(ctx context.Context) (bool, error) { _, err := t.tx(ctx, 1); return false, err }); err != nil {
 		return enqueueRun{}, fmt.Errorf("warm-up: %w", err)
 	}
 	if err := t.settle(ctx, e); err != nil {
@@ -383,7 +389,7 @@ func runEnqueue(ctx context.Context, e *env, row enqueueRow, producers int, runF
 	var txs atomic.Int64
 	begin := time.Now()
 	err = concurrently(ctx, producers, func(ctx context.Context) (bool, error) {
-		if err := t.tx(ctx, row.perTx); err != nil {
+		if _, err := t.tx(ctx, row.perTx); err != nil {
 			return false, err
 		}
 		txs.Add(1)
@@ -434,6 +440,7 @@ func concurrently(ctx context.Context, n int, step func(ctx context.Context) (mo
 // business write alone and with one event besides, timed in pairs.
 type enqueueLatency struct {
 	alone, with []time.Duration
+	call        []time.Duration // the enqueue call alone, in the transactions with the event
 }
 
 // measureLatencies sets every row's system up, each on one connection,
@@ -472,7 +479,8 @@ func measureLatencies(ctx context.Context, e *env, rows []enqueueRow, samples in
 		for k, t := range targets {
 			for _, events := range kinds {
 				began := time.Now()
-				if err := t.tx(ctx, events); err != nil {
+				call, err := t.tx(ctx, events)
+				if err != nil {
 					return nil, fmt.Errorf("%s: %w", rows[k].name(), err)
 				}
 				d := time.Since(began)
@@ -482,6 +490,7 @@ func measureLatencies(ctx context.Context, e *env, rows []enqueueRow, samples in
 					out[k].alone = append(out[k].alone, d)
 				default:
 					out[k].with = append(out[k].with, d)
+					out[k].call = append(out[k].call, call)
 				}
 			}
 		}
@@ -568,7 +577,7 @@ func enqueueSection(ctx context.Context, e *env) ([]table, error) {
 
 	lt := table{
 		title:  "Enqueue: the caller's transaction with one event and without it, one producer",
-		header: []string{"system", "call", "keys", "alone p50", "alone p99", "with the event p50", "with the event p99", "added p50", "added p99"},
+		header: []string{"system", "call", "keys", "alone p50", "alone p99", "with the event p50", "with the event p99", "added p50", "added p99", "the call p50", "the call p99"},
 	}
 	latencyRows := enqueueRows([]int{1})
 	latencies, err := measureLatencies(ctx, e, latencyRows, samples)
@@ -580,11 +589,13 @@ func enqueueSection(ctx context.Context, e *env) ([]table, error) {
 		a50, a99 := percentile(l.alone, 50), percentile(l.alone, 99)
 		w50, w99 := percentile(l.with, 50), percentile(l.with, 99)
 		e.logf("enqueue latency: %s: alone p50 %s, with the event p50 %s", r.name(), ms(a50), ms(w50))
-		lt.rows = append(lt.rows, []string{r.system, r.call, r.keys(), ms(a50), ms(a99), ms(w50), ms(w99), ms(w50 - a50), ms(w99 - a99)})
+		lt.rows = append(lt.rows, []string{r.system, r.call, r.keys(), ms(a50), ms(a99), ms(w50), ms(w99), ms(w50 - a50), ms(w99 - a99),
+			ms(percentile(l.call, 50)), ms(percentile(l.call, 99))})
 	}
 	lt.notes = append(lt.notes,
 		fmt.Sprintf("per row, one connection times %d transactions of the business insert alone and %d with one event besides, in pairs whose order alternates; every row's pair in turn, after %d unmeasured pairs of each; from BEGIN to the return of COMMIT, so the commit's WAL flush (fsync on) is in every figure", samples, samples, enqueueWarmUps),
 		"added: the difference of the percentiles, with the event minus alone: what the enqueue adds to the caller's transaction",
+		"the call: the enqueue call alone (Enqueue, EnqueueWith, InsertTx), from the call to its return, in the transactions with the event: its round trips and the statement's work, without the commit; on a busy machine it tells a change of the statement's cost apart more surely than added, the difference of two noisy percentiles",
 		"every row in a fresh schema of its own, all set up before the first pair, each system as in the events/s table; percentiles by nearest rank",
 	)
 	if e.quick {

@@ -23,11 +23,16 @@ func TestEnqueueTargets(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer target.close(e)
-			if err := target.tx(ctx, row.perTx); err != nil {
+			call, err := target.tx(ctx, row.perTx)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := target.tx(ctx, 0); err != nil {
+			none, err := target.tx(ctx, 0)
+			if err != nil {
 				t.Fatal(err)
+			}
+			if call <= 0 || none != 0 {
+				t.Errorf("the enqueue call took %v with %d events and %v with none; want a time and zero", call, row.perTx, none)
 			}
 			events, orders, err := target.stored(ctx)
 			if err != nil {
