@@ -227,9 +227,10 @@ WITH input AS (
 // writes one event beside its business row: the same row and the same
 // event id as enqueueSQL, with scalar parameters ($1 to $9, in the order
 // of columns.args) instead of arrays, and neither unnest nor sorts nor a
-// look-up of the identity sequence. It costs about half of enqueueSQL for
-// one row (0.44 against 0.93 ms a statement at p50, with the business
-// insert's transaction open, through pgx on a busy two-core machine).
+// look-up of the identity sequence. It costs less than enqueueSQL for one
+// row (0.35–0.44 against 0.47–0.93 ms a statement at p50 in four runs,
+// with the business insert's transaction open, through pgx on a busy
+// two-core machine; docs/performance.md).
 // The row takes its id from the table's identity; the event id goes
 // into the event id table beside it, whose primary key refuses a
 // duplicate, failing the statement as a whole. A row that a trigger of the
