@@ -514,29 +514,30 @@ func openLeaseworkPressure(ctx context.Context, e *env, clock *pressureClock) (_
 			return statuses(ctx, "SELECT /* bench */ count(*) FROM "+s.QualifiedTable()+" WHERE status = $1", "DONE")
 		},
 		claimTime: func(ctx context.Context) (floored, full time.Duration, err error) {
-			// The worker's floor: a second before the due time of the row
-			// it finished last (framework/floor.go; every event has
-			// priority 0 here).
-			var last time.Time
-			err = probe.QueryRowContext(ctx, "SELECT /* bench */ next_attempt_at FROM "+s.QualifiedTable()+
-				" WHERE status = 'DONE' ORDER BY finished_at DESC LIMIT 1").Scan(&last)
+			// The worker's floors (framework/floor.go): a second before
+			// the due time of the row it finished last (every event has
+			// priority 0 here), and for expired leases a second before
+			// the clock of its last claim, which found none expired.
+			var last, now time.Time
+			err = probe.QueryRowContext(ctx, "SELECT /* bench */ next_attempt_at, statement_timestamp() FROM "+s.QualifiedTable()+
+				" WHERE status = 'DONE' ORDER BY finished_at DESC LIMIT 1").Scan(&last, &now)
 			if err != nil {
 				return 0, 0, fmt.Errorf("the last finished row: %w", err)
 			}
-			explain := func(from []time.Time) (time.Duration, error) {
+			explain := func(from []time.Time, leaseFrom time.Time) (time.Duration, error) {
 				plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{
 					Limit: framework.DefaultConcurrency, Lease: time.Minute, Kinds: []string{benchKind}, Worker: "bench-explain",
-					DueFrom: from,
+					DueFrom: from, ExpiredFrom: leaseFrom,
 				})
 				if err != nil {
 					return 0, err
 				}
 				return executionTime(plan)
 			}
-			if floored, err = explain([]time.Time{last.Add(-time.Second)}); err != nil {
+			if floored, err = explain([]time.Time{last.Add(-time.Second)}, now.Add(-time.Second)); err != nil {
 				return 0, 0, err
 			}
-			full, err = explain(nil)
+			full, err = explain(nil, time.Time{})
 			return floored, full, err
 		},
 		stop: func() error {
@@ -727,7 +728,7 @@ func pressureTables(e *env, runs []pressureRun) []table {
 		fmt.Sprintf("every handler sleeps %v; completed/s counts handler calls returned during the phase; pickup from the producer's commit returning to the handler's start, for the events enqueued in the phase, however late they were picked up; percentiles by nearest rank", pressureHandlerSleep),
 		"idle in transaction: a connection of its own runs BEGIN; SELECT txid_current(); and sits idle until the phase ends, pinning the xmin horizon; REPEATABLE READ readers: each holds one read-only REPEATABLE READ transaction for the phase, scanning the whole events table again and again; overload: the producer at the rate shown",
 		"depth at end: rows not finished (leasework READY or INPROGRESS; River neither completed, cancelled nor discarded); dead tuples: pg_stat_user_tables.n_dead_tup (reported by backends at most once a second); sizes: pg_total_relation_size and pg_indexes_size of the events table; all read at the phase's end, the stress still on",
-		"claim statement: execution time of one EXPLAIN (ANALYZE) of the claim (lease.Store.ExplainClaim, rolled back) at the phase's end, from the worker's floor (a second before the due time of the row finished last), and in brackets from the oldest READY row, as the worker claims once a second; River: n/a",
+		"claim statement: execution time of one EXPLAIN (ANALYZE) of the claim (lease.Store.ExplainClaim, rolled back) at the phase's end, from the worker's floors (a second before the due time of the row finished last; expired leases from a second ago), and in brackets from the oldest, as the worker's sweeps claim (at least once a second, beside its claims); River: n/a",
 		"goals: a stress phase's completion rate at least 0.8× the clean phase's before it; p99 pickup under 1 s; by a recovery phase's end, the queue depth no more than the clean phase's plus one second of production",
 		"leasework through pgx only; lib/pq is not measured here",
 	)
