@@ -13,7 +13,7 @@ import (
 // Driver binds leasework to one database/sql driver for PostgreSQL. It is all
 // a driver package must provide; the SQL itself is shared and lives in the
 // lease package. Optional capabilities are separate interfaces, discovered by
-// type assertion ([Notifier]).
+// type assertion ([Notifier], [Copier]).
 //
 // A driver's hardest duty is bounding dead connections: a server that
 // stops answering, its packets dropped and its socket left open (a failed
@@ -77,6 +77,18 @@ type Notifier interface {
 	// driver cannot learn, say): callers should then poll and not call
 	// Listen again for that pool. Any other error may be temporary.
 	Listen(ctx context.Context, db *sql.DB, channel string) (Listener, error)
+}
+
+// Copier is the optional capability of a [Driver] to copy rows into a
+// table with COPY … FROM STDIN in a database/sql transaction of its pools,
+// as [CopyTx.CopyFrom] does (the same arguments and result): the lease
+// store's enqueue in a *sql.Tx copies large batches with it. A driver
+// whose transactions cannot COPY leaves it out, and every batch is
+// inserted with one INSERT statement instead. driver/pq implements it
+// with lib/pq's COPY; pgx through database/sql has no COPY, so driver/pgx
+// does not (its WrapTx of a pgx.Tx does).
+type Copier interface {
+	CopyFrom(ctx context.Context, tx *sql.Tx, table, columns []string, rows [][]any) (int64, error)
 }
 
 // Listener receives notifications on one channel.

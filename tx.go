@@ -33,3 +33,25 @@ type Rows interface {
 	// Close releases the rows; it may be called more than once.
 	Close()
 }
+
+// CopyTx is the optional capability of a [Tx] to copy rows into a table
+// with COPY … FROM STDIN, which the lease store's enqueue uses for large
+// batches (lease.Options.EnqueueCopyMin): the rows go to the server as a
+// stream instead of arrays bound to one INSERT, the same rows, triggers
+// and constraints. A Tx without it gets the INSERT for every batch.
+// driver/pgx's WrapTx implements it with pgx's CopyFrom.
+type CopyTx interface {
+	Tx
+
+	// CopyFrom copies rows into columns of table, in the transaction, in
+	// the order given, and returns how many rows the table took (fewer
+	// than given when a trigger dropped some). table is the schema and
+	// the table's name, unquoted; the implementation quotes each part,
+	// and the column names. Each row holds one value per column: nil
+	// (NULL), string (for text and jsonb columns), []byte (bytea), int64
+	// (bigint, integer, smallint) or time.Time (timestamptz). Neither
+	// slice is kept after the call. An error leaves the transaction
+	// aborted, as a failed statement does; SQLState reads its code (a
+	// unique violation, say).
+	CopyFrom(ctx context.Context, table, columns []string, rows [][]any) (int64, error)
+}

@@ -147,6 +147,9 @@ func (s *Store) WrapTx(tx *sql.Tx) leasework.Tx {
 	if tx == nil {
 		return nil
 	}
+	if c, ok := s.drv.(leasework.Copier); ok {
+		return sqlCopyTx{sqlTx: sqlTx{q: tx, drv: s.drv}, tx: tx, copier: c}
+	}
 	return sqlTx{q: tx, drv: s.drv}
 }
 
@@ -239,15 +242,18 @@ func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 		first[e.EventID] = i
 		cols.add(e, s.maxAtt)
 	}
-	if !opts.SkipDuplicates && len(cols.ids) == 1 {
+	// One event goes in by its own statement, unless the store copies
+	// batches that small (EnqueueCopyMin 1).
+	one := len(cols.ids) == 1 && s.copyTx(tx, 1) == nil
+	if !opts.SkipDuplicates && one {
 		if err := s.insert(ctx, tx, s.q.enqueueOne, out, first, cols.one()...); err != nil {
 			return nil, err
 		}
 	} else if !opts.SkipDuplicates {
-		if err := s.insert(ctx, tx, s.q.enqueue, out, first, cols.args()...); err != nil {
+		if err := s.insertNew(ctx, tx, out, first, cols); err != nil {
 			return nil, err
 		}
-	} else if len(cols.ids) == 1 {
+	} else if one {
 		if err := s.insertSkippingOne(ctx, tx, out, first, cols); err != nil {
 			return nil, err
 		}
@@ -353,16 +359,22 @@ const maxEventIDTries = 5
 // others Duplicate. It takes a row id for each new event id in the event
 // id table (skipping the ids there), looks up the rows of the ids it
 // skipped, then inserts the events whose ids it took, with those row ids,
-// in one statement (in the order of insertEvents). An id it skipped and
-// then found free was freed in between, by a commit that deleted its row
-// (retention, say): it is no duplicate any more, and is taken again, up to
-// maxEventIDTries times in all.
+// in one statement or one COPY (insertTaken; in the order of
+// insertEvents). An id it skipped and then found free was freed in
+// between, by a commit that deleted its row (retention, say): it is no
+// duplicate any more, and is taken again, up to maxEventIDTries times in
+// all.
 func (s *Store) insertSkipping(ctx context.Context, tx leasework.Tx, out []Enqueued, first map[string]int, cols columns) error {
 	taken := make(map[string]int64, len(cols.ids))
 	pending := cols
+	takes := 0 // the tries that took ids
 	for try := 1; len(pending.ids) > 0; try++ {
+		before := len(taken)
 		if err := s.takeEventIDs(ctx, tx, pending, taken); err != nil {
 			return err
+		}
+		if len(taken) > before {
+			takes++
 		}
 		skipped := pending.pick(func(i int) bool { _, ok := taken[pending.ids[i]]; return !ok })
 		if len(skipped.ids) == 0 {
@@ -385,7 +397,7 @@ func (s *Store) insertSkipping(ctx context.Context, tx leasework.Tx, out []Enque
 	for i, eventID := range fresh.ids {
 		rowIDs[i] = taken[eventID]
 	}
-	return s.insert(ctx, tx, s.q.insertClaimed, out, first, append([]any{rowIDs}, fresh.args()...)...)
+	return s.insertTaken(ctx, tx, out, first, fresh, rowIDs, takes == 1)
 }
 
 // insertSkippingOne is insertSkipping for one event, in one statement

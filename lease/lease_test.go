@@ -95,8 +95,19 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	}
 }
 
+// TestEnqueueInCallerTransaction: through every enqueue path (the INSERT
+// through each driver, lib/pq's COPY), events vanish with a rollback,
+// get generated ids and the store's defaults, a duplicate id (in the
+// table or twice in the call) is ErrDuplicateEvent and changes nothing,
+// SkipDuplicates skips it, and bad input is refused before anything is
+// sent.
 func TestEnqueueInCallerTransaction(t *testing.T) {
-	s := pgtest.Store(t, drv, lease.Options{})
+	pgtest.EachEnqueuePath(t, testEnqueueInCallerTransaction)
+}
+
+func testEnqueueInCallerTransaction(t *testing.T, p pgtest.EnqueuePath) {
+	s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
+	inserts := pgtest.WatchInserts(t, s)
 	ctx := context.Background()
 
 	// Rolled back with the business write: nothing to claim.
@@ -163,6 +174,18 @@ func TestEnqueueInCallerTransaction(t *testing.T) {
 	}
 	if _, err := s.Enqueue(ctx, tx, lease.Event{Kind: "k", MaxAttempts: -2}); err == nil || !strings.Contains(err.Error(), "MaxAttempts") {
 		t.Fatalf("negative attempts err = %v", err)
+	}
+	checkInsertsBy(t, inserts, p.Copies)
+}
+
+// checkInsertsBy checks that the rows counted by inserts (of
+// pgtest.WatchInserts) went in with COPY only, or with INSERT only.
+func checkInsertsBy(t *testing.T, inserts func() (copies, statements int), copied bool) {
+	t.Helper()
+	copies, statements := inserts()
+	if copied && (copies == 0 || statements != 0) || !copied && (copies != 0 || statements == 0) {
+		t.Errorf("the enqueues' rows went in by %d COPY and %d INSERT statements; want them all by %s",
+			copies, statements, map[bool]string{true: "COPY", false: "INSERT"}[copied])
 	}
 }
 

@@ -40,6 +40,17 @@ type Options struct {
 	// EnqueueWith, EnqueueTx), the first outermost; see
 	// [EnqueueMiddleware].
 	EnqueueMiddleware []EnqueueMiddleware
+
+	// EnqueueCopyMin is the smallest batch that an enqueue (Enqueue,
+	// EnqueueWith, EnqueueTx) copies into the table with COPY, when its
+	// transaction can: a [leasework.CopyTx] (driver/pgx's WrapTx of a
+	// pgx.Tx), or a *sql.Tx of a driver that is a [leasework.Copier]
+	// (driver/pq). Smaller batches, and every batch in a transaction that
+	// cannot COPY (pgx through database/sql), go in with one INSERT. Both
+	// keep every promise of [Store.Enqueue]; see "Bulk enqueue" in the
+	// package doc. Zero means [DefaultEnqueueCopyMin]; negative means
+	// never.
+	EnqueueCopyMin int
 }
 
 // Store runs leasework's statements against one events table. It is safe for
@@ -51,8 +62,10 @@ type Store struct {
 	table      string
 	maxAtt     int
 	middleware []EnqueueMiddleware
+	copyMin    int // 0: never
 	channel    string
 	q          queries
+	cq         copyStatements
 }
 
 // New returns a Store for the table named by opts in the database behind db.
@@ -81,7 +94,14 @@ func New(db *sql.DB, drv leasework.Driver, opts Options) (*Store, error) {
 	}
 	s.db, s.drv, s.maxAtt = db, drv, opts.MaxAttempts
 	s.middleware = slices.Clone(opts.EnqueueMiddleware)
+	switch {
+	case opts.EnqueueCopyMin == 0:
+		s.copyMin = DefaultEnqueueCopyMin
+	case opts.EnqueueCopyMin > 0:
+		s.copyMin = opts.EnqueueCopyMin
+	}
 	s.q = s.renderQueries()
+	s.cq = s.renderCopyStatements()
 	return s, nil
 }
 
@@ -138,6 +158,10 @@ func (s *Store) keysListed() string {
 	return "leasework.keys_listed_" + hex.EncodeToString(sum[:])
 }
 
+// objectName is the name of the table's object (an index, a function, the
+// event id table) whose suffix is suffix, unquoted: {{name "suffix"}}.
+func (s *Store) objectName(suffix string) string { return s.table + "_" + suffix }
+
 // render replaces the placeholders of an SQL template with quoted names.
 func (s *Store) render(tmpl string) string {
 	return placeholder.ReplaceAllStringFunc(tmpl, func(m string) string {
@@ -156,7 +180,7 @@ func (s *Store) render(tmpl string) string {
 		case sub[1] == "channel":
 			return quoteLiteral(s.channel)
 		default:
-			return QuoteIdent(s.table + "_" + sub[2])
+			return QuoteIdent(s.objectName(sub[2]))
 		}
 	})
 }

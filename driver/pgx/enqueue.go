@@ -16,7 +16,9 @@ import (
 // The events become visible to workers when tx commits, and the table's
 // trigger wakes listening workers then; they vanish if tx rolls back. pgx
 // binds the store's slices as arrays natively, so they are passed as they
-// are. WrapTx(nil) is nil, which EnqueueTx refuses.
+// are. Large batches go in with pgx's CopyFrom (the result is a
+// leasework.CopyTx; see lease.Options.EnqueueCopyMin). WrapTx(nil) is nil,
+// which EnqueueTx refuses.
 func WrapTx(tx pgxv5.Tx) leasework.Tx {
 	if tx == nil {
 		return nil
@@ -24,8 +26,10 @@ func WrapTx(tx pgxv5.Tx) leasework.Tx {
 	return pgxTx{tx}
 }
 
-// pgxTx is a pgx.Tx as a leasework.Tx.
+// pgxTx is a pgx.Tx as a leasework.CopyTx.
 type pgxTx struct{ tx pgxv5.Tx }
+
+var _ leasework.CopyTx = pgxTx{}
 
 func (t pgxTx) Query(ctx context.Context, query string, args ...any) (leasework.Rows, error) {
 	rows, err := t.tx.Query(ctx, query, args...)
@@ -36,3 +40,9 @@ func (t pgxTx) Query(ctx context.Context, query string, args ...any) (leasework.
 }
 
 func (pgxTx) SQLState(err error) string { return Driver{}.SQLState(err) }
+
+// CopyFrom copies rows with pgx's CopyFrom (binary COPY; pgx quotes the
+// names).
+func (t pgxTx) CopyFrom(ctx context.Context, table, columns []string, rows [][]any) (int64, error) {
+	return t.tx.CopyFrom(ctx, pgxv5.Identifier(table), columns, pgxv5.CopyFromRows(rows))
+}

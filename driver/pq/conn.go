@@ -87,10 +87,13 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 	stop := c.watch(ctx)
 	defer stop()
 	s, err := c.pqConn.PrepareContext(ctx, query)
-	if ps, ok := s.(pqStmt); ok && err == nil {
+	if err != nil {
+		return nil, err
+	}
+	if ps, ok := s.(pqStmt); ok {
 		return &stmt{pqStmt: ps, c: c}, nil
 	}
-	return s, err // a COPY, say: lib/pq's own
+	return &copyStmt{Stmt: s, c: c}, nil // a COPY: lib/pq's own, without contexts
 }
 
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {

@@ -221,3 +221,62 @@ func EachDriver(t *testing.T, f func(t *testing.T, drv leasework.Driver)) {
 		t.Run(d.Name, func(t *testing.T) { f(t, d.New()) })
 	}
 }
+
+// EnqueuePath is one way an enqueue in a *sql.Tx writes its events: a
+// driver, and the store's Options.EnqueueCopyMin.
+type EnqueuePath struct {
+	Name      string
+	NewDriver func() leasework.Driver
+	CopyMin   int
+	Copies    bool // whether its batches go in with COPY
+}
+
+// Options is opts with the path's EnqueueCopyMin.
+func (p EnqueuePath) Options(opts lease.Options) lease.Options {
+	opts.EnqueueCopyMin = p.CopyMin
+	return opts
+}
+
+// EnqueuePaths are the ways an enqueue in a *sql.Tx writes its events:
+// the INSERT through each driver (pgx through database/sql has no COPY,
+// whatever EnqueueCopyMin says), and lib/pq's COPY for every batch. Tests
+// of the enqueue's promises run through each.
+var EnqueuePaths = []EnqueuePath{
+	{"pgx", func() leasework.Driver { return pgxdriver.New() }, 1, false},
+	{"pq", func() leasework.Driver { return pqdriver.New() }, -1, false},
+	{"pq-copy", func() leasework.Driver { return pqdriver.New() }, 1, true},
+}
+
+// EachEnqueuePath runs f as a subtest per enqueue path.
+func EachEnqueuePath(t *testing.T, f func(t *testing.T, p EnqueuePath)) {
+	for _, p := range EnqueuePaths {
+		t.Run(p.Name, func(t *testing.T) { f(t, p) })
+	}
+}
+
+// WatchInserts records how each statement that inserts into s's table
+// reached it, with a statement trigger of the test's: it returns a
+// function that counts them, those that were a COPY and the others.
+func WatchInserts(t testing.TB, s *lease.Store) func() (copies, inserts int) {
+	t.Helper()
+	ctx := context.Background()
+	log := lease.QuoteIdent(s.Schema()) + ".test_insert_log"
+	fn := lease.QuoteIdent(s.Schema()) + ".test_log_insert"
+	for _, q := range []string{
+		`CREATE TABLE ` + log + ` (copy boolean NOT NULL)`,
+		`CREATE FUNCTION ` + fn + `() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO ` + log + ` VALUES (current_query() ~* '^\s*copy\M'); RETURN NULL; END $$`,
+		`CREATE TRIGGER test_log_insert AFTER INSERT ON ` + s.QualifiedTable() + ` FOR EACH STATEMENT EXECUTE FUNCTION ` + fn + `()`,
+	} {
+		if _, err := s.DB().ExecContext(ctx, q); err != nil {
+			t.Fatalf("WatchInserts: %v", err)
+		}
+	}
+	return func() (copies, inserts int) {
+		t.Helper()
+		if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE copy), count(*) FILTER (WHERE NOT copy) FROM `+log).Scan(&copies, &inserts); err != nil {
+			t.Fatalf("WatchInserts: %v", err)
+		}
+		return copies, inserts
+	}
+}
