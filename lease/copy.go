@@ -17,7 +17,7 @@ import (
 // DefaultEnqueueCopyMin is the batch from which an enqueue copies its
 // events into the table with COPY when its transaction can
 // ([Options.EnqueueCopyMin]).
-const DefaultEnqueueCopyMin = 64
+const DefaultEnqueueCopyMin = 300
 
 // The COPY path of an enqueue (see "Bulk enqueue" in the package doc). It
 // writes what the INSERT of enqueueSQL or insertClaimedSQL writes, row for
@@ -173,9 +173,11 @@ func (s *Store) copyNew(ctx context.Context, tx leasework.CopyTx, out []Enqueued
 	}
 	rowIDs := make([]int64, n) // by event, in cols' order
 	eventIDs := make([][]any, n)
+	values := make([]any, 2*n)
 	for r, i := range order {
 		rowIDs[i] = ids[r]
-		eventIDs[r] = []any{cols.ids[i], ids[r]}
+		values[2*r], values[2*r+1] = cols.ids[i], ids[r]
+		eventIDs[r] = values[2*r : 2*r+2 : 2*r+2]
 	}
 	if _, err := tx.CopyFrom(ctx, s.cq.eventIDs, eventIDColumns, eventIDs); err != nil {
 		return s.enqueueError(tx, err)
@@ -193,8 +195,9 @@ func (s *Store) copyRows(ctx context.Context, tx leasework.CopyTx, out []Enqueue
 		columns = append(columns, "next_attempt_at")
 	}
 	rows := make([][]any, len(order))
+	values := make([]any, len(order)*len(columns)) // every row's, in one allocation
 	for r, i := range order {
-		row := make([]any, len(columns))
+		row := values[r*len(columns) : (r+1)*len(columns) : (r+1)*len(columns)]
 		row[0], row[1], row[2], row[3] = rowIDs[i], cols.ids[i], cols.kinds[i], nullIfEmpty(cols.keys[i])
 		row[4], row[5], row[6], row[7] = cols.payloads[i], cols.maxAtt[i], cols.queues[i], cols.priorities[i]
 		row[8] = nullIfEmpty(cols.metadata[i])
