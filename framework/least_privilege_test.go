@@ -212,9 +212,11 @@ func producerGrants(s *lease.Store, role string) []string {
 // drivers it enqueues plain events, events with metadata, keyed events (the
 // second of a key WAITING behind the first), and duplicates, skipped or
 // refused; it can neither claim, read payloads, delete rows, pause a queue,
-// read the migrations, nor create anything.
+// read the migrations, nor create anything. Through every enqueue path:
+// a COPY needs no right the INSERT does not.
 func TestProducerEnqueuesWithLeastPrivilege(t *testing.T) {
-	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+	pgtest.EachEnqueuePath(t, func(t *testing.T, p pgtest.EnqueuePath) {
+		drv := p.NewDriver()
 		ctx := context.Background()
 		admin := pgtest.Open(t, drv)
 		s := pgtest.Store(t, drv, lease.Options{})
@@ -238,7 +240,7 @@ func TestProducerEnqueuesWithLeastPrivilege(t *testing.T) {
 				}
 			}
 		})
-		ps, err := lease.New(producerDB, drv, lease.Options{Schema: s.Schema(), Table: s.Table()})
+		ps, err := lease.New(producerDB, drv, p.Options(lease.Options{Schema: s.Schema(), Table: s.Table()}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,9 @@ import (
 //
 // Both ways the enqueue goes: a batch (two statements: the ids taken,
 // then the rows) and one event (one statement, which takes the id and
-// inserts the row).
+// inserts the row); and through every enqueue path, where the COPY path
+// inserts ids taken in two tries with the INSERT, which sorts them by key
+// (one event copied too: its store copies every batch).
 func TestSkipDuplicatesEnqueueRacingRetention(t *testing.T) {
 	for _, batch := range []bool{true, false} {
 		name := "one-event"
@@ -39,8 +41,8 @@ func TestSkipDuplicatesEnqueueRacingRetention(t *testing.T) {
 }
 
 func skipDuplicatesRacingRetention(t *testing.T, batch bool) {
-	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		s := pgtest.Store(t, drv, lease.Options{})
+	pgtest.EachEnqueuePath(t, func(t *testing.T, p pgtest.EnqueuePath) {
+		s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		old := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "dup", Payload: []byte("old")})

@@ -113,6 +113,7 @@ func RowStatements(s *Store) map[string]Statement {
 		"getByEvent":     {s.q.getByEvent, "text"},
 		"rejected":       {s.q.rejected, "bigint[]"},
 		"existing":       {s.q.existing, "text[]"},
+		"copied":         {s.cq.copied, "bigint[]"},
 		"keyHead":        {s.q.keyHead, "text"},
 		"heldKeys":       {s.q.heldKeys, "text, int"},
 		"nextWake":       {s.q.nextWake, "text"},

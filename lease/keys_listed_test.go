@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
@@ -83,9 +82,10 @@ func keyed(key string, ids ...string) []lease.Event {
 // takes the key locks once (leasework.key_locks counts the calls), not
 // once a row. A savepoint rolled back takes its rows off the list. The
 // rows end in line in the order given, behind the key's earlier rows.
+// Through every enqueue path (the INSERT, COPY).
 func TestEnqueueTransactionPutsItsKeysInLineInOneStep(t *testing.T) {
-	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		s := pgtest.Store(t, drv, lease.Options{})
+	pgtest.EachEnqueuePath(t, func(t *testing.T, p pgtest.EnqueuePath) {
+		s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
 		ctx := context.Background()
 		pgtest.Enqueue(t, s, keyed("b", "b0")...)
 
@@ -147,8 +147,13 @@ func TestEnqueueTransactionPutsItsKeysInLineInOneStep(t *testing.T) {
 // its bound (128 KiB of ids: 6,900 of 18 digits), it is dropped and stays full, and every
 // keyed row of the transaction is put in line by its own firing, in the
 // order inserted: the rows listed before do not overtake the later ones.
+// Through every enqueue path.
 func TestKeysPutInLineWhenTheListIsFull(t *testing.T) {
-	s := pgtest.Store(t, drv, lease.Options{})
+	pgtest.EachEnqueuePath(t, testKeysPutInLineWhenTheListIsFull)
+}
+
+func testKeysPutInLineWhenTheListIsFull(t *testing.T, p pgtest.EnqueuePath) {
+	s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
 	ctx := context.Background()
 	// Row ids of 18 digits: the list fills with a few thousand rows.
 	if _, err := s.DB().ExecContext(ctx, `SELECT setval(pg_get_serial_sequence($1, 'id'), 100000000000000000)`, s.QualifiedTable()); err != nil {
@@ -204,9 +209,13 @@ func TestKeysPutInLineWhenTheListIsFull(t *testing.T) {
 // TestKeysPutInLineByImmediateTriggers: with the commit-time trigger set
 // IMMEDIATE, a row's firing comes at the end of its statement, before the
 // statement lists it: the firing puts the rows listed so far in line, then
-// its own row alone. The order given holds.
+// its own row alone. The order given holds, through every enqueue path.
 func TestKeysPutInLineByImmediateTriggers(t *testing.T) {
-	s := pgtest.Store(t, drv, lease.Options{})
+	pgtest.EachEnqueuePath(t, testKeysPutInLineByImmediateTriggers)
+}
+
+func testKeysPutInLineByImmediateTriggers(t *testing.T, p pgtest.EnqueuePath) {
+	s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
 	ctx := context.Background()
 	tx, err := s.DB().BeginTx(ctx, nil)
 	if err != nil {
@@ -235,11 +244,15 @@ func TestKeysPutInLineByImmediateTriggers(t *testing.T) {
 // disabled), has its first waiting row promoted by the next enqueue of the
 // key, whose own rows wait behind it, as the per-row step's settle_key
 // did: an enqueue of one event (put in line by its own firing) and of two
-// (by order_keys).
+// (by order_keys). Through every enqueue path.
 func TestEnqueuePromotesAStrandedKey(t *testing.T) {
+	pgtest.EachEnqueuePath(t, testEnqueuePromotesAStrandedKey)
+}
+
+func testEnqueuePromotesAStrandedKey(t *testing.T, p pgtest.EnqueuePath) {
 	for _, n := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d events", n), func(t *testing.T) {
-			s := pgtest.Store(t, drv, lease.Options{})
+			s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
 			ctx := context.Background()
 			pgtest.Enqueue(t, s, keyed("k", "k1", "k2", "k3")...)
 			tbl := s.QualifiedTable()
@@ -272,10 +285,15 @@ func TestEnqueuePromotesAStrandedKey(t *testing.T) {
 // TestKeysOfTwoTablesInOneTransaction: a transaction that enqueues keyed
 // events into two stores' tables, in turns, keeps a list per table, and
 // each table's commit-time step puts its own rows in line, in the order
-// given, with one call.
+// given, with one call. Through every enqueue path.
 func TestKeysOfTwoTablesInOneTransaction(t *testing.T) {
-	a := pgtest.Store(t, drv, lease.Options{})
-	b, err := lease.New(a.DB(), drv, lease.Options{Schema: a.Schema(), Table: "other_events"})
+	pgtest.EachEnqueuePath(t, testKeysOfTwoTablesInOneTransaction)
+}
+
+func testKeysOfTwoTablesInOneTransaction(t *testing.T, p pgtest.EnqueuePath) {
+	drv := p.NewDriver()
+	a := pgtest.Store(t, drv, p.Options(lease.Options{}))
+	b, err := lease.New(a.DB(), drv, p.Options(lease.Options{Schema: a.Schema(), Table: "other_events"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,17 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
 // Metadata given at enqueue reaches every claim of the event and its row,
-// through both insert paths (plain and skipping duplicates); an event
-// without any has nil.
+// through both insert paths (plain and skipping duplicates) and every
+// enqueue path (the INSERT, COPY); an event without any has nil.
 func TestMetadataTravelsFromEnqueueToClaim(t *testing.T) {
-	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		s := pgtest.Store(t, drv, lease.Options{})
+	pgtest.EachEnqueuePath(t, func(t *testing.T, p pgtest.EnqueuePath) {
+		s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
 		ctx := context.Background()
 		meta := map[string]string{
 			"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",

@@ -299,6 +299,7 @@ func TestRowStatementsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 		{"getByEvent", st["getByEvent"], "'target ready'", 2},
 		{"rejected", st["rejected"], fmt.Sprintf("'{%d}'", in[2].ID), 1},
 		{"existing", st["existing"], "'{target ready}'", 2},
+		{"copied", st["copied"], fmt.Sprintf("'{%d}'", in[2].ID), 1},
 		{"keyHead", st["keyHead"], "'key-1'", 2},
 		{"heldKeys", st["heldKeys"], "'', 100", 4},
 		{"nextWake", st["nextWake"], "'default'", 1 + 10},

@@ -55,6 +55,18 @@ func listen(t *testing.T, s *lease.Store) leasework.Listener {
 	return l
 }
 
+// eachWay runs f once per way EnqueueTx writes a pgx.Tx's events, with
+// the store's Options.EnqueueCopyMin that selects it: one INSERT, and
+// pgx's CopyFrom for every batch.
+func eachWay(t *testing.T, f func(t *testing.T, copyMin int)) {
+	for _, w := range []struct {
+		name    string
+		copyMin int
+	}{{"insert", -1}, {"copy", 1}} {
+		t.Run(w.name, func(t *testing.T) { f(t, w.copyMin) })
+	}
+}
+
 // next returns the payload of the next notification on l.
 func next(t *testing.T, l leasework.Listener) string {
 	t.Helper()
@@ -69,10 +81,14 @@ func next(t *testing.T, l leasework.Listener) string {
 
 // Events enqueued in a pgx transaction that commits are rows of the table,
 // with the store's defaults, invisible before the commit; the commit
-// notifies listeners with the events' kind.
-func TestEnqueueInPgxTxCommits(t *testing.T) {
+// notifies listeners with the events' kind. Both ways: the batch mixes
+// events with RunAt and without, which a COPY leaves to the INSERT; see
+// TestEnqueueInPgxTxCopiesWhatItInserts for the copies.
+func TestEnqueueInPgxTxCommits(t *testing.T) { eachWay(t, testEnqueueInPgxTxCommits) }
+
+func testEnqueueInPgxTxCommits(t *testing.T, copyMin int) {
 	ctx := context.Background()
-	s := pgtest.Store(t, pgxdriver.New(), lease.Options{MaxAttempts: 7})
+	s := pgtest.Store(t, pgxdriver.New(), lease.Options{MaxAttempts: 7, EnqueueCopyMin: copyMin})
 	pool := newPool(t)
 	l := listen(t, s)
 
@@ -123,10 +139,13 @@ func TestEnqueueInPgxTxCommits(t *testing.T) {
 }
 
 // Events enqueued in a pgx transaction that rolls back leave no row and
-// wake nobody.
-func TestEnqueueInPgxTxRollsBack(t *testing.T) {
+// wake nobody. Both ways.
+func TestEnqueueInPgxTxRollsBack(t *testing.T) { eachWay(t, testEnqueueInPgxTxRollsBack) }
+
+func testEnqueueInPgxTxRollsBack(t *testing.T, copyMin int) {
 	ctx := context.Background()
-	s := pgtest.Store(t, pgxdriver.New(), lease.Options{})
+	s := pgtest.Store(t, pgxdriver.New(), lease.Options{EnqueueCopyMin: copyMin})
+	inserts := pgtest.WatchInserts(t, s)
 	pool := newPool(t)
 	l := listen(t, s)
 
@@ -159,56 +178,77 @@ func TestEnqueueInPgxTxRollsBack(t *testing.T) {
 	if got := next(t, l); got != "committed" {
 		t.Errorf("first notification %q; want %q (none from the rolled-back transaction)", got, "committed")
 	}
+	checkInsertsBy(t, inserts, copyMin > 0)
+}
+
+// checkInsertsBy checks that the rows counted by inserts (of
+// pgtest.WatchInserts) went in with COPY only, or with INSERT only.
+func checkInsertsBy(t *testing.T, inserts func() (copies, statements int), copied bool) {
+	t.Helper()
+	copies, statements := inserts()
+	if copied && (copies == 0 || statements != 0) || !copied && (copies != 0 || statements == 0) {
+		t.Errorf("the enqueues' rows went in by %d COPY and %d INSERT statements; want them all by %s",
+			copies, statements, map[bool]string{true: "COPY", false: "INSERT"}[copied])
+	}
 }
 
 // An event id that exists is leasework.ErrDuplicateEvent, whichever driver
 // the store uses, and it aborts the transaction (PostgreSQL refuses its later
 // statements) without changing the existing row. Two events sharing an id
 // in one call fail before anything is sent: the transaction stays usable.
+// Both ways.
 func TestEnqueueInPgxTxDuplicate(t *testing.T) {
-	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		ctx := context.Background()
-		s := pgtest.Store(t, drv, lease.Options{})
-		pool := newPool(t)
-		first := pgtest.Enqueue(t, s, lease.Event{EventID: "order-42-charge", Kind: "charge", Payload: []byte("first")})
-
-		tx := begin(t, pool)
-		_, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{},
-			lease.Event{EventID: "a", Kind: "charge"}, lease.Event{EventID: "a", Kind: "charge"})
-		if !errors.Is(err, leasework.ErrDuplicateEvent) {
-			t.Fatalf("two events sharing an id: %v; want leasework.ErrDuplicateEvent", err)
-		}
-		var one int
-		if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
-			t.Fatalf("the transaction after an in-call duplicate: %v; want it usable", err)
-		}
-
-		_, err = s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{EventID: "order-42-charge", Kind: "charge", Payload: []byte("second")})
-		if !errors.Is(err, leasework.ErrDuplicateEvent) {
-			t.Fatalf("an existing id: %v; want leasework.ErrDuplicateEvent", err)
-		}
-		err = tx.QueryRow(ctx, `SELECT 1`).Scan(&one)
-		if got := pgxdriver.New().SQLState(err); got != "25P02" {
-			t.Errorf("a statement after the duplicate: %v (SQLSTATE %q); want 25P02, the transaction aborted", err, got)
-		}
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r, err := s.Get(ctx, first[0].ID)
-		if err != nil || string(r.Payload) != "first" {
-			t.Errorf("existing row %+v, %v; want it unchanged", r, err)
-		}
-		if _, err := s.GetByEventID(ctx, "a"); !errors.Is(err, lease.ErrNotFound) {
-			t.Errorf("event a: %v; want never inserted", err)
-		}
+	eachWay(t, func(t *testing.T, copyMin int) {
+		pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) { testEnqueueInPgxTxDuplicate(t, drv, copyMin) })
 	})
+}
+
+func testEnqueueInPgxTxDuplicate(t *testing.T, drv leasework.Driver, copyMin int) {
+	ctx := context.Background()
+	s := pgtest.Store(t, drv, lease.Options{EnqueueCopyMin: copyMin})
+	pool := newPool(t)
+	first := pgtest.Enqueue(t, s, lease.Event{EventID: "order-42-charge", Kind: "charge", Payload: []byte("first")})
+
+	tx := begin(t, pool)
+	_, err := s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{},
+		lease.Event{EventID: "a", Kind: "charge"}, lease.Event{EventID: "a", Kind: "charge"})
+	if !errors.Is(err, leasework.ErrDuplicateEvent) {
+		t.Fatalf("two events sharing an id: %v; want leasework.ErrDuplicateEvent", err)
+	}
+	var one int
+	if err := tx.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
+		t.Fatalf("the transaction after an in-call duplicate: %v; want it usable", err)
+	}
+
+	_, err = s.EnqueueTx(ctx, pgxdriver.WrapTx(tx), lease.EnqueueOptions{}, lease.Event{EventID: "order-42-charge", Kind: "charge", Payload: []byte("second")})
+	if !errors.Is(err, leasework.ErrDuplicateEvent) {
+		t.Fatalf("an existing id: %v; want leasework.ErrDuplicateEvent", err)
+	}
+	err = tx.QueryRow(ctx, `SELECT 1`).Scan(&one)
+	if got := pgxdriver.New().SQLState(err); got != "25P02" {
+		t.Errorf("a statement after the duplicate: %v (SQLSTATE %q); want 25P02, the transaction aborted", err, got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Get(ctx, first[0].ID)
+	if err != nil || string(r.Payload) != "first" {
+		t.Errorf("existing row %+v, %v; want it unchanged", r, err)
+	}
+	if _, err := s.GetByEventID(ctx, "a"); !errors.Is(err, lease.ErrNotFound) {
+		t.Errorf("event a: %v; want never inserted", err)
+	}
 }
 
 // With SkipDuplicates, existing ids and repeats within the call are
 // reported Duplicate, the rest inserted, and the transaction commits.
-func TestEnqueueInPgxTxSkipDuplicates(t *testing.T) {
+// Both ways.
+func TestEnqueueInPgxTxSkipDuplicates(t *testing.T) { eachWay(t, testEnqueueInPgxTxSkipDuplicates) }
+
+func testEnqueueInPgxTxSkipDuplicates(t *testing.T, copyMin int) {
 	ctx := context.Background()
-	s := pgtest.Store(t, pgxdriver.New(), lease.Options{})
+	s := pgtest.Store(t, pgxdriver.New(), lease.Options{EnqueueCopyMin: copyMin})
+	inserts := pgtest.WatchInserts(t, s)
 	pool := newPool(t)
 	old := pgtest.Enqueue(t, s, lease.Event{EventID: "old", Kind: "k", Payload: []byte("kept")})
 
@@ -235,6 +275,10 @@ func TestEnqueueInPgxTxSkipDuplicates(t *testing.T) {
 	st, err := s.Stats(ctx)
 	if err != nil || st.Rows[leasework.StatusReady] != 2 {
 		t.Errorf("stats %+v, %v; want 2 READY rows", st, err)
+	}
+	if copies, statements := inserts(); copyMin > 0 && (copies != 1 || statements != 1) || copyMin < 0 && (copies != 0 || statements != 2) {
+		t.Errorf("rows went in by %d COPY and %d INSERT statements; want the store's enqueue by INSERT, EnqueueTx's by %s",
+			copies, statements, map[bool]string{true: "COPY", false: "INSERT"}[copyMin > 0])
 	}
 }
 
@@ -365,9 +409,15 @@ func TestWorkerOnApplicationPgxPool(t *testing.T) {
 
 // Every event is accounted for in a pgx transaction too: one that the table
 // dropped without an error (a trigger here) fails the call, naming it.
+// Both ways: a COPY reports how many rows the table took, and the call
+// then reads which.
 func TestEnqueueInPgxTxAccountsForEveryEvent(t *testing.T) {
+	eachWay(t, testEnqueueInPgxTxAccountsForEveryEvent)
+}
+
+func testEnqueueInPgxTxAccountsForEveryEvent(t *testing.T, copyMin int) {
 	ctx := context.Background()
-	s := pgtest.Store(t, pgxdriver.New(), lease.Options{})
+	s := pgtest.Store(t, pgxdriver.New(), lease.Options{EnqueueCopyMin: copyMin})
 	if err := leasetest.DropInsertsOfKind(ctx, s, "vanish"); err != nil {
 		t.Fatal(err)
 	}
