@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -54,6 +55,7 @@ func brokenCases() []brokenCase {
 				"ErrorsAreClassified":                  "PASS",
 				"DeadConnStatementEndsWithItsDeadline": "PASS",
 				"ClaimThenComplete":                    "PASS",
+				"CopiedEnqueueKeepsEnqueuesPromises":   "SKIP", // pgx through database/sql has no COPY
 			},
 		},
 		{
@@ -130,6 +132,25 @@ func brokenCases() []brokenCase {
 				"DeadConnHandshakeEndsWithTheContext":   "PASS",
 				"DeadConnHandshakeEndsAtConnectTimeout": "PASS",
 				"ClaimThenComplete":                     "PASS",
+				"CopiedEnqueueKeepsEnqueuesPromises":    "PASS",
+			},
+		},
+		{
+			name: "CopierCountingEveryRow", broken: "Copier.CopyFrom",
+			driver: func() leasework.Driver { return copierCountingEveryRow{wrap(pqdriver.New())} },
+			want: map[string]string{
+				"CopiedEnqueueKeepsEnqueuesPromises": "FAIL",
+				"EnqueueAccountsForEveryEvent":       "PASS",
+				"ClaimThenComplete":                  "PASS",
+			},
+		},
+		{
+			name: "CopierHidingSQLState", broken: "Copier.CopyFrom",
+			driver: func() leasework.Driver { return copierHidingSQLState{wrap(pqdriver.New())} },
+			want: map[string]string{
+				"CopiedEnqueueKeepsEnqueuesPromises": "FAIL",
+				"DuplicateEventIsRejected":           "PASS",
+				"ClaimThenComplete":                  "PASS",
 			},
 		},
 		{
@@ -234,6 +255,27 @@ func (emptySQLState) SQLState(error) string { return "" }
 type neverConnectionError struct{ wrapped }
 
 func (neverConnectionError) IsConnectionError(error) bool { return false }
+
+// copierCountingEveryRow is driver/pq's COPY reporting every row it was
+// given as taken, whether the table took it or not.
+type copierCountingEveryRow struct{ wrapped }
+
+func (copierCountingEveryRow) CopyFrom(ctx context.Context, tx *sql.Tx, table, columns []string, rows [][]any) (int64, error) {
+	_, err := pqdriver.New().CopyFrom(ctx, tx, table, columns, rows)
+	return int64(len(rows)), err
+}
+
+// copierHidingSQLState is driver/pq's COPY whose errors are their text
+// only: the SQLSTATE of a unique violation is lost.
+type copierHidingSQLState struct{ wrapped }
+
+func (copierHidingSQLState) CopyFrom(ctx context.Context, tx *sql.Tx, table, columns []string, rows [][]any) (int64, error) {
+	n, err := pqdriver.New().CopyFrom(ctx, tx, table, columns, rows)
+	if err != nil {
+		err = errors.New(err.Error())
+	}
+	return n, err
+}
 
 // unboundedOpen opens lib/pq's own pool, without the bounds driver/pq
 // puts on it: lib/pq waits for the server's answer to a cancel request,

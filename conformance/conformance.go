@@ -116,7 +116,7 @@ func Run(t *testing.T, target Target) {
 
 func properties() []property {
 	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(),
-		orderProperties(), queueProperties(), cancelProperties(), snoozeProperties(), deadConnProperties())
+		orderProperties(), queueProperties(), cancelProperties(), snoozeProperties(), copyProperties(), deadConnProperties())
 }
 
 // suiteIdleConns is how many idle connections a pool the suite opens with

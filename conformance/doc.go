@@ -49,6 +49,11 @@
 //   - InCallDuplicateKeepsTheFirst, EnqueueAccountsForEveryEvent and
 //     EnqueueRefusesTextPostgreSQLCannotStore: enqueue reports every event it
 //     was given, and refuses bad text before sending anything;
+//   - CopiedEnqueueKeepsEnqueuesPromises: an enqueue copied through the
+//     driver's COPY (leasework.Copier; skipped when the driver has none)
+//     stores each event as given, reports an existing id as
+//     leasework.ErrDuplicateEvent, skips duplicates when asked, leaves
+//     nothing when rolled back, and names an event the table dropped;
 //   - FIFOPerKeyUnderConcurrentClaimersAndEnqueuers,
 //     FailedHeadHoldsItsKey, KilledHeadIsClaimedBeforeFollowers and
 //     OrderSurvivesReleasePausedOwnerAndRetry: events of one key are
@@ -204,7 +209,8 @@
 // longer). A subtest is skipped only for an optional capability the driver
 // lacks (LISTEN/NOTIFY: leasework.Notifier not implemented, or its Listen
 // reporting errors.ErrUnsupported for the pool, as a pool from
-// Target.OpenDB may make it), with a message that names the capability,
+// Target.OpenDB may make it; COPY: leasework.Copier not implemented), with
+// a message that names the capability,
 // or for a DSN the dead-connection properties cannot point at their proxy,
 // with a message that says so.
 //
