@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	lwpgx "github.com/leasework/leasework/driver/pgx"
 	"github.com/leasework/leasework/lease"
 	"github.com/riverqueue/river"
 )
@@ -137,22 +139,56 @@ func enqueueRows(batches []int) []enqueueRow {
 
 // lwEnqueueRows are leasework's rows for perTx events a transaction:
 // through each driver, keyless and keyed, failing on and skipping
-// duplicates.
+// duplicates, with one INSERT each transaction; and, for more than one
+// event a transaction, the same through COPY: lib/pq's in a *sql.Tx, and
+// pgx's in a pgx.Tx of a pgxpool (driver/pgx's WrapTx and EnqueueTx).
 func lwEnqueueRows(perTx int) []enqueueRow {
 	var rows []enqueueRow
-	for _, drvName := range []string{"pgx", "pq"} {
+	paths := []lwPath{{drv: "pgx", copyMin: -1}, {drv: "pq", copyMin: -1}}
+	if perTx > 1 {
+		paths = append(paths, lwPath{drv: "pq", copyMin: 1}, lwPath{drv: "pgx", copyMin: 1, pgxTx: true})
+	}
+	for _, p := range paths {
 		for _, keyed := range []bool{false, true} {
 			for _, skip := range []bool{false, true} {
-				call := "Enqueue"
-				if skip {
-					call = "EnqueueWith SkipDuplicates"
-				}
-				rows = append(rows, enqueueRow{perTx: perTx, system: "leasework " + drvName, call: call, keyed: keyed,
-					open: openLWEnqueue(drvName, keyed, lease.EnqueueOptions{SkipDuplicates: skip})})
+				rows = append(rows, enqueueRow{perTx: perTx, system: p.system(), call: p.call(skip), keyed: keyed,
+					open: openLWEnqueue(p, keyed, lease.EnqueueOptions{SkipDuplicates: skip})})
 			}
 		}
 	}
 	return rows
+}
+
+// lwPath is how a leasework row's producers enqueue: through which driver,
+// with which Options.EnqueueCopyMin (-1: the INSERT; 1: COPY for every
+// batch), and whether in a pgx.Tx of a pgxpool instead of a *sql.Tx.
+type lwPath struct {
+	drv     string
+	copyMin int
+	pgxTx   bool
+}
+
+func (p lwPath) system() string {
+	if p.pgxTx {
+		return "leasework pgx.Tx"
+	}
+	return "leasework " + p.drv
+}
+
+func (p lwPath) call(skip bool) string {
+	call := "Enqueue"
+	if p.pgxTx {
+		call = "EnqueueTx"
+	} else if skip {
+		call = "EnqueueWith"
+	}
+	if skip {
+		call += " SkipDuplicates"
+	}
+	if p.copyMin > 0 {
+		call += " (COPY)"
+	}
+	return call
 }
 
 func (r enqueueRow) keys() string {
@@ -169,21 +205,24 @@ func (r enqueueRow) name() string {
 // lwEnqueue is a leasework table and the business table in a fresh schema.
 type lwEnqueue struct {
 	store       *lease.Store
+	pool        *pgxpool.Pool // the producers' transactions, when they are pgx.Tx; nil: the store's pool
 	opts        lease.EnqueueOptions
 	keyed       bool
 	insertOrder string
 	next        atomic.Int64 // transactions begun, for the business row's values
 }
 
-// openLWEnqueue opens a pool of conns connections through driver drvName
-// and migrates a table in a fresh schema, beside the business table.
-func openLWEnqueue(drvName string, keyed bool, opts lease.EnqueueOptions) func(ctx context.Context, e *env, conns int) (enqueueTarget, error) {
+// openLWEnqueue opens a pool of conns connections through the path's
+// driver (and, for a pgx.Tx, a pgxpool of conns connections, which the
+// producers use instead) and migrates a table in a fresh schema, beside
+// the business table.
+func openLWEnqueue(p lwPath, keyed bool, opts lease.EnqueueOptions) func(ctx context.Context, e *env, conns int) (enqueueTarget, error) {
 	return func(ctx context.Context, e *env, conns int) (_ enqueueTarget, err error) {
-		db, drv, err := openLeaseDB(drvName, e.dsn)
+		db, drv, err := openLeaseDB(p.drv, e.dsn)
 		if err != nil {
 			return nil, err
 		}
-		s, err := lease.New(db, drv, lease.Options{Schema: freshSchema("lw")})
+		s, err := lease.New(db, drv, lease.Options{Schema: freshSchema("lw"), EnqueueCopyMin: p.copyMin})
 		if err != nil {
 			db.Close()
 			return nil, err
@@ -194,6 +233,16 @@ func openLWEnqueue(drvName string, keyed bool, opts lease.EnqueueOptions) func(c
 				t.close(e)
 			}
 		}()
+		if p.pgxTx {
+			cfg, err := pgxpool.ParseConfig(e.dsn)
+			if err != nil {
+				return nil, err
+			}
+			cfg.MaxConns = int32(conns)
+			if t.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+				return nil, err
+			}
+		}
 		if _, err := s.Migrate(ctx); err != nil {
 			return nil, err
 		}
@@ -210,6 +259,9 @@ func openLWEnqueue(drvName string, keyed bool, opts lease.EnqueueOptions) func(c
 }
 
 func (t *lwEnqueue) tx(ctx context.Context, events int) (call time.Duration, err error) {
+	if t.pool != nil {
+		return t.pgxTx(ctx, events)
+	}
 	tx, err := t.store.DB().BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -221,17 +273,9 @@ func (t *lwEnqueue) tx(ctx context.Context, events int) (call time.Duration, err
 		return 0, fmt.Errorf("business insert: %w", err)
 	}
 	if events > 0 {
-		batch := make([]lease.Event, events)
-		for j := range batch {
-			num := eventNumber(order, events, j)
-			payload, err := eventPayload(num)
-			if err != nil {
-				return 0, err
-			}
-			batch[j] = lease.Event{Kind: benchKind, EventID: "order-" + strconv.FormatInt(order, 10) + "-" + strconv.Itoa(j), Payload: payload}
-			if t.keyed {
-				batch[j].Key = "key-" + strconv.FormatInt(num%enqueueKeys, 10)
-			}
+		batch, err := t.batch(order, events)
+		if err != nil {
+			return 0, err
 		}
 		called := time.Now()
 		if _, err := t.store.EnqueueWith(ctx, tx, t.opts, batch...); err != nil {
@@ -240,6 +284,50 @@ func (t *lwEnqueue) tx(ctx context.Context, events int) (call time.Duration, err
 		call = time.Since(called)
 	}
 	return call, tx.Commit()
+}
+
+// pgxTx is tx in a pgx.Tx of the target's pgxpool, the events enqueued by
+// EnqueueTx through driver/pgx's WrapTx.
+func (t *lwEnqueue) pgxTx(ctx context.Context, events int) (call time.Duration, err error) {
+	tx, err := t.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) // after Commit, does nothing
+	var order int64
+	customer, amount := orderValues(t.next.Add(1))
+	if err := tx.QueryRow(ctx, t.insertOrder, customer, amount).Scan(&order); err != nil {
+		return 0, fmt.Errorf("business insert: %w", err)
+	}
+	if events > 0 {
+		batch, err := t.batch(order, events)
+		if err != nil {
+			return 0, err
+		}
+		called := time.Now()
+		if _, err := t.store.EnqueueTx(ctx, lwpgx.WrapTx(tx), t.opts, batch...); err != nil {
+			return 0, err
+		}
+		call = time.Since(called)
+	}
+	return call, tx.Commit(ctx)
+}
+
+// batch is the events of the transaction whose business row is order.
+func (t *lwEnqueue) batch(order int64, events int) ([]lease.Event, error) {
+	batch := make([]lease.Event, events)
+	for j := range batch {
+		num := eventNumber(order, events, j)
+		payload, err := eventPayload(num)
+		if err != nil {
+			return nil, err
+		}
+		batch[j] = lease.Event{Kind: benchKind, EventID: "order-" + strconv.FormatInt(order, 10) + "-" + strconv.Itoa(j), Payload: payload}
+		if t.keyed {
+			batch[j].Key = "key-" + strconv.FormatInt(num%enqueueKeys, 10)
+		}
+	}
+	return batch, nil
 }
 
 func (t *lwEnqueue) stored(ctx context.Context) (events, orders int64, err error) {
@@ -253,6 +341,9 @@ func (t *lwEnqueue) settle(ctx context.Context, e *env) error {
 }
 
 func (t *lwEnqueue) close(e *env) {
+	if t.pool != nil {
+		t.pool.Close()
+	}
 	t.store.DB().Close()
 	if err := dropRiverSchema(context.Background(), e.dsn, t.store.Schema()); err != nil {
 		e.logf("drop schema %s: %v", t.store.Schema(), err)
@@ -568,7 +659,8 @@ func enqueueSection(ctx context.Context, e *env) ([]table, error) {
 		fmt.Sprintf("keyed rows: event n of the run takes key n mod %s, so a transaction of 100 events holds 100 keys, one of more than %s holds every key, and concurrent producers wait for each other's commits on the keys they share; River has no keys, and its rows serve as the reference for both", thousands(enqueueKeys), thousands(enqueueKeys)),
 		"before the clock each producer commits one transaction of one event (its connection opened, its statements prepared); then the tables are vacuumed and analysed and a throwaway server is checkpointed; after the run the tables are counted and must hold every event and business row committed",
 		fmt.Sprintf("%d rounds; every row runs once per round, in one order started at a different row each round; the ratios are of the medians", rounds),
-		"leasework: lease.Store.Enqueue, or EnqueueWith with lease.EnqueueOptions{SkipDuplicates: true} (no duplicates are sent: the cost of the check), in a database/sql transaction of the driver's pool, with as many connections as producers, all kept idle between transactions",
+		"leasework: lease.Store.Enqueue, or EnqueueWith with lease.EnqueueOptions{SkipDuplicates: true} (no duplicates are sent: the cost of the check), in a database/sql transaction of the driver's pool, with as many connections as producers, all kept idle between transactions; rows without (COPY) send one INSERT … SELECT unnest (lease.Options.EnqueueCopyMin -1)",
+		fmt.Sprintf("leasework (COPY): the same calls with lease.Options.EnqueueCopyMin 1, so every batch is copied (the default, %d, copies the batches of 100 and 5,000 as well); pq: lib/pq's COPY in the *sql.Tx; pgx.Tx: lease.Store.EnqueueTx in a pgx.Tx of a pgxpool of as many connections as producers, through driver/pgx's WrapTx (pgx's CopyFrom); pgx through database/sql has no COPY", lease.DefaultEnqueueCopyMin),
 		fmt.Sprintf("River v0.51.2: a riverpgxv5 client (never started, its queue configured as in the throughput section) on a pgxpool of %d connections; the business insert and the jobs in one pgx.Tx; InsertManyFastTx is COPY FROM, riverdatabasesql has no COPY path and is left out; River's own reference per row: InsertTx for 1 event a transaction, InsertManyFastTx for the bulk rows", e.producers),
 	)
 	if e.quick {
