@@ -39,9 +39,20 @@ func (Driver) CopyFrom(ctx context.Context, tx *sql.Tx, table, columns []string,
 	defer st.Close()
 	// All rows in one Exec: database/sql's own work per Exec (the
 	// connection's lock, each value converted, the context watched) cost
-	// as much as lib/pq's encoding of the row (see copyStmt).
-	if _, err := st.ExecContext(ctx, copyRows(rows)); err != nil {
-		return 0, err
+	// as much as lib/pq's encoding of the row (see copyStmt). A pool of
+	// lib/pq's own driver (sql.Open("postgres", …)) has no copyStmt:
+	// database/sql refuses the batch before sending anything, and each row
+	// is an Exec of its own.
+	batch := &copyRows{rows: rows}
+	if _, err := st.ExecContext(ctx, batch); err != nil {
+		if batch.taken {
+			return 0, err
+		}
+		for _, row := range rows {
+			if _, err := st.ExecContext(ctx, row...); err != nil {
+				return 0, err
+			}
+		}
 	}
 	res, err := st.ExecContext(ctx)
 	if err != nil {
@@ -51,8 +62,11 @@ func (Driver) CopyFrom(ctx context.Context, tx *sql.Tx, table, columns []string,
 }
 
 // copyRows is every row of a COPY as the one argument of an Exec of
-// copyStmt.
-type copyRows [][]any
+// copyStmt, which marks it taken.
+type copyRows struct {
+	rows  [][]any
+	taken bool
+}
 
 // copyStmt is lib/pq's COPY statement, bounded by the context of each
 // Exec as the connection's other operations are (lib/pq's own Exec of it
@@ -66,7 +80,7 @@ type copyStmt struct {
 // CheckNamedValue passes copyRows to ExecContext as they are, and leaves
 // other values to database/sql's conversion.
 func (s *copyStmt) CheckNamedValue(nv *driver.NamedValue) error {
-	if _, ok := nv.Value.(copyRows); ok {
+	if _, ok := nv.Value.(*copyRows); ok {
 		return nil
 	}
 	return driver.ErrSkip
@@ -75,9 +89,10 @@ func (s *copyStmt) CheckNamedValue(nv *driver.NamedValue) error {
 func (s *copyStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	defer s.c.watch(ctx)()
 	if len(args) == 1 {
-		if rows, ok := args[0].Value.(copyRows); ok {
+		if batch, ok := args[0].Value.(*copyRows); ok {
+			batch.taken = true
 			var values []driver.Value
-			for _, row := range rows {
+			for _, row := range batch.rows {
 				values = values[:0]
 				for _, v := range row {
 					values = append(values, v)
