@@ -124,6 +124,35 @@
 //     other keys can still deadlock with an enqueue of those keys
 //     (SQLSTATE 40P01, to retry).
 //
+// # Bulk enqueue
+//
+// An enqueue sends its events in one INSERT … SELECT over arrays, or, for
+// a batch of at least [Options.EnqueueCopyMin] events (300 by default) in
+// a transaction that can, by COPY: a [leasework.CopyTx] (driver/pgx's
+// WrapTx of a pgx.Tx, with pgx's CopyFrom) or a *sql.Tx of a driver that is
+// a [leasework.Copier] (driver/pq, with lib/pq's COPY). pgx through
+// database/sql has no COPY: its *sql.Tx always gets the INSERT; enqueue in
+// a pgx.Tx for the COPY. Below the threshold the INSERT is cheaper: the
+// COPY path runs three statements where the INSERT runs one (the row
+// ids, then a COPY into each table); above it the COPY costs the server
+// about a third less (docs/performance.md).
+//
+// Both paths write the same rows into the same tables, whose triggers and
+// constraints check and order them alike, and [Store.Enqueue]'s promises
+// hold for both: the checks before anything is sent, ErrDuplicateEvent for
+// an id in the table or twice in the call (the first aborting the
+// transaction), SkipDuplicates, the rows in key order and in the order
+// given within a key, keys put in line at commit, metadata and due times
+// checked by the schema, listeners woken at commit, the database's time
+// for an event without RunAt, every event accounted for. The COPY takes
+// the batch's row ids from the table's sequence and writes each event id
+// beside its row id into the event id table first, then the rows; an
+// enqueue that skips duplicates takes its ids as the INSERT does, then
+// copies the rows. Two batches keep the INSERT whatever their size: one
+// that mixes events with RunAt and without, and one skipping duplicates
+// whose ids were freed and taken again while it ran. A COPY does not run
+// the table's rules (the schema has none).
+//
 // # Queues and priorities
 //
 // Every event belongs to a queue (Event.Queue; [DefaultQueue] when empty)

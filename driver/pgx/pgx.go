@@ -12,7 +12,12 @@
 //
 // [Enqueue] writes events in the application's own pgx.Tx (from a
 // pgxpool.Pool or a pgx.Conn), with the checks, duplicate handling and
-// notification of lease.Store.Enqueue. A worker can share the application's
+// notification of lease.Store.Enqueue; a batch of
+// lease.Options.EnqueueCopyMin events or more goes in with pgx's CopyFrom
+// ([WrapTx]'s transaction is a leasework.CopyTx). A *sql.Tx of this
+// driver cannot COPY (database/sql keeps pgx's connection to itself), so
+// the store sends its batches as one INSERT: enqueue large batches in a
+// pgx.Tx. A worker can share the application's
 // pgxpool: give framework.New the pool stdlib.OpenDBFromPool(pool) returns,
 // and this driver; it listens for wakeups on a connection of its own made
 // with the pool's connection settings, so it takes no pooled connection.

@@ -7,6 +7,11 @@
 // [Driver.Listen] returns an error wrapping errors.ErrUnsupported, every
 // time, and workers poll instead.
 //
+// [Driver] is a [leasework.Copier]: the lease store enqueues a batch of
+// lease.Options.EnqueueCopyMin events or more, in a *sql.Tx of a pool of
+// this driver, with lib/pq's COPY (text format) prepared on the
+// transaction, on any pool of lib/pq's driver.
+//
 // # Dead connections
 //
 // A server that stops answering, its packets dropped and its socket left
@@ -18,7 +23,9 @@
 //     later the connection's socket gets a deadline, so that the call
 //     returns even when the server never answers, with an error that
 //     [leasework.Classify] calls a lost connection, and the connection is
-//     discarded. A cancel request itself is given up after 10s.
+//     discarded. A cancel request itself is given up after 10s. A COPY
+//     ([Driver.CopyFrom]) gets no cancel request (lib/pq sends none for
+//     it), only the deadline.
 //   - Setting up a connection (dial, TLS, startup, authentication) takes
 //     at most the DSN's connect_timeout, 30s when it gives none: a server
 //     that accepts the connection and then says nothing holds no one
