@@ -46,8 +46,10 @@
 // (leasework.RetryAfter), or to hold their handler (until its context ends,
 // or a few seconds). Retry policies have no randomization, so that the
 // history can check every delay. An enqueuer keeps adding events in small
-// transactions, keeping the backlog bounded (a busy machine gets fewer
-// events, not a longer drain): three in ten of the plain and tx events
+// transactions, in turns through pgx (one INSERT) and lib/pq (COPY: its
+// store's EnqueueCopyMin is 1), keeping the backlog bounded (a busy
+// machine gets fewer events, not a longer drain): three in ten of the
+// plain and tx events
 // keyed, over two hundred cold keys and three hot ones, and now and then a
 // chain, a holding head with events behind it on a fresh key; events
 // without a key spread over the queues and priorities, a few scheduled for

@@ -39,7 +39,7 @@ func (s *soak) enqueueLoop(ctx context.Context, injected <-chan struct{}) {
 	per := max(s.cfg.rate*int(every/time.Millisecond)/1000, 1)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	n, chains := 0, 0
+	n, chains, turn := 0, 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,7 +62,11 @@ func (s *soak) enqueueLoop(ctx context.Context, injected <-chan struct{}) {
 		events, recorded := nextEvents(rng, &n, &chains, per)
 		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		invoked := time.Now()
-		_, err := pgtest.EnqueueCommitted(ectx, s.store, events...)
+		store := s.store // the INSERT and COPY in turns
+		if turn++; turn%2 == 0 {
+			store = s.copier
+		}
+		_, err := pgtest.EnqueueCommitted(ectx, store, events...)
 		returned := time.Now()
 		cancel()
 		s.record(history.Enqueue{Invoked: invoked, Returned: returned, Acked: err == nil, Events: recorded})

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/rig/history"
 	"github.com/leasework/leasework/internal/rig/pgserver"
 	"github.com/leasework/leasework/internal/rig/pgtest"
@@ -77,7 +78,8 @@ type soak struct {
 	trace   bool
 	brk     string        // the library break the run is built with (breaks_test.go), or ""
 	admin   *sql.DB       // the test's checks and fixtures
-	store   *lease.Store  // the enqueuer's
+	store   *lease.Store  // the enqueuer's, through pgx: every batch by INSERT
+	copier  *lease.Store  // the enqueuer's other, through lib/pq: every batch by COPY
 	ops     *lease.Store  // the operator's: cancels, pauses
 	front   *pgtest.Proxy // the long run's: the test's own sessions reach the primary through it
 	runsDir string        // the workers' runs files
@@ -250,17 +252,18 @@ func (s *soak) setup(ctx context.Context) error {
 		s.front = pgtest.NewProxyTo(s.t, server.DSN())
 		front = s.front.DSN()
 	}
-	open := func(app string) (*sql.DB, error) {
+	openWith := func(drv leasework.Driver, app string) (*sql.DB, error) {
 		dsn, err := withApp(front, app)
 		if err != nil {
 			return nil, err
 		}
-		db, err := pgx.Open(dsn)
+		db, err := drv.Open(dsn)
 		if err == nil {
 			db.SetMaxIdleConns(8) // database/sql keeps 2: a connection set up again for nearly every statement
 		}
 		return db, err
 	}
+	open := func(app string) (*sql.DB, error) { return openWith(pgx, app) }
 	var err error
 	if s.admin, err = open(adminApp); err != nil {
 		return err
@@ -281,6 +284,14 @@ func (s *soak) setup(ctx context.Context) error {
 		return err
 	}
 	if s.ops, err = lease.New(opsDB, pgx, lease.Options{Schema: soakSchema}); err != nil {
+		return err
+	}
+	pq := pgtest.Drivers[1].New()
+	copyDB, err := openWith(pq, enqueuerApp)
+	if err != nil {
+		return err
+	}
+	if s.copier, err = lease.New(copyDB, pq, lease.Options{Schema: soakSchema, EnqueueCopyMin: 1}); err != nil {
 		return err
 	}
 	if _, err := s.store.Migrate(ctx); err != nil {
@@ -388,7 +399,7 @@ func (s *soak) cleanupOnce() {
 		}
 		s.admin.Close()
 	}
-	for _, st := range []*lease.Store{s.store, s.ops} {
+	for _, st := range []*lease.Store{s.store, s.copier, s.ops} {
 		if st != nil {
 			st.DB().Close()
 		}
