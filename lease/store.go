@@ -159,7 +159,8 @@ func (s *Store) keysListed() string {
 }
 
 // objectName is the name of the table's object (an index, a function, the
-// event id table) whose suffix is suffix, unquoted: {{name "suffix"}}.
+// event id table) whose suffix is suffix, unquoted: what the name
+// placeholder of a statement renders, before quoting.
 func (s *Store) objectName(suffix string) string { return s.table + "_" + suffix }
 
 // render replaces the placeholders of an SQL template with quoted names.
