@@ -141,8 +141,10 @@ func (s *Store) EnqueueTx(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 // WrapTx adapts a database/sql transaction to [leasework.Tx], binding the
 // store's arrays as its driver does, for the calls that take any library's
 // transaction ([Store.EnqueueTx], [Store.ListTx], and leaseworktest's
-// Require…Tx): driver/pgx's WrapTx is the same for a pgx.Tx. A nil tx is
-// returned as nil, which those calls refuse.
+// Require…Tx): driver/pgx's WrapTx is the same for a pgx.Tx. When the
+// store's driver is a [leasework.Copier] (driver/pq), the result is a
+// [leasework.CopyTx] that copies with it. A nil tx is returned as nil,
+// which those calls refuse.
 func (s *Store) WrapTx(tx *sql.Tx) leasework.Tx {
 	if tx == nil {
 		return nil
