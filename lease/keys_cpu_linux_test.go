@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
@@ -24,9 +25,12 @@ import (
 // less disturbed than a rate by the other work of a shared machine, so
 // the modes compare as a ratio even where BenchmarkThroughput's rates
 // vary twofold from one run to the next. The enqueue (and keyed rows'
-// commit-time step) is not counted. Run it with -benchtime 20000x.
+// commit-time step) is not counted. "keys=1000/taking-turns" completes
+// through [lease.Store.WriteManyTakingTurns], as a worker does: each
+// completion claims the keys' next events, and the claim statement runs
+// only for the heads. Run it with -benchtime 20000x.
 func BenchmarkKeyedServerCPU(b *testing.B) {
-	for _, mode := range []string{"keyless", "keys=1000"} {
+	for _, mode := range []string{"keyless", "keys=1000", "keys=1000/taking-turns"} {
 		b.Run(mode, func(b *testing.B) {
 			ctx := context.Background()
 			s := pgtest.Store(b, pgtest.Drivers[0].New(), lease.Options{})
@@ -34,7 +38,7 @@ func BenchmarkKeyedServerCPU(b *testing.B) {
 				events := make([]lease.Event, min(1000, b.N-i))
 				for j := range events {
 					events[j] = lease.Event{Kind: "k"}
-					if mode == "keys=1000" {
+					if mode != "keyless" {
 						events[j].Key = fmt.Sprintf("key-%d", j)
 					}
 				}
@@ -58,19 +62,33 @@ func BenchmarkKeyedServerCPU(b *testing.B) {
 				return time.Duration(ns)
 			}
 			var claiming, completing time.Duration
+			var taken []leasework.Claim // claimed by completions, to complete next
 			b.ResetTimer()
 			for done := 0; done < b.N; {
 				t0 := onCPU()
-				claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 500, Lease: time.Minute})
-				if err != nil || len(claims) == 0 {
-					b.Fatalf("claim after %d of %d events: %d claims, %v", done, b.N, len(claims), err)
+				claims := taken[:min(500, len(taken))]
+				taken = taken[len(claims):]
+				if len(claims) == 0 {
+					var err error
+					claims, err = s.Claim(ctx, lease.ClaimRequest{Limit: 500, Lease: time.Minute})
+					if err != nil || len(claims) == 0 {
+						b.Fatalf("claim after %d of %d events: %d claims, %v", done, b.N, len(claims), err)
+					}
 				}
 				t1 := onCPU()
 				writes := make([]lease.Write, len(claims))
 				for i, c := range claims {
 					writes[i] = lease.Complete(c.Ref())
 				}
-				res, err := s.WriteMany(ctx, writes...)
+				var res []lease.Result
+				var err error
+				if mode == "keys=1000/taking-turns" {
+					var more []leasework.Claim
+					res, more, err = s.WriteManyTakingTurns(ctx, lease.ClaimRequest{Limit: len(claims), Lease: time.Minute}, writes...)
+					taken = append(taken, more...)
+				} else {
+					res, err = s.WriteMany(ctx, writes...)
+				}
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -340,6 +340,33 @@ passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key
 SELECT d.id, d.generation, d.status FROM done AS d, passed`
 }
 
+// takingTurns is passingKeysOn for a worker that takes the turns it
+// passes on (migration 15, [Store.WriteManyTakingTurns]): take_turns
+// passes on the keys of the rows done finished, by settle_keys' rule under
+// its locks, and claims for the worker, in the same write, those of the
+// keys' next events a claim of queue $3 by it could take now, $4 at most
+// (kinds $5, lease $6 in microseconds, owner $7); the others become READY.
+// Its argument reads done to its end first, so it runs after every row is
+// written. Each row returned says whether it is a claim (the first
+// column): a finished row's id, generation and status follow, or a
+// claim's columns in the claim statement's order, from the id on.
+func takingTurns(step string) string {
+	return `
+WITH ` + lockedCTE + `, done AS (` + step + `, o.key),
+taken AS MATERIALIZED (
+    SELECT t.* FROM {{schema}}.{{name "take_turns"}}((SELECT array_agg(d.key) FROM done AS d),
+        $3, $4, $5::text[], $6, $7) AS t)
+SELECT false, d.id, d.generation, d.status, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::integer,
+    NULL::integer, NULL::timestamptz, NULL::bytea, NULL::text, NULL::text, NULL::smallint, NULL::timestamptz,
+    NULL::text, NULL::integer
+FROM done AS d
+UNION ALL
+SELECT true, t.id, t.generation, t.status, t.event_id, t.kind, COALESCE(t.key, ''), t.payload, t.attempt,
+    t.max_attempts, t.lease_until, t.progress, COALESCE(t.last_error, ''), t.queue, t.priority, t.next_attempt_at,
+    COALESCE(t.metadata::text, ''), t.snoozes
+FROM taken AS t`
+}
+
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error. Each
 // claim's entry of $2 is [generation, delay in microseconds, error,
@@ -564,6 +591,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
 
 type queries struct {
 	claim, enqueue, enqueueOne, enqueueOneSkip, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
+	completeTaking, completeDeleteTaking,
 	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
@@ -605,6 +633,8 @@ func (s *Store) renderQueries() queries {
 		cancel:           s.render(cancelSQL),
 		stop:             s.render(stopSQL),
 		requeueRefs:      s.render(requeueRefsSQL),
+		completeTaking:       s.render(takingTurns(completeStep)),
+		completeDeleteTaking: s.render(takingTurns(completeDeleteStep)),
 	}
 	breakQueries(&q) // a no-op but in the chaos soak's deliberately broken builds (breaks_off.go)
 	return q
