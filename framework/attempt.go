@@ -52,8 +52,8 @@ var errAttemptOver = errors.New("framework: attempt over")
 // reports false, and starts nothing, when the worker has stopped.
 //
 // reserved says the claim's slot was counted in q already (see
-// takeTurns): it is counted once, and given back if the attempt does not
-// start.
+// writeTakingTurns): it is counted once, and given back if the attempt
+// does not start.
 func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.Time, reserved bool) bool {
 	a := &attempt{
 		w:         w,

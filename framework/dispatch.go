@@ -59,7 +59,7 @@ func (w *Worker) dispatch(ctx context.Context, q *queue) {
 		more = err == nil && n == free
 		// A claim that found fewer rows than it could take leaves none
 		// due behind it: the queue's completions may take the turns they
-		// pass on (takeTurns) until a claim comes back full or fails.
+		// pass on (writeTakingTurns) until a claim comes back full or fails.
 		q.drained.Store(err == nil && n < free)
 		wait := w.pollWait()
 		switch {
