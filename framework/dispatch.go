@@ -28,6 +28,7 @@ import (
 func (w *Worker) dispatch(ctx context.Context, q *queue) {
 	swept := goDone(func() { w.sweep(ctx, q) })
 	defer func() { <-swept }()
+	defer q.drained.Store(false) // no claims now: no turns taken either
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	retry := &backoff.ExponentialBackOff{
@@ -56,6 +57,10 @@ func (w *Worker) dispatch(ctx context.Context, q *queue) {
 		}
 		n, err := w.claim(q, free, false)
 		more = err == nil && n == free
+		// A claim that found fewer rows than it could take leaves none
+		// due behind it: the queue's completions may take the turns they
+		// pass on (writeTakingTurns) until a claim comes back full or fails.
+		q.drained.Store(err == nil && n < free)
 		wait := w.pollWait()
 		switch {
 		case err != nil:
@@ -165,7 +170,7 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	returned := time.Now()
 	var dropped []int64
 	for _, c := range claims {
-		if !w.startAttempt(q, c, sent, returned) {
+		if !w.startAttempt(q, c, sent, returned, false) {
 			dropped = append(dropped, c.ID)
 		}
 	}

@@ -159,7 +159,15 @@
 // Events with a key are handled one at a time per key, in enqueue order,
 // whatever Concurrency is: the store hands out only each key's head (see
 // "Order per key" in package lease). A handler's retry, a release at
-// shutdown and a lost lease all keep the key's later events waiting.
+// shutdown and a lost lease all keep the key's later events waiting. A
+// completion that passes a key on may claim the key's next event for the
+// worker that wrote it, in the completion's own statement
+// (lease.Store.WriteManyTakingTurns), which starts it at once: without a
+// claim statement, and without the write that would have made it READY.
+// The worker asks for that only for a queue whose last claim found fewer
+// rows than it could take, so no due event of the queue is passed over,
+// for the queue with the most keyed completions in the batch, and for no
+// more events than the queue has free slots.
 //
 // A write the database rejects because the claim is no longer owned is
 // counted in [Counters].StaleRejections and logged; it is never followed by

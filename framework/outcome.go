@@ -244,7 +244,7 @@ func (w *Worker) write(batch []outcome, deadline time.Time) []lease.Result {
 		ctx, cancelAtDeadline = context.WithDeadline(ctx, deadline)
 		defer cancelAtDeadline()
 	}
-	res, err := w.store.WriteMany(ctx, writes...)
+	res, err := w.writeTakingTurns(ctx, batch, writes)
 	if err != nil {
 		// A write no statement can make: the worker made it, so this is
 		// a bug; each write is refused on its own.

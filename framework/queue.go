@@ -1,6 +1,9 @@
 package framework
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // queue is one queue the worker serves (Config.Queues): its handler slots,
 // the claims it holds, and the wakeups of its claim loop. Each queue has
@@ -15,6 +18,7 @@ type queue struct {
 	wake        chan struct{} // a notification; capacity 1
 	slotFreed   chan struct{} // a handler returned or an outcome was written; capacity 1
 	floors      floors        // where its claims start reading; shared by its claim loop and its sweep
+	drained     atomic.Bool   // its last claim found fewer rows than it could take (see writeTakingTurns)
 }
 
 func newQueue(q Queue) *queue {

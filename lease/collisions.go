@@ -134,6 +134,8 @@ var derivedObjects = map[string]derivedObject{
 	"settle_keys":          {kind: ownFunction, use: "function that makes the next events of many keys READY", args: "text[]"},
 	"promote_keys":         {kind: ownFunction, use: "function that makes the next events of many locked keys READY", args: "text[]"},
 	"order_keys":           {kind: ownFunction, use: "function that puts many events in line behind their keys", args: "bigint[]"},
+	"lock_keys":            {kind: ownFunction, use: "function that takes many keys' locks", args: "text[]"},
+	"take_turns":           {kind: ownFunction, use: "function that claims the next events of many keys for a worker", args: "text[], text, integer, text[], bigint, text"},
 	"list_keyed":           {kind: ownFunction, use: "trigger function that lists an insert's keyed rows"},
 	"order_key":            {kind: ownFunction, use: "trigger function that puts a key's events in line"},
 	"release_key":          {kind: ownFunction, use: "trigger function that releases a key"},

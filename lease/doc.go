@@ -80,7 +80,11 @@
 // statement that commits alone) pass their keys on themselves, all of a
 // batch's at once, at the end of the statement, under the same locks (held
 // from there to the commit) and by the same rule (migration 13); the
-// triggers then skip those rows. An enqueuing transaction's keyed rows,
+// triggers then skip those rows. Through [Store.WriteManyTakingTurns] they
+// also claim, in the same write, the keys' next events that a claim of
+// the worker's could take now, for that worker (migration 15): a next
+// event so handed on is never READY, and runs after its head's completion
+// committed, as any claim of it would. An enqueuing transaction's keyed rows,
 // likewise, are listed as each insert ends and put in line all at once by
 // the first firing of the commit-time trigger, their keys locked in key
 // order (migration 14); a row that is not listed (a transaction that

@@ -17,10 +17,13 @@ func GuardedWrites(s *Store) map[string]Statement {
 		// in a caller's transaction: the keys are left to the triggers
 		"completeTx":       {s.q.completeTx, "bigint[], jsonb"},
 		"completeDeleteTx": {s.q.completeDeleteTx, "bigint[], jsonb"},
-		"retry":            {s.q.retry, "bigint[], jsonb"},
-		"fail":             {s.q.fail, "bigint[], jsonb"},
-		"renew":            {s.q.renew, "bigint[], jsonb, bigint"},
-		"release":          {s.q.release, "bigint[], jsonb, text"},
+		// taking turns: $3 queue, $4 limit, $5 kinds, $6 lease, $7 worker
+		"completeTaking":       {s.q.completeTaking, "bigint[], jsonb, text, integer, text[], bigint, text"},
+		"completeDeleteTaking": {s.q.completeDeleteTaking, "bigint[], jsonb, text, integer, text[], bigint, text"},
+		"retry":                {s.q.retry, "bigint[], jsonb"},
+		"fail":                 {s.q.fail, "bigint[], jsonb"},
+		"renew":                {s.q.renew, "bigint[], jsonb, bigint"},
+		"release":              {s.q.release, "bigint[], jsonb, text"},
 	}
 }
 

@@ -117,8 +117,15 @@ func groups(writes []Write) [][]int {
 // statement), sets the results of those the guard accepted, and returns
 // the rejected ones. A failed statement gives its writes VerdictNoAnswer.
 func (s *Store) writeGroup(ctx context.Context, writes []Write, group []int, out []Result) (rejected []int) {
-	op := writes[group[0]].op
 	accepted, busy, err := s.run(ctx, s.db, false, writes, group)
+	return s.judgeGroup(writes, group, out, accepted, busy, err)
+}
+
+// judgeGroup sets the results of the writes of group from what their
+// statement answered, and returns the rejected ones.
+func (s *Store) judgeGroup(writes []Write, group []int, out []Result, accepted map[leasework.Ref]answer,
+	busy map[leasework.Ref]bool, err error) (rejected []int) {
+	op := writes[group[0]].op
 	for _, i := range group {
 		r, ref := &out[i], writes[i].ref
 		switch a, ok := accepted[ref]; {

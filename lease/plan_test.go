@@ -144,14 +144,16 @@ func testGuardedWritePlans(t *testing.T, drv leasework.Driver) {
 	idArray := "'{" + strings.Join(ids, ",") + "}'"
 	object := func(xs []string) string { return "'{" + strings.Join(xs, ",") + "}'" }
 	args := map[string]string{
-		"complete":         idArray + ", " + object(gens),
-		"completeDelete":   idArray + ", " + object(gens),
-		"completeTx":       idArray + ", " + object(gens),
-		"completeDeleteTx": idArray + ", " + object(gens),
-		"retry":            idArray + ", " + object(retries),
-		"fail":             idArray + ", " + object(fails),
-		"renew":            idArray + ", " + object(gens) + ", 30000000",
-		"release":          idArray + ", " + object(gens) + ", 'channel'",
+		"complete":             idArray + ", " + object(gens),
+		"completeDelete":       idArray + ", " + object(gens),
+		"completeTx":           idArray + ", " + object(gens),
+		"completeDeleteTx":     idArray + ", " + object(gens),
+		"completeTaking":       idArray + ", " + object(gens) + ", 'default', 100, '{}', 30000000, 'w'",
+		"completeDeleteTaking": idArray + ", " + object(gens) + ", 'default', 100, '{}', 30000000, 'w'",
+		"retry":                idArray + ", " + object(retries),
+		"fail":                 idArray + ", " + object(fails),
+		"renew":                idArray + ", " + object(gens) + ", 30000000",
+		"release":              idArray + ", " + object(gens) + ", 'channel'",
 	}
 	pkeyScan := "Index Scan using " + s.Table() + "_pkey on " + s.Table()
 	for name, st := range lease.GuardedWrites(s) {

@@ -343,6 +343,33 @@ passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key
 SELECT d.id, d.generation, d.status FROM done AS d, passed`
 }
 
+// takingTurns is passingKeysOn for a worker that takes the turns it
+// passes on (migration 15, [Store.WriteManyTakingTurns]): take_turns
+// passes on the keys of the rows done finished, by settle_keys' rule under
+// its locks, and claims for the worker, in the same write, those of the
+// keys' next events a claim of queue $3 by it could take now, $4 at most
+// (kinds $5, lease $6 in microseconds, owner $7); the others become READY.
+// Its argument reads done to its end first, so it runs after every row is
+// written. Each row returned says whether it is a claim (the first
+// column): a finished row's id, generation and status follow, or a
+// claim's columns in the claim statement's order, from the id on.
+func takingTurns(step string) string {
+	return `
+WITH ` + lockedCTE + `, done AS (` + step + `, o.key),
+taken AS MATERIALIZED (
+    SELECT t.* FROM {{schema}}.{{name "take_turns"}}((SELECT array_agg(d.key) FROM done AS d),
+        $3, $4, $5::text[], $6, $7) AS t)
+SELECT false, d.id, d.generation, d.status, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::integer,
+    NULL::integer, NULL::timestamptz, NULL::bytea, NULL::text, NULL::text, NULL::smallint, NULL::timestamptz,
+    NULL::text, NULL::integer
+FROM done AS d
+UNION ALL
+SELECT true, t.id, t.generation, t.status, t.event_id, t.kind, COALESCE(t.key, ''), t.payload, t.attempt,
+    t.max_attempts, t.lease_until, t.progress, COALESCE(t.last_error, ''), t.queue, t.priority, t.next_attempt_at,
+    COALESCE(t.metadata::text, ''), t.snoozes
+FROM taken AS t`
+}
+
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error. Each
 // claim's entry of $2 is [generation, delay in microseconds, error,
@@ -567,6 +594,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(
 
 type queries struct {
 	claim, enqueue, enqueueOne, enqueueOneSkip, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
+	completeTaking, completeDeleteTaking,
 	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
@@ -574,40 +602,42 @@ type queries struct {
 
 func (s *Store) renderQueries() queries {
 	q := queries{
-		claim:            s.render(claimSQL),
-		enqueue:          s.render(enqueueSQL),
-		enqueueOne:       s.render(enqueueOneSQL),
-		enqueueOneSkip:   s.render(enqueueOneSkippingSQL),
-		claimEventIDs:    s.render(claimEventIDsSQL),
-		insertClaimed:    s.render(insertClaimedSQL),
-		existing:         s.render(existingSQL),
-		complete:         s.render(passingKeysOn(completeStep)),
-		completeDelete:   s.render(passingKeysOn(completeDeleteStep)),
-		completeTx:       s.render(completeSQL),
-		completeDeleteTx: s.render(completeDeleteSQL),
-		retry:            s.render(retrySQL),
-		fail:             s.render(failSQL),
-		renew:            s.render(renewSQL),
-		release:          s.render(releaseSQL),
-		progress:         s.render(progressSQL),
-		requeue:          s.render(requeueSQL),
-		requeueByID:      s.render(requeueByIDSQL),
-		stats:            s.render(statsSQL),
-		rejected:         s.render(rejectedSQL),
-		get:              s.render(getSQL),
-		getByEvent:       s.render(getByEventSQL),
-		list:             s.render(listSQL),
-		deleteFinished:   s.render(deleteFinishedSQL),
-		nextWake:         s.render(nextWakeSQL),
-		discard:          s.render(discardSQL),
-		heldKeys:         s.render(heldKeysSQL),
-		keyHead:          s.render(keyHeadSQL),
-		pause:            s.render(pauseSQL),
-		resume:           s.render(resumeSQL),
-		queues:           s.render(queuesSQL),
-		cancel:           s.render(cancelSQL),
-		stop:             s.render(stopSQL),
-		requeueRefs:      s.render(requeueRefsSQL),
+		claim:                s.render(claimSQL),
+		enqueue:              s.render(enqueueSQL),
+		enqueueOne:           s.render(enqueueOneSQL),
+		enqueueOneSkip:       s.render(enqueueOneSkippingSQL),
+		claimEventIDs:        s.render(claimEventIDsSQL),
+		insertClaimed:        s.render(insertClaimedSQL),
+		existing:             s.render(existingSQL),
+		complete:             s.render(passingKeysOn(completeStep)),
+		completeDelete:       s.render(passingKeysOn(completeDeleteStep)),
+		completeTx:           s.render(completeSQL),
+		completeDeleteTx:     s.render(completeDeleteSQL),
+		retry:                s.render(retrySQL),
+		fail:                 s.render(failSQL),
+		renew:                s.render(renewSQL),
+		release:              s.render(releaseSQL),
+		progress:             s.render(progressSQL),
+		requeue:              s.render(requeueSQL),
+		requeueByID:          s.render(requeueByIDSQL),
+		stats:                s.render(statsSQL),
+		rejected:             s.render(rejectedSQL),
+		get:                  s.render(getSQL),
+		getByEvent:           s.render(getByEventSQL),
+		list:                 s.render(listSQL),
+		deleteFinished:       s.render(deleteFinishedSQL),
+		nextWake:             s.render(nextWakeSQL),
+		discard:              s.render(discardSQL),
+		heldKeys:             s.render(heldKeysSQL),
+		keyHead:              s.render(keyHeadSQL),
+		pause:                s.render(pauseSQL),
+		resume:               s.render(resumeSQL),
+		queues:               s.render(queuesSQL),
+		cancel:               s.render(cancelSQL),
+		stop:                 s.render(stopSQL),
+		requeueRefs:          s.render(requeueRefsSQL),
+		completeTaking:       s.render(takingTurns(completeStep)),
+		completeDeleteTaking: s.render(takingTurns(completeDeleteStep)),
 	}
 	breakQueries(&q) // a no-op but in the chaos soak's deliberately broken builds (breaks_off.go)
 	return q

@@ -153,6 +153,26 @@ func (b *builder) finish(row int64, ms int, status string) *Write {
 	return w
 }
 
+// takeTurn ends row DONE by its owner at ms and, in the same transaction,
+// claims its key's first waiting row for that owner, as a completion that
+// takes the turn it passes on does. It returns the row claimed.
+func (b *builder) takeTurn(row int64, ms int) int64 {
+	worker := b.cur[row].Worker
+	done := b.write(row, worker, ms, func(s *State) {
+		s.Status, s.LeaseUntil = Done, time.Time{}
+	})
+	key := b.meta[row].Key
+	var first int64
+	for other, s := range b.cur {
+		if b.meta[other].Key == key && s.Status == Waiting && (first == 0 || s.KeySeq < b.cur[first].KeySeq) {
+			first = other
+		}
+	}
+	claim := b.claim(first, worker, ms)
+	claim.Txid = done.Txid
+	return first
+}
+
 // promote makes the first waiting row of row's key READY at ms.
 func (b *builder) promote(row int64, ms int) {
 	key := b.meta[row].Key

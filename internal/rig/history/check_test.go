@@ -20,6 +20,15 @@ func good() *builder {
 	b.handle(k[0], "w1", 30)
 	b.handle(k[1], "w2", 40)
 
+	// A key whose head's completion takes the follower's turn: claimed
+	// in the transaction that finishes the head, it runs after.
+	tk := b.enqueue(42, ev{id: "tk1", key: "tk"}, ev{id: "tk2", key: "tk"})
+	b.claim(tk[0], "w1", 43)
+	b.run(tk[0], "w1", 44, 45, ResultOK, 0)
+	next := b.takeTurn(tk[0], 46)
+	b.run(next, "w1", 47, 48, ResultOK, 0)
+	b.finish(next, 49, Done)
+
 	// A Transactional event: its effect commits with its completion.
 	t := b.enqueue(50, ev{id: "t1", kind: txKind})
 	b.handleTx(t[0], "w2", 60)
@@ -296,6 +305,15 @@ var bad = []struct {
 		b.run(k[1], "w1", 11, 12, ResultOK, 0)
 		b.finish(k[1], 13, Done)
 		b.handle(k[0], "w1", 20)
+		return b
+	}},
+	{"a WAITING row claimed by another transaction than its head's completion", KeyOrder, "while WAITING", func() *builder {
+		b := newBuilder()
+		k := b.enqueue(0, ev{id: "k1", key: "k"}, ev{id: "k2", key: "k"})
+		b.claim(k[0], "w1", 10)
+		b.run(k[0], "w1", 11, 12, ResultOK, 0)
+		b.write(k[0], "w1", 13, func(s *State) { s.Status, s.LeaseUntil = Done, time.Time{} }) // passes nothing on
+		b.handle(k[1], "w2", 20)                                                               // claimed from WAITING
 		return b
 	}},
 	{"places against the real-time order of enqueues", KeyOrder, "has the earlier place", func() *builder {

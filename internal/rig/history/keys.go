@@ -31,6 +31,7 @@ func (c *checker) checkKeys() {
 		sort.Slice(rows, func(i, j int) bool { return rows[i].keySeq < rows[j].keySeq })
 		var (
 			finished   time.Time // the latest finish of an earlier row
+			finishTx   int64     // the transaction that wrote it
 			unfinished *row      // an earlier row that never finished: it holds the key
 			live       time.Time // the latest live end of an earlier row's runs ("never": zero, with liveRun set)
 			liveRun    *Run
@@ -43,6 +44,12 @@ func (c *checker) checkKeys() {
 				case unfinished != nil:
 					c.fail(KeyOrder, r, "claimed by %s at %s while earlier row %d (%s) of key %q was unfinished (it ends %s)",
 						cl.Writer, ts(cl.Stmt), unfinished.id, unfinished.eventID, k, unfinished.final())
+				case cl.Old.Status == Waiting && (finishTx == 0 || cl.Txid != finishTx):
+					c.fail(KeyOrder, r, "claimed by %s at %s (generation %d) while WAITING behind an earlier row of key %q",
+						cl.Writer, ts(cl.Stmt), cl.New.Generation, k)
+				case cl.Old.Status == Waiting:
+					// A turn taken: the transaction that finished the
+					// key's previous row claimed it, and commits both.
 				case !cl.Stmt.After(finished):
 					c.fail(KeyOrder, r, "claimed by %s at %s, before an earlier row of key %q finished at %s", cl.Writer, ts(cl.Stmt), k, ts(finished))
 				}
@@ -62,25 +69,25 @@ func (c *checker) checkKeys() {
 				}
 			}
 			if unfinished == nil {
-				if f := r.finishedAt(); f.IsZero() {
+				if f := r.finishWrite(); f == nil {
 					unfinished = r
-				} else if f.After(finished) {
-					finished = f
+				} else if f.At.After(finished) {
+					finished, finishTx = f.At, f.Txid
 				}
 			}
 		}
 	}
 }
 
-// finishedAt is when r left its key's line: the time of its write into
-// DONE or DISCARDED; zero if it never did (FAILED holds the key).
-func (r *row) finishedAt() time.Time {
+// finishWrite is r's write that took it out of its key's line, into DONE
+// or DISCARDED; nil if it never made one (FAILED holds the key).
+func (r *row) finishWrite() *Write {
 	for _, w := range r.terms {
 		if w.New.Status == Done || w.New.Status == Discarded {
-			return w.At
+			return w
 		}
 	}
-	return time.Time{}
+	return nil
 }
 
 // final is the row's last status, for reports.

@@ -1,0 +1,83 @@
+package framework
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasework/leasework/lease"
+)
+
+// writeTakingTurns writes a batch of outcomes, and runs the events whose
+// turn its completions give. A completion of a keyed claim passes the key
+// on to the key's next event; when that event is one this worker's claim
+// of the claim's queue could take now, the completion's statement claims
+// it for the worker (lease.Store.WriteManyTakingTurns), which starts it as
+// it starts the claims of its claim loop, without the claim statement and
+// the write that made the event READY. It asks so only for the queue with
+// the most keyed completions in the batch, only while that queue's last
+// claim found fewer rows than it could take (no due event of the queue is
+// waiting for a claim, so a next event taken now overtakes none), and for
+// at most as many events as the queue has free slots, which it holds
+// until the statement returns. Otherwise it is WriteMany.
+func (w *Worker) writeTakingTurns(ctx context.Context, batch []outcome, writes []lease.Write) ([]lease.Result, error) {
+	q := w.turnsQueue(batch)
+	if q == nil {
+		return w.store.WriteMany(ctx, writes...)
+	}
+	keyed := 0
+	for _, o := range batch {
+		if o.a.q == q && o.a.claim.Key != "" && (o.op() == lease.OpComplete || o.op() == lease.OpCompleteAndDelete) {
+			keyed++
+		}
+	}
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return w.store.WriteMany(ctx, writes...)
+	}
+	reserved := min(w.freeSlotsLocked(q), keyed)
+	q.running += reserved
+	q.held += reserved
+	w.mu.Unlock()
+	if reserved == 0 {
+		return w.store.WriteMany(ctx, writes...)
+	}
+	sent := time.Now()
+	res, claims, err := w.store.WriteManyTakingTurns(ctx, lease.ClaimRequest{
+		Limit: reserved, Lease: w.cfg.Lease, Kinds: w.kindList, Worker: w.cfg.WorkerID, Queue: q.name,
+	}, writes...)
+	returned := time.Now()
+	unused := reserved - len(claims)
+	if unused > 0 {
+		w.mu.Lock()
+		q.running -= unused
+		q.held -= unused
+		w.mu.Unlock()
+		signal(q.slotFreed)
+	}
+	for _, c := range claims {
+		w.startAttempt(q, c, sent, returned, true)
+	}
+	return res, err
+}
+
+// turnsQueue returns the queue whose completions in batch may take the
+// turns they pass on: of the queues with keyed completions in it, the one
+// with the most, if its last claim came back short; nil for none.
+func (w *Worker) turnsQueue(batch []outcome) *queue {
+	count := map[*queue]int{}
+	var best *queue
+	for _, o := range batch {
+		if o.a.claim.Key == "" || (o.op() != lease.OpComplete && o.op() != lease.OpCompleteAndDelete) {
+			continue
+		}
+		count[o.a.q]++
+		if best == nil || count[o.a.q] > count[best] {
+			best = o.a.q
+		}
+	}
+	if best == nil || !best.drained.Load() {
+		return nil
+	}
+	return best
+}
