@@ -130,11 +130,12 @@
 //
 // # Bulk enqueue
 //
-// An enqueue sends its events in one INSERT … SELECT over arrays, or, for
-// a batch of at least [Options.EnqueueCopyMin] events (300 by default) in
-// a transaction that can, by COPY: a [leasework.CopyTx] (driver/pgx's
-// WrapTx of a pgx.Tx, with pgx's CopyFrom) or a *sql.Tx of a driver that is
-// a [leasework.Copier] (driver/pq, with lib/pq's COPY). pgx through
+// An enqueue sends its events in one INSERT (… VALUES for one event, …
+// SELECT over arrays for more), or, for a batch of at least
+// [Options.EnqueueCopyMin] events (300 by default) in a transaction that
+// can, by COPY: a [leasework.CopyTx] (driver/pgx's WrapTx of a pgx.Tx,
+// with pgx's CopyFrom) or a *sql.Tx of a driver that is a
+// [leasework.Copier] (driver/pq, with lib/pq's COPY). pgx through
 // database/sql has no COPY: its *sql.Tx always gets the INSERT; enqueue in
 // a pgx.Tx for the COPY. Below the threshold the INSERT is cheaper: the
 // COPY path runs three statements where the INSERT runs one (the row
