@@ -72,18 +72,7 @@ var readyScanBuffers = regexp.MustCompile(`Index Scan using events_queue_ready_i
 func TestClaimDueFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
-	pin, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pin.Rollback()
-	if _, err := pin.ExecContext(ctx, "SELECT txid_current()"); err != nil {
-		t.Fatal(err)
-	}
-	var now time.Time
-	if err := s.DB().QueryRowContext(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
-		t.Fatal(err)
-	}
+	now := pinHorizon(t, s)
 	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, next_attempt_at)
 		SELECT 'old-' || i, 'k', $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
@@ -95,22 +84,8 @@ func TestClaimDueFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.EnqueueN(t, s, 10, "k")
-	buffers := func(from []time.Time) int {
-		t.Helper()
-		plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute, DueFrom: from})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := readyScanBuffers.FindStringSubmatch(plan)
-		if m == nil || !strings.Contains(plan, "rows=10 loops=1") {
-			t.Fatalf("claim plan (floors %v) shows no buffers of the ready index scan, or does not claim 10 rows:\n%s", from, plan)
-		}
-		hit, _ := strconv.Atoi(m[1])
-		read, _ := strconv.Atoi(m[2])
-		return hit + read
-	}
-	full := buffers(nil)
-	floored := buffers([]time.Time{now.Add(-time.Minute)})
+	full := scanBuffers(t, s, readyScanBuffers, lease.ClaimRequest{Limit: 10, Lease: time.Minute})
+	floored := scanBuffers(t, s, readyScanBuffers, lease.ClaimRequest{Limit: 10, Lease: time.Minute, DueFrom: []time.Time{now.Add(-time.Minute)}})
 	t.Logf("ready index scan behind 5,000 entries vacuum cannot remove: %d buffers from the oldest, %d from the floor", full, floored)
 	if full < 50 || floored*5 > full {
 		t.Fatalf("the ready index scan read %d buffers from the oldest and %d from a floor after the finished rows; want the floor to read under a fifth", full, floored)
@@ -172,18 +147,7 @@ var leaseScanBuffers = regexp.MustCompile(`Index Scan using events_queue_lease_i
 func TestClaimExpiredFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
-	pin, err := s.DB().BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pin.Rollback()
-	if _, err := pin.ExecContext(ctx, "SELECT txid_current()"); err != nil {
-		t.Fatal(err)
-	}
-	var now time.Time
-	if err := s.DB().QueryRowContext(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
-		t.Fatal(err)
-	}
+	now := pinHorizon(t, s)
 	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
 		SELECT 'old-' || i, 'k', 'INPROGRESS', 1, 1, $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
@@ -195,24 +159,48 @@ func TestClaimExpiredFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.EnqueueN(t, s, 10, "k")
-	buffers := func(from time.Time) int {
-		t.Helper()
-		plan, err := s.ExplainClaim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute, ExpiredFrom: from})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := leaseScanBuffers.FindStringSubmatch(plan)
-		if m == nil || !strings.Contains(plan, "rows=10 loops=1") {
-			t.Fatalf("claim plan (lease floor %v) shows no buffers of the lease index scan, or does not claim 10 rows:\n%s", from, plan)
-		}
-		hit, _ := strconv.Atoi(m[1])
-		read, _ := strconv.Atoi(m[2])
-		return hit + read
-	}
-	full := buffers(time.Time{})
-	floored := buffers(now.Add(-time.Minute))
+	full := scanBuffers(t, s, leaseScanBuffers, lease.ClaimRequest{Limit: 10, Lease: time.Minute})
+	floored := scanBuffers(t, s, leaseScanBuffers, lease.ClaimRequest{Limit: 10, Lease: time.Minute, ExpiredFrom: now.Add(-time.Minute)})
 	t.Logf("lease index scan behind 5,000 entries vacuum cannot remove: %d buffers from the oldest, %d from the floor", full, floored)
 	if full < 50 || floored*5 > full {
 		t.Fatalf("the lease index scan read %d buffers from the oldest and %d from a floor after the finished rows; want the floor to read under a fifth", full, floored)
 	}
+}
+
+// pinHorizon opens a transaction that holds an xid until the test ends,
+// pinning the xmin horizon: vacuum removes nothing written after it. It
+// returns the database clock.
+func pinHorizon(t *testing.T, s *lease.Store) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	pin, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pin.Rollback() })
+	if _, err := pin.ExecContext(ctx, "SELECT txid_current()"); err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	if err := s.DB().QueryRowContext(ctx, "SELECT statement_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// scanBuffers returns the buffers that the index scan matched by scan
+// read in the plan of a claim of req, which must claim 10 rows.
+func scanBuffers(t *testing.T, s *lease.Store, scan *regexp.Regexp, req lease.ClaimRequest) int {
+	t.Helper()
+	plan, err := s.ExplainClaim(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := scan.FindStringSubmatch(plan)
+	if m == nil || !strings.Contains(plan, "rows=10 loops=1") {
+		t.Fatalf("claim plan (floors %v, lease floor %v) shows no buffers of the index scan, or does not claim 10 rows:\n%s", req.DueFrom, req.ExpiredFrom, plan)
+	}
+	hit, _ := strconv.Atoi(m[1])
+	read, _ := strconv.Atoi(m[2])
+	return hit + read
 }
