@@ -130,8 +130,8 @@ func (w *Worker) sweep(ctx context.Context, q *queue) {
 			q.floors.sweepSkipped()
 			continue
 		}
-		_, _ = w.claim(q, limit, true)
-		w.unreserveSlots(q, limit)
+		n, _ := w.claim(q, limit, true)
+		w.unreserveSlots(q, limit-n)
 	}
 }
 
@@ -170,7 +170,7 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	returned := time.Now()
 	var dropped []int64
 	for _, c := range claims {
-		if !w.startAttempt(q, c, sent, returned, false) {
+		if !w.startAttempt(q, c, sent, returned, sweep) {
 			dropped = append(dropped, c.ID)
 		}
 	}
@@ -194,29 +194,34 @@ func (w *Worker) freeSlots(q *queue) int {
 	return w.freeSlotsLocked(q)
 }
 
-// freeSlotsLocked is freeSlots under w.mu, less the slots a sweep has
-// reserved for its claim in flight.
+// freeSlotsLocked is freeSlots under w.mu.
 func (w *Worker) freeSlotsLocked(q *queue) int {
-	return max(min(q.concurrency-q.running, 2*q.concurrency-q.held)-q.reserved, 0)
+	return max(min(q.concurrency-q.running, 2*q.concurrency-q.held), 0)
 }
 
-// reserveSlots reserves up to n of q's free slots for a sweep's claim and
-// returns how many; the claim loop does not count them free until
-// unreserveSlots gives them back.
+// reserveSlots takes up to n of q's free slots for claims made outside the
+// claim loop (a sweep's), counted as running handlers, and returns how
+// many: each claim then starts in one of them (startAttempt with
+// reserved), and unreserveSlots gives back those no claim took.
+// writeTakingTurns does the same for the turns it takes.
 func (w *Worker) reserveSlots(q *queue, n int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n = min(n, w.freeSlotsLocked(q))
-	q.reserved += n
+	q.running += n
+	q.held += n
 	return n
 }
 
-// unreserveSlots gives back n slots reserved by reserveSlots, once the
-// sweep's claims hold theirs as running handlers, and tells the claim
-// loop that slots may be free.
+// unreserveSlots gives back n slots reserved by reserveSlots that no claim
+// took, and tells the claim loop that slots may be free.
 func (w *Worker) unreserveSlots(q *queue, n int) {
+	if n <= 0 {
+		return
+	}
 	w.mu.Lock()
-	q.reserved -= n
+	q.running -= n
+	q.held -= n
 	w.mu.Unlock()
 	signal(q.slotFreed)
 }

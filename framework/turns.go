@@ -31,14 +31,12 @@ func (w *Worker) writeTakingTurns(ctx context.Context, batch []outcome, writes [
 		}
 	}
 	w.mu.Lock()
-	if w.stopped {
-		w.mu.Unlock()
+	stopped := w.stopped
+	w.mu.Unlock()
+	if stopped {
 		return w.store.WriteMany(ctx, writes...)
 	}
-	reserved := min(w.freeSlotsLocked(q), keyed)
-	q.running += reserved
-	q.held += reserved
-	w.mu.Unlock()
+	reserved := w.reserveSlots(q, keyed)
 	if reserved == 0 {
 		return w.store.WriteMany(ctx, writes...)
 	}
@@ -47,14 +45,7 @@ func (w *Worker) writeTakingTurns(ctx context.Context, batch []outcome, writes [
 		Limit: reserved, Lease: w.cfg.Lease, Kinds: w.kindList, Worker: w.cfg.WorkerID, Queue: q.name,
 	}, writes...)
 	returned := time.Now()
-	unused := reserved - len(claims)
-	if unused > 0 {
-		w.mu.Lock()
-		q.running -= unused
-		q.held -= unused
-		w.mu.Unlock()
-		signal(q.slotFreed)
-	}
+	w.unreserveSlots(q, reserved-len(claims))
 	for _, c := range claims {
 		w.startAttempt(q, c, sent, returned, true)
 	}
