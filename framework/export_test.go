@@ -29,6 +29,10 @@ func OnFiring(w *Worker, f func(eventID string, duplicate bool, err error)) { w.
 // its queue, the number of rows claimed and its error. Call it before Run.
 func OnClaimReturned(w *Worker, f func(queue string, n int, err error)) { w.claimReturned = f }
 
+// OnSplitWrite makes w call f with the size of each batch of outcomes it
+// writes as two statements at once (flushTakingTurns). Call it before Run.
+func OnSplitWrite(w *Worker, f func(outcomes int)) { w.splitWrite = f }
+
 // Firings returns the fire times of spec in (from, to], as every worker's
 // scheduler computes them: each the next one after the one before.
 func Firings(spec string, from, to time.Time) ([]time.Time, error) {
@@ -60,3 +64,7 @@ func LatestFiring(spec string, after, now time.Time) (time.Time, error) {
 	}
 	return times.latest(after, now), nil
 }
+
+// SplitFrom is the size from which a batch of outcomes taking turns is
+// written as two statements at once.
+const SplitFrom = splitFrom

@@ -112,7 +112,7 @@ func (w *Worker) writeOutcomes() {
 		if !closed {
 			deadline = time.Time{}
 		}
-		pending = w.flush(pending, deadline)
+		pending = w.flushTakingTurns(pending, deadline)
 		if len(pending) == 0 {
 			retryWait.Reset()
 			continue
@@ -207,6 +207,38 @@ func (w *Worker) flush(pending []outcome, deadline time.Time) []outcome {
 		}
 	}
 	return again
+}
+
+// splitFrom is the size from which a batch whose completions take their
+// keys' turns is written as two statements at once.
+const splitFrom = 128
+
+// flushTakingTurns is flush, in two halves written side by side when the
+// batch's completions will take turns (see writeTakingTurns) and it holds
+// at least splitFrom outcomes. Such a statement is also the claim of the
+// next events of its keys, so the claim loop's connection has nothing to
+// do while it runs: two statements keep two of the server's backends busy
+// as the claim loop and the writer do for keyless work. The halves hold
+// different claims and so different keys (a key has one live event), and
+// each statement takes its keys' locks in key order, so neither waits for
+// the other.
+func (w *Worker) flushTakingTurns(pending []outcome, deadline time.Time) []outcome {
+	if len(pending) < splitFrom || w.turnsQueue(pending) == nil {
+		return w.flush(pending, deadline)
+	}
+	if f := w.splitWrite; f != nil {
+		f(len(pending))
+	}
+	half := len(pending) / 2
+	var first []outcome
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		first = w.flush(pending[:half], deadline)
+	}()
+	second := w.flush(pending[half:], deadline)
+	<-done
+	return append(first, second...)
 }
 
 // transient reports whether a write failed for a reason that says nothing

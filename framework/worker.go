@@ -51,6 +51,7 @@ type Worker struct {
 	observers  []Observer   // the worker's own (ownObserver), then Observe's, in order
 
 	claimReturned func(queue string, n int, err error) // a test's hook, after each claim statement
+	splitWrite    func(outcomes int)                   // a test's hook, before a batch taking turns is written in two halves
 	byKind        kindMetrics                          // per kind and queue, for MetricsHandler
 }
 

@@ -37,6 +37,19 @@ const inProgress = `o.status = 'INPROGRESS' COLLATE "C"`
 const lockedCTE = lockStep + `
 )`
 
+// markingLockedCTE is lockedCTE for a completion that passes on itself the
+// keys of the rows it finishes (passingKeysOn, takingTurns): it marks the
+// transaction (leasework.keys_passed) as it locks the rows, which is
+// before the statement writes any of them (the guard reads every locked
+// id first), so that the release triggers, whose condition reads the
+// mark as each row is written (migration 16), queue nothing for them.
+const markingLockedCTE = `locked AS (
+    SELECT o.id, set_config('leasework.keys_passed', 'on', true) FROM {{table}} AS o
+    WHERE o.id = ANY ($1::bigint[]) AND ` + inProgress + `
+    ORDER BY o.id
+    FOR UPDATE
+)`
+
 // lockStep is lockedCTE without its end, so that renewSQL can add SKIP
 // LOCKED.
 const lockStep = `locked AS (
@@ -329,16 +342,17 @@ RETURNING o.id, o.generation, 'DONE'::text AS status`
 // rows it finished itself (migration 13): done, the completion's step as
 // a CTE, returns each row's key too, and settle_keys, called once with
 // all of them after every row is written (the aggregate reads done to its
-// end first), makes each key's next event READY and tells the release
-// triggers, which would settle each keyed row with statements of their
-// own at COMMIT, that nothing is left to them. passed is materialized:
+// end first), makes each key's next event READY. The rows are locked by
+// markingLockedCTE, which tells the release triggers, which would settle
+// each keyed row with statements of their own at COMMIT, that nothing is
+// left to them. passed is materialized:
 // the function runs once, however the join rescans it. The store's own
 // completions, which commit alone, are written so; a completion in a
 // caller's transaction ([Store.WriteTx]) is left to the triggers, which
 // see everything that transaction finished.
 func passingKeysOn(step string) string {
 	return `
-WITH ` + lockedCTE + `, done AS (` + step + `, o.key),
+WITH ` + markingLockedCTE + `, done AS (` + step + `, o.key),
 passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key)) FROM done AS k)
 SELECT d.id, d.generation, d.status FROM done AS d, passed`
 }
@@ -355,7 +369,7 @@ SELECT d.id, d.generation, d.status FROM done AS d, passed`
 // claim's columns in the claim statement's order, from the id on.
 func takingTurns(step string) string {
 	return `
-WITH ` + lockedCTE + `, done AS (` + step + `, o.key),
+WITH ` + markingLockedCTE + `, done AS (` + step + `, o.key),
 taken AS MATERIALIZED (
     SELECT t.* FROM {{schema}}.{{name "take_turns"}}((SELECT array_agg(d.key) FROM done AS d),
         $3, $4, $5::text[], $6, $7) AS t)
