@@ -451,7 +451,7 @@ func executionTime(plan string) (time.Duration, error) {
 // openLeaseworkPressure starts a pgx worker at its defaults on a fresh
 // table.
 func openLeaseworkPressure(ctx context.Context, e *env, clock *pressureClock) (_ *pressureTarget, err error) {
-	tbl, err := newLWTable(ctx, e, "pgx", 1, 0)
+	tbl, err := newLWTable(ctx, e, "pgx", lwShape{}, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ type lwShape struct {
 	Workers            int  // workers in this process, each on a pool of its own; zero means 1
 	Concurrency        int  // framework.Config.Concurrency of each worker; zero means the default
 	DeleteAtCompletion bool // framework.Config.DeleteAtCompletion
+	Keys               int  // the events' keys: event i has key i%Keys; zero means keyless
 }
 
 func (s lwShape) String() string {
@@ -60,6 +62,9 @@ func (s lwShape) String() string {
 	out := fmt.Sprintf("%d × %s", max(s.Workers, 1), c)
 	if s.DeleteAtCompletion {
 		out += ", DeleteAtCompletion"
+	}
+	if s.Keys > 0 {
+		out += fmt.Sprintf(", %s keys", thousands(float64(s.Keys)))
 	}
 	return out
 }
@@ -77,6 +82,7 @@ func (s lwShape) config(schema string) framework.Config {
 
 // runHooks let a section measure around the timed part of a run.
 type runHooks struct {
+	Handler leasework.Handler               // the leasework runners' handler of every event, called concurrently; nil: a no-op
 	Before  func(ctx context.Context) error // after the enqueue, just before the clock starts
 	After   func(ctx context.Context) error // once every event is done, before anything stops
 	Stopped func(ctx context.Context) error // once the system has stopped and closed its pools, before its schema is dropped
@@ -135,9 +141,10 @@ type lwTable struct {
 	store *lease.Store
 }
 
-// newLWTable opens pools pools through driver drvName, migrates a table in a
-// fresh schema and enqueues n events of benchKind. Close it with close.
-func newLWTable(ctx context.Context, e *env, drvName string, pools, n int) (_ *lwTable, err error) {
+// newLWTable opens shape.Workers pools through driver drvName, migrates a
+// table in a fresh schema and enqueues n events of benchKind over
+// shape.Keys keys. Close it with close.
+func newLWTable(ctx context.Context, e *env, drvName string, shape lwShape, n int) (_ *lwTable, err error) {
 	drv, err := lwDriver(drvName)
 	if err != nil {
 		return nil, err
@@ -148,7 +155,7 @@ func newLWTable(ctx context.Context, e *env, drvName string, pools, n int) (_ *l
 			t.close(e)
 		}
 	}()
-	for range max(pools, 1) {
+	for range max(shape.Workers, 1) {
 		db, err := drv.Open(e.dsn)
 		if err != nil {
 			return nil, err
@@ -162,18 +169,23 @@ func newLWTable(ctx context.Context, e *env, drvName string, pools, n int) (_ *l
 	if _, err := t.store.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	if err := enqueueLW(ctx, t.store, n); err != nil {
+	if err := enqueueLW(ctx, t.store, n, shape.Keys); err != nil {
 		return nil, err
 	}
 	return t, settle(ctx, e, t.dbs[0], t.store.QualifiedTable())
 }
 
-// enqueueLW enqueues n events of benchKind, enqueueBatch to a transaction.
-func enqueueLW(ctx context.Context, s *lease.Store, n int) error {
+// enqueueLW enqueues n events of benchKind, enqueueBatch to a transaction:
+// keyless when keys is zero, else event i with key i%keys ("k0", "k1", …),
+// so that each key's events are spread evenly over the run.
+func enqueueLW(ctx context.Context, s *lease.Store, n, keys int) error {
 	for i := 0; i < n; i += enqueueBatch {
 		events := make([]lease.Event, min(enqueueBatch, n-i))
 		for j := range events {
 			events[j].Kind = benchKind
+			if keys > 0 {
+				events[j].Key = "k" + strconv.Itoa((i+j)%keys)
+			}
 		}
 		tx, err := s.DB().BeginTx(ctx, nil)
 		if err != nil {
@@ -273,7 +285,7 @@ func leaseworkRunner(drvName string, shape lwShape) runner {
 // runLeasework enqueues n events, then runs shape.Workers workers until
 // their counters show every event completed, then stops them.
 func runLeasework(ctx context.Context, e *env, drvName string, shape lwShape, n int, hooks runHooks) (runResult, error) {
-	t, err := newLWTable(ctx, e, drvName, shape.Workers, n)
+	t, err := newLWTable(ctx, e, drvName, shape, n)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -295,8 +307,11 @@ func (t *lwTable) work(ctx context.Context, shape lwShape, n int, hooks runHooks
 		if err != nil {
 			return runResult{}, err
 		}
-		noop := leasework.HandlerFunc(func(context.Context, *leasework.Claim) error { return nil })
-		if err := w.Register(benchKind, noop, framework.RetryPolicy{}); err != nil {
+		var h leasework.Handler = leasework.HandlerFunc(func(context.Context, *leasework.Claim) error { return nil })
+		if hooks.Handler != nil {
+			h = hooks.Handler
+		}
+		if err := w.Register(benchKind, h, framework.RetryPolicy{}); err != nil {
 			return runResult{}, err
 		}
 		workers[i] = w
@@ -407,7 +422,7 @@ const (
 // bareClaim rows (lease.Store.Claim) and completing them in one guarded
 // statement (lease.Store.WriteMany of lease.Complete writes), until a claim finds nothing.
 func runBareLoop(ctx context.Context, e *env, n int, hooks runHooks) (runResult, error) {
-	t, err := newLWTable(ctx, e, "pgx", 1, n)
+	t, err := newLWTable(ctx, e, "pgx", lwShape{}, n)
 	if err != nil {
 		return runResult{}, err
 	}
