@@ -109,11 +109,15 @@ func keyedTable(e *env, rows []keyedRow, rates [][]float64, jobs, rounds int) ta
 		t.rows = append(t.rows, cells)
 		switch r.shape.Keys {
 		case keyedManyKeys:
-			held := "no"
-			if ratio >= keyedGoal {
-				held = "yes"
+			g := fmt.Sprintf("%s %.2f", r.driver, ratio)
+			switch {
+			case e.quick: // too few events a key to judge
+			case ratio >= keyedGoal:
+				g += " (held)"
+			default:
+				g += " (not held)"
 			}
-			goal = append(goal, fmt.Sprintf("%s %.2f (%s)", r.driver, ratio, held))
+			goal = append(goal, g)
 		case keyedHotKeys:
 			hot = append(hot, fmt.Sprintf("%s %.2f", r.driver, ratio))
 		}
@@ -129,7 +133,8 @@ func keyedTable(e *env, rows []keyedRow, rates [][]float64, jobs, rounds int) ta
 			framework.DefaultConcurrency, framework.DefaultPollInterval, framework.DefaultLease, framework.DefaultRetention.Hours()),
 	)
 	if e.quick {
-		t.notes = append(t.notes, "-quick: few events, figures are rough")
+		t.notes = append(t.notes, fmt.Sprintf("-quick: few events, %d a key or fewer over %s keys; figures are rough and the goal is not judged",
+			(jobs+keyedManyKeys-1)/keyedManyKeys, thousands(keyedManyKeys)))
 	}
 	return t
 }

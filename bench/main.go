@@ -1,8 +1,15 @@
 // Command bench measures leasework beside River on one PostgreSQL server, in
-// one run, and prints a table per measurement: throughput, the enqueue
-// side, pickup latency, claim cost against finished history, recovery after
-// a crash, peak memory, server cost per job, whether a paused owner's
-// stale completion is accepted, and each system under pressure.
+// one run, and prints a table per measurement: throughput, keyed events
+// against keyless, the enqueue side, pickup latency, claim cost against
+// finished history, recovery after a crash, peak memory, server cost per
+// job, whether a paused owner's stale completion is accepted, and each
+// system under pressure.
+//
+// The keyed section runs one leasework worker at its defaults through each
+// driver on no-op events enqueued up front: keyless, spread round-robin
+// over 1,000 keys, and over 10 hot keys (a fifth of the events: a key's
+// events run one at a time), and prints each row's median ÷ the keyless
+// median of its driver, beside the goal of 0.8 over 1,000 keys.
 //
 // The enqueue section measures the producer: events per second into the
 // table when the caller's own transactions carry them (one business row
@@ -29,6 +36,7 @@
 //
 //	go run ./bench                 # every section, on a throwaway durable PostgreSQL
 //	go run ./bench -dsn postgres://… -sections throughput,pickup
+//	go run ./bench -sections keyed -rounds 3
 //	go run ./bench -sections enqueue -producers 8
 //	go run ./bench -sections pressure -pressure-rate 800 -pressure-phase 2m
 //
