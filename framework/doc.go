@@ -55,7 +55,9 @@
 // of new work; after a failed claim the loop's next claim reads from the
 // oldest. A row committed more than a second after it came due, enqueued
 // with a run time already past, or whose lease was moved back by hand, is
-// claimed by a sweep, a second or so later than otherwise, never lost.
+// claimed by a sweep, a second or so later than otherwise, never lost;
+// a row cancelled while its owner ran it, whose owner never wrote again,
+// is ended DISCARDED by a sweep once its lease has run out.
 //
 // # Leases and renewal
 //

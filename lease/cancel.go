@@ -30,7 +30,8 @@ const CancelledPrefix = "cancelled"
 //     release: written once its handler has returned) is rejected as
 //     cancelled and ends the row DISCARDED (stopSQL): the acknowledged stop.
 //   - An owner that never writes (dead, paused) holds the row until its
-//     lease ends; the claim statement then ends it DISCARDED instead of
+//     lease ends; a claim statement without a lease floor (a worker's
+//     sweep, at least once a second) then ends it DISCARDED instead of
 //     claiming it again (the "stopped" step of claimSQL).
 //
 // The key's commit trigger (migration 4) passes the key on at the commit
@@ -111,9 +112,10 @@ type CancelResult struct {
 // the framework cancels the handler's context with leasework.ErrCancelled.
 // The owner's next outcome write (once its handler has returned) ends the
 // event DISCARDED; an owner that never writes (dead, paused) holds it until
-// its lease ends, and the next claim then ends it DISCARDED. A keyed event
-// passes its key on only then: the next event of the key never starts
-// while the cancelled attempt may still run. Cancelling an event that waits
+// its lease ends, and a claim then ends it DISCARDED (one without
+// [ClaimRequest.ExpiredFrom]: a worker's sweep, at least once a second).
+// A keyed event passes its key on only then: the next event of the key
+// never starts while the cancelled attempt may still run. Cancelling an event that waits
 // for its attempt again changes nothing and reports it Stopping.
 //
 // It returns an error matching [ErrNotFound] when no row has that id, or

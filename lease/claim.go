@@ -51,8 +51,13 @@ type ClaimRequest struct {
 	// index what DueFrom does for the READY rows: every row claimed leaves
 	// an entry there, whose lease has run out once the row has been
 	// finished a lease ago, and which vacuum cannot remove while the
-	// horizon is pinned. The same duty comes with it: a caller that gives
-	// it must also claim without it now and then.
+	// horizon is pinned. The expired leases on their last attempt, which
+	// the claim ends FAILED, are read from ExpiredFrom too, and the rows
+	// cancelled while an attempt ran them, whose lease has run out (ended
+	// DISCARDED by a claim, whatever their queue), are left to a claim
+	// without it: they have no queue to bound that read by. The same duty
+	// comes with it: a caller that gives it must also claim without it
+	// now and then.
 	ExpiredFrom time.Time
 }
 

@@ -99,7 +99,9 @@ WITH paused AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
     -- row in FAILED instead of granting another attempt. The exhausted
     -- index holds the leases on their last attempt only: the other expired
-    -- leases (all those of a paused queue) are not read here.
+    -- leases (all those of a paused queue) are not read here. From the
+    -- caller's floor for expired leases ($7), as expired below: whichever
+    -- of the two lease indexes the planner reads, the range is bounded.
     UPDATE {{table}} AS o
     SET status = 'FAILED', lease_until = NULL,
         finished_at = statement_timestamp(), updated_at = statement_timestamp(),
@@ -108,6 +110,8 @@ WITH paused AS (
         SELECT id FROM {{table}}
         WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
           AND attempt >= max_attempts AND cancelled_at IS NULL
+          AND lease_until >= COALESCE(timestamptz 'epoch'
+              + NULLIF($7::bigint, 0) * interval '1 microsecond', '-infinity')
         ORDER BY lease_until
         LIMIT 100
         FOR UPDATE SKIP LOCKED)
@@ -121,6 +125,10 @@ WITH paused AS (
     -- row at most: a transaction that finishes rows of several keys gives
     -- way to an enqueue of one of them (migration 4), which would fail the
     -- whole claim; the next claim, woken by the promotion, takes the next.
+    -- Only a claim without a floor for expired leases ($7 = 0: a sweep)
+    -- reads it: the rows have no queue to bound the range by, and with
+    -- the horizon pinned the planner may take the queue's lease index,
+    -- every dead entry of it, for the few rows of the stopping index.
     UPDATE {{table}} AS o
     SET status = 'DISCARDED', generation = ` + nextGeneration + `, lease_until = NULL,
         finished_at = statement_timestamp(), updated_at = statement_timestamp()
@@ -128,7 +136,7 @@ WITH paused AS (
         SELECT u.id FROM (
             SELECT id FROM {{table}}
             WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
-              AND key IS NULL
+              AND key IS NULL AND $7::bigint = 0
             ORDER BY lease_until
             LIMIT 100
             FOR UPDATE SKIP LOCKED) AS u
@@ -136,7 +144,7 @@ WITH paused AS (
         SELECT k.id FROM (
             SELECT id FROM {{table}}
             WHERE status = 'INPROGRESS' AND cancelled_at IS NOT NULL AND lease_until <= statement_timestamp()
-              AND key IS NOT NULL
+              AND key IS NOT NULL AND $7::bigint = 0
             ORDER BY lease_until
             LIMIT 1
             FOR UPDATE SKIP LOCKED) AS k))
