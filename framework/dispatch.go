@@ -87,15 +87,23 @@ const (
 // untilNextWake shortens wait, the time to the next poll of an idle
 // worker, to the moment a row of q becomes claimable by itself, when that
 // comes first: the earliest running lease runs out, or the earliest READY
-// row not yet due comes due (lease.Store.NextWake). A crashed worker's
+// row not yet due comes due (lease.Store.NextWakeFrom). A crashed worker's
 // claims are then taken over as their leases expire, and a retry runs when
 // its delay ends, instead of at the next poll: neither sends a
 // notification. Only an idle worker asks (a claim that found nothing), so
 // a busy one adds no round trip. On an error it keeps wait.
+//
+// It reads the leases from the earliest running one it found last time
+// (lease.Store.NextWakeFrom), not from now: the rows claimed and finished
+// in the last lease period each leave an entry there, which vacuum cannot
+// remove while the xmin horizon is pinned. A lease granted since that runs
+// out before it (another worker's shorter Config.Lease) is found by the
+// claim at the next poll.
 func (w *Worker) untilNextWake(q *queue, wait time.Duration) time.Duration {
 	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
 	defer cancel()
-	d, ok, err := w.store.NextWake(ctx, q.name)
+	d, ok, earliest, err := w.store.NextWakeFrom(ctx, q.name, q.wakeFrom)
+	q.wakeFrom = earliest
 	if err != nil {
 		w.log.Debug("reading the next wake failed; polling meanwhile", "err", err)
 		return wait

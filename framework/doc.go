@@ -30,7 +30,7 @@
 // or leases that expired, and for those the worker does not wait for the
 // poll: after a claim that found nothing it reads when the earliest running
 // lease runs out or the earliest waiting row comes due
-// (lease.Store.NextWake, a few index entries), and claims again then, so a
+// (lease.Store.NextWakeFrom, a few index entries), and claims again then, so a
 // crashed worker's claims are taken over within tens of milliseconds of
 // their expiry, and a retry runs when its delay ends. A claim that fails
 // (the database restarting or failing over) is tried again after 50ms, then

@@ -18,6 +18,7 @@ type queue struct {
 	slotFreed   chan struct{} // a handler returned or an outcome was written; capacity 1
 	floors      floors        // where its claims start reading; shared by its claim loop and its sweep
 	drained     atomic.Bool   // its last claim found fewer rows than it could take (see writeTakingTurns)
+	wakeFrom    time.Time     // the earliest running lease its last next wake found: the next one's floor; its claim loop's own
 }
 
 func newQueue(q Queue) *queue {

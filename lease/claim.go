@@ -264,16 +264,41 @@ func checkQueue(op, queue string) (string, error) {
 // for their next poll: neither an expired lease nor a row coming due sends
 // a notification.
 func (s *Store) NextWake(ctx context.Context, queue string) (d time.Duration, ok bool, err error) {
+	d, ok, _, err = s.NextWakeFrom(ctx, queue, time.Time{})
+	return d, ok, err
+}
+
+// NextWakeFrom is [Store.NextWake] with a floor for its read of the running
+// leases: a lease that runs out before leasesFrom is not seen (zero, or a
+// time already past: from now). It also returns the end of the earliest
+// running lease it saw, from its floor (zero for none), for the caller to
+// give as its next floor while that is ahead. A lease runs out a lease
+// after its claim, so every row claimed and finished in the last lease
+// period leaves an entry ahead of now in the lease index, which vacuum
+// cannot remove while a long transaction pins the xmin horizon; read from
+// the floor, a call walks only those of the rows claimed since the lease
+// it found was granted. A lease granted since then that runs out before
+// it (a claim with a shorter lease) is not waited for: the caller's next
+// poll or claim takes it.
+func (s *Store) NextWakeFrom(ctx context.Context, queue string, leasesFrom time.Time) (d time.Duration, ok bool, earliest time.Time, err error) {
 	queue, err = checkQueue("next wake", queue)
 	if err != nil {
-		return 0, false, err
+		return 0, false, time.Time{}, err
+	}
+	var from int64
+	if !leasesFrom.IsZero() {
+		from = leasesFrom.UnixMicro()
 	}
 	var secs sql.NullFloat64
-	if err := s.db.QueryRowContext(ctx, s.q.nextWake, queue).Scan(&secs); err != nil {
-		return 0, false, s.wrapErr("next wake", err)
+	var lease int64
+	if err := s.db.QueryRowContext(ctx, s.q.nextWake, queue, from).Scan(&secs, &lease); err != nil {
+		return 0, false, time.Time{}, s.wrapErr("next wake", err)
+	}
+	if lease != 0 {
+		earliest = time.UnixMicro(lease)
 	}
 	if !secs.Valid {
-		return 0, false, nil
+		return 0, false, earliest, nil
 	}
-	return max(time.Duration(secs.Float64*float64(time.Second)), 0), true, nil
+	return max(time.Duration(secs.Float64*float64(time.Second)), 0), true, earliest, nil
 }

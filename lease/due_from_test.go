@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -306,5 +307,71 @@ func TestClaimExpiredFromReadsNoLeaseRangeFromTheOldest(t *testing.T) {
 	t.Logf("the claim's lease index scans behind 5,000 entries vacuum cannot remove, without the small lease indexes: %d buffers from the oldest, %d from the floor", full, floored)
 	if full < 200 || floored*10 > full {
 		t.Fatalf("the claim's lease index scans read %d buffers from the oldest and %d from a floor after the finished rows; want the floor to read under a tenth", full, floored)
+	}
+}
+
+// TestNextWakeFromSkipsEntriesVacuumCannotRemove builds what a pinned
+// xmin horizon leaves ahead of now in the lease index: while a
+// transaction holding an xid stays open, 5,000 rows are claimed (their
+// leases still running) and finished, and one row, claimed after them,
+// still runs. NextWakeFrom with no floor walks every entry of the finished
+// rows to that lease; from the lease it returned, it reads a few pages
+// and finds the same lease; from a floor past it, none.
+func TestNextWakeFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	now := pinHorizon(t, s)
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
+		SELECT 'old-' || i, 'k', 'INPROGRESS', 1, 1, $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(30*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()`); err != nil {
+		t.Fatal(err)
+	}
+	running := now.Add(time.Hour).Truncate(time.Microsecond)
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
+		VALUES ('running', 'k', 'INPROGRESS', 1, 1, $1)`, running); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, "VACUUM "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	wake := func(from time.Time) (time.Duration, bool, time.Time) {
+		t.Helper()
+		d, ok, earliest, err := s.NextWakeFrom(ctx, "", from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, ok, earliest
+	}
+	d, ok, earliest := wake(time.Time{})
+	if !ok || !earliest.Equal(running) || d < 59*time.Minute || d > time.Hour {
+		t.Fatalf("NextWakeFrom with no floor: %v, %v, lease %v; want about an hour, the running lease %v", d, ok, earliest, running)
+	}
+	if d, ok, again := wake(earliest); !ok || !again.Equal(running) || d < 59*time.Minute || d > time.Hour {
+		t.Fatalf("NextWakeFrom from the lease it found: %v, %v, lease %v; want about an hour, the running lease %v", d, ok, again, running)
+	}
+	if d, ok, none := wake(running.Add(time.Microsecond)); ok || !none.IsZero() {
+		t.Fatalf("NextWakeFrom from past the running lease: %v, %v, lease %v; want nothing", d, ok, none)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st := lease.RowStatements(s)["nextWake"]
+	buffers := func(from int64) (sum int) {
+		plan := explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", "force_generic_plan", st, fmt.Sprintf("'default', %d", from))
+		for _, m := range leaseScanBuffers.FindAllStringSubmatch(strings.ReplaceAll(plan, "Index Only Scan", "Index Scan"), -1) {
+			hit, _ := strconv.Atoi(m[1])
+			read, _ := strconv.Atoi(m[2])
+			sum += hit + read
+		}
+		return sum
+	}
+	full, floored := buffers(0), buffers(earliest.UnixMicro())
+	t.Logf("NextWake's lease index scan behind 5,000 entries vacuum cannot remove: %d buffers from now, %d from the lease it found", full, floored)
+	if full < 50 || floored*5 > full {
+		t.Fatalf("NextWake's lease index scan read %d buffers from now and %d from the lease it found; want the floor to read under a fifth", full, floored)
 	}
 }

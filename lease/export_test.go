@@ -119,7 +119,7 @@ func RowStatements(s *Store) map[string]Statement {
 		"copied":         {s.cq.copied, "bigint[]"},
 		"keyHead":        {s.q.keyHead, "text"},
 		"heldKeys":       {s.q.heldKeys, "text, int"},
-		"nextWake":       {s.q.nextWake, "text"},
+		"nextWake":       {s.q.nextWake, "text, bigint"},
 	}
 }
 

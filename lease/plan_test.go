@@ -304,7 +304,7 @@ func TestRowStatementsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 		{"copied", st["copied"], fmt.Sprintf("'{%d}'", in[2].ID), 1},
 		{"keyHead", st["keyHead"], "'key-1'", 2},
 		{"heldKeys", st["heldKeys"], "'', 100", 4},
-		{"nextWake", st["nextWake"], "'default'", 1 + 10},
+		{"nextWake", st["nextWake"], "'default', 0", 1 + 10},
 		{"claim", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default', '{}', 0", 2*100 + 10},
 		{"claim from floors", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default', '{1, 0, 1}', 1", 2*100 + 10},
 		{"claim of a paused queue", lease.ClaimStatement(s), "100, '{}', 60000000, '', 'held', '{}', 0", 2},

@@ -597,13 +597,14 @@ WHERE id = ANY (ARRAY(
 // the ready index per priority level, whatever the number of claims in
 // flight, the backlog, or who holds them: a lease already expired and a
 // row already due are left to the claim, and a row this worker does not
-// serve costs it one empty claim at most.
+// serve costs it one empty claim at most. The lease read starts at the
+// caller's floor $2 (microseconds from the epoch; 0: now) when that is
+// later than now, a bound of the index range: every row claimed and
+// finished in the last lease period leaves an entry ahead of now there,
+// which vacuum cannot remove while the horizon is pinned. The second
+// column is the lease found, for the caller's next floor.
 const nextWakeSQL = `
-SELECT EXTRACT(EPOCH FROM LEAST(
-    (SELECT lease_until FROM {{table}}
-     WHERE queue = $1 AND status = 'INPROGRESS' AND lease_until > statement_timestamp()
-     ORDER BY lease_until
-     LIMIT 1),
+SELECT EXTRACT(EPOCH FROM LEAST(l.lease_until,
     (SELECT min(r.next_attempt_at)
      FROM generate_series(0, 9) AS p(priority)
      CROSS JOIN LATERAL (
@@ -612,7 +613,15 @@ SELECT EXTRACT(EPOCH FROM LEAST(
            AND next_attempt_at > statement_timestamp()
          ORDER BY next_attempt_at
          LIMIT 1) AS r)
-    ) - statement_timestamp())::float8`
+    ) - statement_timestamp())::float8,
+    COALESCE((EXTRACT(EPOCH FROM l.lease_until) * 1000000)::bigint, 0)
+FROM (SELECT (
+    SELECT lease_until FROM {{table}}
+    WHERE queue = $1 AND status = 'INPROGRESS'
+      AND lease_until > statement_timestamp()
+      AND lease_until >= timestamptz 'epoch' + $2::bigint * interval '1 microsecond'
+    ORDER BY lease_until
+    LIMIT 1) AS lease_until) AS l`
 
 type queries struct {
 	claim, enqueue, enqueueOne, enqueueOneSkip, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
