@@ -148,24 +148,37 @@ var leaseScanBuffers = regexp.MustCompile(`Index Scan using events_queue_lease_i
 // floor after them it reads a few pages.
 func TestClaimExpiredFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
-	ctx := context.Background()
 	now := pinHorizon(t, s)
-	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
-		SELECT 'old-' || i, 'k', 'INPROGRESS', 1, 1, $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(-time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.DB().ExecContext(ctx, "VACUUM "+s.QualifiedTable()); err != nil {
-		t.Fatal(err)
-	}
+	finishBehindHorizon(t, s, now.Add(-time.Hour))
 	pgtest.EnqueueN(t, s, 10, "k")
 	full := scanBuffers(t, s, leaseScanBuffers, lease.ClaimRequest{Limit: 10, Lease: time.Minute})
 	floored := scanBuffers(t, s, leaseScanBuffers, lease.ClaimRequest{Limit: 10, Lease: time.Minute, ExpiredFrom: now.Add(-time.Minute)})
 	t.Logf("lease index scan behind 5,000 entries vacuum cannot remove: %d buffers from the oldest, %d from the floor", full, floored)
 	if full < 50 || floored*5 > full {
 		t.Fatalf("the lease index scan read %d buffers from the oldest and %d from a floor after the finished rows; want the floor to read under a fifth", full, floored)
+	}
+}
+
+// finishBehindHorizon inserts 5,000 rows claimed with leases that end a
+// millisecond apart from leasesFrom on, finishes them, and vacuums the
+// table: with the horizon pinned (pinHorizon), their entries stay in the
+// lease index.
+func finishBehindHorizon(t *testing.T, s *lease.Store, leasesFrom time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO ` + s.QualifiedTable() + ` (event_id, kind, status, generation, attempt, lease_until)
+		SELECT 'old-' || i, 'k', 'INPROGRESS', 1, 1, $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`,
+		`UPDATE ` + s.QualifiedTable() + ` SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()`,
+		`VACUUM ` + s.QualifiedTable(),
+	} {
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = append(args, leasesFrom)
+		}
+		if _, err := s.DB().ExecContext(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -260,13 +273,19 @@ func TestClaimExpiredFromLeavesOlderLeasesToTheSweep(t *testing.T) {
 
 // leaseIndexBuffers returns the buffers that every scan of the lease
 // index read in the plan of a claim of req.
-func leaseIndexBuffers(t *testing.T, s *lease.Store, req lease.ClaimRequest) (sum int) {
+func leaseIndexBuffers(t *testing.T, s *lease.Store, req lease.ClaimRequest) int {
 	t.Helper()
 	plan, err := s.ExplainClaim(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range leaseScanBuffers.FindAllStringSubmatch(plan, -1) {
+	return leaseScansRead(plan)
+}
+
+// leaseScansRead sums the buffers that the scans of the lease index read
+// in plan.
+func leaseScansRead(plan string) (sum int) {
+	for _, m := range leaseScanBuffers.FindAllStringSubmatch(strings.ReplaceAll(plan, "Index Only Scan", "Index Scan"), -1) {
 		hit, _ := strconv.Atoi(m[1])
 		read, _ := strconv.Atoi(m[2])
 		sum += hit + read
@@ -291,14 +310,8 @@ func TestClaimExpiredFromReadsNoLeaseRangeFromTheOldest(t *testing.T) {
 		}
 	}
 	now := pinHorizon(t, s)
-	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
-		SELECT 'old-' || i, 'k', 'INPROGRESS', 1, 1, $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(-time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.DB().ExecContext(ctx, "VACUUM ANALYZE "+s.QualifiedTable()); err != nil {
+	finishBehindHorizon(t, s, now.Add(-time.Hour))
+	if _, err := s.DB().ExecContext(ctx, "ANALYZE "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
 	pgtest.EnqueueN(t, s, 10, "k")
@@ -321,19 +334,10 @@ func TestNextWakeFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
 	now := pinHorizon(t, s)
-	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
-		SELECT 'old-' || i, 'k', 'INPROGRESS', 1, 1, $1::timestamptz + i * interval '1 millisecond' FROM generate_series(1, 5000) AS i`, now.Add(30*time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET status = 'DONE', lease_until = NULL, finished_at = statement_timestamp()`); err != nil {
-		t.Fatal(err)
-	}
+	finishBehindHorizon(t, s, now.Add(30*time.Minute))
 	running := now.Add(time.Hour).Truncate(time.Microsecond)
 	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, status, generation, attempt, lease_until)
 		VALUES ('running', 'k', 'INPROGRESS', 1, 1, $1)`, running); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.DB().ExecContext(ctx, "VACUUM "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
 	wake := func(from time.Time) (time.Duration, bool, time.Time) {
@@ -360,14 +364,8 @@ func TestNextWakeFromSkipsEntriesVacuumCannotRemove(t *testing.T) {
 	}
 	defer conn.Close()
 	st := lease.RowStatements(s)["nextWake"]
-	buffers := func(from int64) (sum int) {
-		plan := explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", "force_generic_plan", st, fmt.Sprintf("'default', %d", from))
-		for _, m := range leaseScanBuffers.FindAllStringSubmatch(strings.ReplaceAll(plan, "Index Only Scan", "Index Scan"), -1) {
-			hit, _ := strconv.Atoi(m[1])
-			read, _ := strconv.Atoi(m[2])
-			sum += hit + read
-		}
-		return sum
+	buffers := func(from int64) int {
+		return leaseScansRead(explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", "force_generic_plan", st, fmt.Sprintf("'default', %d", from)))
 	}
 	full, floored := buffers(0), buffers(earliest.UnixMicro())
 	t.Logf("NextWake's lease index scan behind 5,000 entries vacuum cannot remove: %d buffers from now, %d from the lease it found", full, floored)
