@@ -185,6 +185,21 @@ func (s *Store) copyNew(ctx context.Context, tx leasework.CopyTx, out []Enqueued
 	return s.copyRows(ctx, tx, out, first, cols, order, rowIDs, runAt)
 }
 
+// lastBox boxes values as any, reusing the box of the value before when
+// the next is equal: a batch's kinds, queues, budgets and priorities are
+// mostly one value each, and each box is an allocation.
+type lastBox[T comparable] struct {
+	v   T
+	box any
+}
+
+func (b *lastBox[T]) of(v T) any {
+	if b.box == nil || b.v != v {
+		b.v, b.box = v, v
+	}
+	return b.box
+}
+
 // copyRows copies the rows of cols, in order (indexes into cols), with
 // their row ids rowIDs (by index), and records the ids of the events
 // copied. runAt is each event's due time, or nil for every event due at
@@ -196,10 +211,12 @@ func (s *Store) copyRows(ctx context.Context, tx leasework.CopyTx, out []Enqueue
 	}
 	rows := make([][]any, len(order))
 	values := make([]any, len(order)*len(columns)) // every row's, in one allocation
+	var kind, queue lastBox[string]
+	var attempts, priority lastBox[int64]
 	for r, i := range order {
 		row := values[r*len(columns) : (r+1)*len(columns) : (r+1)*len(columns)]
-		row[0], row[1], row[2], row[3] = rowIDs[i], cols.ids[i], cols.kinds[i], nullIfEmpty(cols.keys[i])
-		row[4], row[5], row[6], row[7] = cols.payloads[i], cols.maxAtt[i], cols.queues[i], cols.priorities[i]
+		row[0], row[1], row[2], row[3] = rowIDs[i], cols.ids[i], kind.of(cols.kinds[i]), nullIfEmpty(cols.keys[i])
+		row[4], row[5], row[6], row[7] = cols.payloads[i], attempts.of(cols.maxAtt[i]), queue.of(cols.queues[i]), priority.of(cols.priorities[i])
 		row[8] = nullIfEmpty(cols.metadata[i])
 		if runAt != nil {
 			row[9] = runAt[i]

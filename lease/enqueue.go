@@ -223,7 +223,7 @@ func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 		return nil, nil
 	}
 	n := len(events)
-	var cols columns
+	cols := makeColumns(n)
 	first := make(map[string]int, n) // event id -> index of its first event
 	out := make([]Enqueued, n)
 	for i, e := range events {
@@ -274,6 +274,16 @@ type columns struct {
 	ids, kinds, keys, runAt, queues, metadata []string
 	payloads                                  [][]byte
 	maxAtt, priorities                        []int64
+}
+
+// makeColumns returns columns with room for n events, so that a batch of
+// thousands is not copied as it grows.
+func makeColumns(n int) columns {
+	return columns{
+		ids: make([]string, 0, n), kinds: make([]string, 0, n), keys: make([]string, 0, n),
+		runAt: make([]string, 0, n), queues: make([]string, 0, n), metadata: make([]string, 0, n),
+		payloads: make([][]byte, 0, n), maxAtt: make([]int64, 0, n), priorities: make([]int64, 0, n),
+	}
 }
 
 // add appends e, checked, with the store's attempt budget when it has none.
