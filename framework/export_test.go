@@ -67,4 +67,4 @@ func LatestFiring(spec string, after, now time.Time) (time.Time, error) {
 
 // SplitFrom is the size from which a batch of outcomes taking turns is
 // written as two statements at once.
-const SplitFrom = splitFrom
+const SplitFrom = defaultSplitFrom

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/tune"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -209,13 +210,22 @@ func (w *Worker) flush(pending []outcome, deadline time.Time) []outcome {
 	return again
 }
 
-// splitFrom is the size from which a batch whose completions take their
-// keys' turns is written as two statements at once.
-const splitFrom = 128
+// defaultSplitFrom is the size from which a batch whose completions take
+// their keys' turns is written as two statements at once.
+const defaultSplitFrom = 128
+
+// The chaos soak's workers split from fewer outcomes (internal/tune): with
+// a dozen slots they never gather defaultSplitFrom.
+func init() {
+	tune.SplitFrom = func(w any, n int, split func(outcomes int)) {
+		wk := w.(*Worker)
+		wk.splitFrom, wk.splitWrite = max(n, 2), split
+	}
+}
 
 // flushTakingTurns is flush, in two halves written side by side when the
 // batch's completions will take turns (see writeTakingTurns) and it holds
-// at least splitFrom outcomes. Such a statement is also the claim of the
+// at least defaultSplitFrom outcomes (the worker's splitFrom, when set). Such a statement is also the claim of the
 // next events of its keys, so the claim loop's connection has nothing to
 // do while it runs: two statements keep two of the server's backends busy
 // as the claim loop and the writer do for keyless work. The halves hold
@@ -223,7 +233,11 @@ const splitFrom = 128
 // each statement takes its keys' locks in key order, so neither waits for
 // the other.
 func (w *Worker) flushTakingTurns(pending []outcome, deadline time.Time) []outcome {
-	if len(pending) < splitFrom || w.turnsQueue(pending) == nil {
+	from := w.splitFrom
+	if from == 0 {
+		from = defaultSplitFrom
+	}
+	if len(pending) < from || w.turnsQueue(pending) == nil {
 		return w.flush(pending, deadline)
 	}
 	if f := w.splitWrite; f != nil {

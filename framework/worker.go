@@ -52,6 +52,7 @@ type Worker struct {
 
 	claimReturned func(queue string, n int, err error) // a test's hook, after each claim statement
 	splitWrite    func(outcomes int)                   // a test's hook, before a batch taking turns is written in two halves
+	splitFrom     int                                  // when not 0, the size from which such a batch is (internal/tune)
 	byKind        kindMetrics                          // per kind and queue, for MetricsHandler
 }
 

@@ -15,12 +15,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
 	"github.com/leasework/leasework/internal/rig/pgtest"
+	"github.com/leasework/leasework/internal/tune"
 )
 
 // A worker process is the test binary run again with these set.
@@ -116,9 +118,25 @@ var (
 func probeKind(slot int) string  { return "probe-" + strconv.Itoa(slot) }
 func probeQueue(slot int) string { return "probe-" + strconv.Itoa(slot) }
 
+// The workers of the first splitSlots slots (one through each driver)
+// write a batch of outcomes whose completions take turns as two
+// statements at once from splitFrom outcomes on, as a worker with more
+// slots does from 128: with a dozen slots, no batch grows that large.
+const (
+	splitSlots = 2
+	splitFrom  = 2
+)
+
+// workerCounters is what a worker process prints of itself: its
+// framework.Counters, and the batches it wrote in two.
+type workerCounters struct {
+	framework.Counters
+	SplitWrites int64
+}
+
 // Lines a worker process prints on stdout.
 const (
-	countersLine = "counters " // a snapshot of its framework.Counters, as JSON, every counterEvery
+	countersLine = "counters " // a snapshot of its workerCounters, as JSON, every counterEvery
 	finalLine    = "final "    // its counters after Run returned, on SIGTERM
 )
 
@@ -165,6 +183,10 @@ func runWorker(id string) int {
 	if err != nil {
 		return fail(err)
 	}
+	var splits atomic.Int64
+	if slot < splitSlots {
+		tune.SplitFrom(w, splitFrom, func(int) { splits.Add(1) })
+	}
 	h := &handler{db: db, worker: id, rec: &recorder{f: runs}}
 	for _, k := range []struct {
 		kind   string
@@ -190,7 +212,7 @@ func runWorker(id string) int {
 	defer stop()
 	var out sync.Mutex
 	report := func(prefix string) {
-		b, err := json.Marshal(w.Counters())
+		b, err := json.Marshal(workerCounters{Counters: w.Counters(), SplitWrites: splits.Load()})
 		if err != nil {
 			panic(err)
 		}

@@ -35,8 +35,10 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 
 	// The workers' own figures: the last each printed.
 	var sum framework.Counters
+	var splits int64
 	for _, w := range all {
 		c, _ := w.snapshot()
+		splits += c.SplitWrites
 		sum.Claimed += c.Claimed
 		sum.Reclaimed += c.Reclaimed
 		sum.ClaimErrors += c.ClaimErrors
@@ -72,6 +74,9 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 				fail("the history checked nothing of %s: the soak did not exercise it", p)
 			}
 		}
+		if splits == 0 {
+			fail("no worker wrote a batch of outcomes taking turns in two: the soak did not exercise it")
+		}
 		for _, fig := range []string{"cancelled_inprogress", "cancelled_waiting"} {
 			if v.Figures[fig] == 0 {
 				fail("no cancel hit a %s event: the soak did not exercise it", strings.TrimPrefix(fig, "cancelled_"))
@@ -84,14 +89,14 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		"stops with a row re-claimed %d, of idle workers %d; terminates that missed the listener and were done again %d; "+
 		"longest recovery kill %v stop %v terminate %v blackhole %v restart %v failover %v; "+
 		"cancels %d (of running events %d, waiting %d, ready %d; the longest a cancelled handler ran on %dms); pauses %d; ticks missed %d; "+
-		"workers' counters: claimed %d, reclaimed %d, claim errors %d, leases lost %d (local timeouts %d, cancelled %d), outcomes replayed %d, outcomes abandoned %d (re-runs from them %d)",
+		"workers' counters: claimed %d, reclaimed %d, claim errors %d, leases lost %d (local timeouts %d, cancelled %d), outcomes replayed %d, outcomes abandoned %d (re-runs from them %d), batches taking turns written in two %d",
 		s.cfg.name, faulted.Round(time.Second), total.Round(time.Second), len(all), acked, unknown,
 		stopsReclaimed, stopsIdle, terminateMisses,
 		recovery[faultKill].Round(time.Millisecond), recovery[faultStop].Round(time.Millisecond), recovery[faultTerminate].Round(time.Millisecond),
 		recovery[faultBlackhole].Round(time.Millisecond), recovery[faultRestart].Round(time.Millisecond), recovery[faultFailover].Round(time.Millisecond),
 		cancels, v.Figures["cancelled_inprogress"], v.Figures["cancelled_waiting"], v.Figures["cancelled_ready"], v.Figures["cancelled_ran_on_ms"],
 		pauses, v.Figures["ticks_missed"],
-		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned, sum.RerunsFromAbandonedOutcomes)
+		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned, sum.RerunsFromAbandonedOutcomes, splits)
 	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
 		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
 		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))

@@ -52,11 +52,11 @@ type worker struct {
 	runs string // the file its handler runs are appended to
 
 	mu       sync.Mutex
-	counters framework.Counters // its last snapshot
-	lines    int                // snapshots read
-	final    bool               // counters is its final line
-	gone     time.Time          // when it was known to run no more code (see history.Process)
-	tail     tail               // the end of its output, for failure reports
+	counters workerCounters // its last snapshot
+	lines    int            // snapshots read
+	final    bool           // counters is its final line
+	gone     time.Time      // when it was known to run no more code (see history.Process)
+	tail     tail           // the end of its output, for failure reports
 }
 
 // startWorker starts a worker process in sl, with a new id. The caller
@@ -122,7 +122,7 @@ func (w *worker) readStdout(r io.Reader) {
 		if final {
 			rest, ok = strings.CutPrefix(line, finalLine)
 		}
-		var c framework.Counters
+		var c workerCounters
 		if !ok || json.Unmarshal([]byte(rest), &c) != nil {
 			fmt.Fprintf(&w.tail, "stdout: %s\n", line)
 			continue
@@ -137,7 +137,7 @@ func (w *worker) readStdout(r io.Reader) {
 
 // snapshot returns the worker's last counters and whether they are its
 // final ones.
-func (w *worker) snapshot() (framework.Counters, bool) {
+func (w *worker) snapshot() (workerCounters, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.counters, w.final
@@ -149,14 +149,14 @@ func (w *worker) freshCounters(ctx context.Context) (framework.Counters, error) 
 	w.mu.Lock()
 	from := w.lines
 	w.mu.Unlock()
-	var c framework.Counters
+	var c workerCounters
 	err := poll(ctx, processBound, "a fresh line of "+w.id+"'s counters", func(context.Context) (bool, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		c = w.counters
 		return w.lines >= from+2, nil
 	})
-	return c, err
+	return c.Counters, err
 }
 
 // markGone records that the worker runs no more code, if it was not known
