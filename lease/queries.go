@@ -44,16 +44,16 @@ const lockedCTE = lockStep + `
 // id first), so that the release triggers, whose condition reads the
 // mark as each row is written (migration 16), queue nothing for them.
 const markingLockedCTE = `locked AS (
-    SELECT o.id, set_config('leasework.keys_passed', 'on', true) FROM {{table}} AS o
-    WHERE o.id = ANY ($1::bigint[]) AND ` + inProgress + `
-    ORDER BY o.id
-    FOR UPDATE
+    SELECT o.id, set_config('leasework.keys_passed', 'on', true)` + lockRows + `
 )`
 
 // lockStep is lockedCTE without its end, so that renewSQL can add SKIP
 // LOCKED.
 const lockStep = `locked AS (
-    SELECT o.id FROM {{table}} AS o
+    SELECT o.id` + lockRows
+
+// lockRows is the lock step after its select list.
+const lockRows = ` FROM {{table}} AS o
     WHERE o.id = ANY ($1::bigint[]) AND ` + inProgress + `
     ORDER BY o.id
     FOR UPDATE`
