@@ -222,7 +222,9 @@ func (w *Worker) reserveSlots(q *queue, n int) int {
 }
 
 // unreserveSlots gives back n slots reserved by reserveSlots that no claim
-// took, and tells the claim loop that slots may be free.
+// took, and tells the claim loop that slots may be free and a stop that
+// handlers may be done: reserved slots count as running handlers, which
+// a stop waits for.
 func (w *Worker) unreserveSlots(q *queue, n int) {
 	if n <= 0 {
 		return
@@ -232,6 +234,7 @@ func (w *Worker) unreserveSlots(q *queue, n int) {
 	q.held -= n
 	w.mu.Unlock()
 	signal(q.slotFreed)
+	signal(w.handlerReturned)
 }
 
 // pollWait is the poll interval plus a jitter of up to a fifth of it, so

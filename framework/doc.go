@@ -168,8 +168,9 @@
 // claim statement, and without the write that would have made it READY.
 // The worker asks for that only for a queue whose last claim found fewer
 // rows than it could take, so no due event of the queue is passed over,
-// for the queue with the most keyed completions in the batch, and for no
-// more events than the queue has free slots.
+// for the queue with the most keyed completions in the batch, for no
+// more events than the queue has free slots, and not once the worker has
+// begun to stop.
 //
 // A write the database rejects because the claim is no longer owned is
 // counted in [Counters].StaleRejections and logged; it is never followed by

@@ -18,7 +18,9 @@ import (
 // claim found fewer rows than it could take (no due event of the queue is
 // waiting for a claim, so a next event taken now overtakes none), and for
 // at most as many events as the queue has free slots, which it holds
-// until the statement returns. Otherwise it is WriteMany.
+// until the statement returns, and not once the worker has begun to stop
+// (its claim loop may still be in a claim then). Otherwise it is
+// WriteMany.
 func (w *Worker) writeTakingTurns(ctx context.Context, batch []outcome, writes []lease.Write) ([]lease.Result, error) {
 	q := w.turnsQueue(batch)
 	if q == nil {
@@ -31,9 +33,9 @@ func (w *Worker) writeTakingTurns(ctx context.Context, batch []outcome, writes [
 		}
 	}
 	w.mu.Lock()
-	stopped := w.stopped
+	stopping := w.stopping || w.stopped
 	w.mu.Unlock()
-	if stopped {
+	if stopping {
 		return w.store.WriteMany(ctx, writes...)
 	}
 	reserved := w.reserveSlots(q, keyed)

@@ -3,6 +3,7 @@ package framework_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -163,6 +164,116 @@ func TestLargeBatchTakingTurnsIsWrittenInTwo(t *testing.T) {
 		}
 		if done != keys*perKey {
 			t.Errorf("%d rows DONE; want %d", done, keys*perKey)
+		}
+	})
+}
+
+// A stop waits for running handlers, and the slots a completion holds
+// while it may take its key's turn count as running: when the write gives
+// them back, the stop goes on at once, not at the end of its grace period
+// (ten minutes here; Run used to wait all of it). The key has no next
+// event, so the write takes no turn and gives its slot back. The event's
+// row is held by the test while its handler returns, so that the
+// completion waits with its slot held until the stop waits too.
+func TestStopGoesOnWhenATurnTakingWriteGivesBackItsSlots(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := newStore(t, drv)
+		ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "only", Key: "k1"})
+		log := &messageLog{}
+		w := newWorker(t, s, framework.Config{GracePeriod: 10 * time.Minute, PollInterval: time.Hour, Logger: slog.New(log)})
+		started := make(chan struct{}, 1)
+		release := make(chan struct{})
+		register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+			started <- struct{}{}
+			<-release
+			return nil
+		})
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- w.Run(runCtx) }()
+		recv(t, started, "the handler")
+
+		hold, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hold.Rollback()
+		var one int
+		if err := hold.QueryRowContext(ctx, "SELECT 1 FROM "+s.QualifiedTable()+" WHERE id = $1 FOR UPDATE", ids[0].ID).Scan(&one); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		waitFor(t, "the completion, taking its key's turn, waiting for the row", func() bool {
+			var n int
+			err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%take_turns%'`).Scan(&n)
+			return err == nil && n > 0
+		})
+		cancel()
+		waitFor(t, "the worker stopping", func() bool { return log.count("worker stopping") > 0 })
+		if err := hold.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Run did not return within a minute of the completion's write; its grace period is ten minutes")
+		}
+		if r, err := s.Get(ctx, ids[0].ID); err != nil || r.Status != leasework.StatusDone {
+			t.Errorf("the event: %+v, %v; want it DONE", r, err)
+		}
+	})
+}
+
+// A turn is a claim: a completion written after the worker began to stop
+// takes none, and the key's next event is left READY, at its first
+// generation, for the next claim, as the claim loop leaves its other
+// events. The head's handler returns once the stop has begun; another
+// handler, of an event without a key, runs on until the head's completion
+// is written, so that the stop is still waiting for it then.
+func TestStoppingWorkerTakesNoTurn(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := newStore(t, drv)
+		ids := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "head", Key: "k1"}, lease.Event{Kind: "k", EventID: "next", Key: "k1"},
+			lease.Event{Kind: "b", EventID: "busy"})
+		log := &messageLog{}
+		w := newWorker(t, s, framework.Config{GracePeriod: 10 * time.Minute, PollInterval: time.Hour, Logger: slog.New(log)})
+		started := make(chan string, 3)
+		release := map[string]chan struct{}{"k": make(chan struct{}), "b": make(chan struct{})}
+		handler := func(ctx context.Context, c *leasework.Claim) error {
+			started <- c.EventID
+			<-release[c.Kind]
+			return nil
+		}
+		register(t, w, "k", framework.RetryPolicy{}, handler)
+		register(t, w, "b", framework.RetryPolicy{}, handler)
+		stop := start(t, w)
+		first := []string{recv(t, started, "a first handler"), recv(t, started, "a second handler")}
+		slices.Sort(first)
+		if !slices.Equal(first, []string{"busy", "head"}) {
+			t.Fatalf("the handlers ran %v first; want busy and head", first)
+		}
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); stop() }()
+		waitFor(t, "the worker stopping", func() bool { return log.count("worker stopping") > 0 })
+		close(release["k"])
+		waitFor(t, "the head DONE", func() bool {
+			r, err := s.Get(ctx, ids[0].ID)
+			return err == nil && r.Status == leasework.StatusDone
+		})
+		if r, err := s.Get(ctx, ids[1].ID); err != nil || r.Status != leasework.StatusReady || r.Generation != 0 {
+			t.Errorf("the key's next event: %+v, %v; want it READY at generation 0, its turn not taken by a stopping worker", r, err)
+		}
+		close(release["b"])
+		recv(t, stopped, "Run's return")
+		if len(started) != 0 {
+			t.Errorf("a handler started after the first two (%q); want none once the worker began to stop", <-started)
 		}
 	})
 }

@@ -25,13 +25,14 @@ type Worker struct {
 	log   *slog.Logger
 	count counters
 
-	mu      sync.Mutex
-	kinds   map[string]*kind
-	started bool
-	stopped bool                       // Run is returning: no attempt starts any more
-	live    map[leasework.Ref]*attempt // claims held, until their outcome is written
-	queues  []*queue                   // the queues served, as Config.Queues
-	sched   scheduler                  // periodic schedules (Schedule), under mu until Run
+	mu       sync.Mutex
+	kinds    map[string]*kind
+	started  bool
+	stopped  bool                       // Run is returning: no attempt starts any more
+	stopping bool                       // Run stopped claiming: no completion takes a turn
+	live     map[leasework.Ref]*attempt // claims held, until their outcome is written
+	queues   []*queue                   // the queues served, as Config.Queues
+	sched    scheduler                  // periodic schedules (Schedule), under mu until Run
 
 	stopNow         chan struct{} // closed by StopNow
 	stopNowOnce     sync.Once
@@ -172,9 +173,12 @@ func isNilHandler(h leasework.Handler) bool {
 
 // Run claims and handles events until ctx ends, then stops:
 //
-//  1. it stops claiming;
+//  1. it stops claiming, and its completions of keyed events no longer
+//     take their keys' next events (see Outcomes in the package doc):
+//     those are left READY for the next claim;
 //  2. it lets running handlers finish for up to Config.GracePeriod (or
-//     until [Worker.StopNow] is called);
+//     until [Worker.StopNow] is called), going on as soon as the last
+//     returns;
 //  3. it cancels the contexts of handlers still running, with cause
 //     leasework.ErrShutdown, and waits up to Config.StopTimeout for them
 //     to return and for every outcome to be written; the claims of
@@ -244,6 +248,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-w.stopNow:
 		stopClaiming()
 	}
+	w.mu.Lock()
+	w.stopping = true // a turn is a claim: no completion takes one any more
+	w.mu.Unlock()
 	graceEnd := time.Now().Add(w.cfg.GracePeriod)
 	w.log.Info("worker stopping", "running", w.runningCount())
 	w.awaitHandlers(dispatched, graceEnd, true)
