@@ -31,10 +31,10 @@
 // loopback proxy of its own, with its worker id as application_name. Each
 // serves three queues (default, bulk, and a probe queue of its own) and
 // has the same periodic schedule ("@every 1s"). The workers of the first
-// two slots (one through each driver) write a batch of outcomes whose
-// completions take turns as two statements at once from two outcomes on,
-// as a worker with more slots does from 128 (internal/tune): the run fails
-// when none did. The kinds:
+// three slots (both drivers) write a batch of outcomes whose completions
+// take turns as two statements at once from two outcomes on, as a worker
+// with more slots does from 128 (internal/tune): the run fails when none
+// did. The kinds:
 //
 //   - plain: writes a receipt (event id, generation, worker) into a sink
 //     table in a statement of its own, the stand-in for an external system;
