@@ -189,10 +189,7 @@ func TestStopGoesOnWhenATurnTakingWriteGivesBackItsSlots(t *testing.T) {
 			<-release
 			return nil
 		})
-		runCtx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		done := make(chan error, 1)
-		go func() { done <- w.Run(runCtx) }()
+		stop := start(t, w)
 		recv(t, started, "the handler")
 
 		hold, err := s.DB().BeginTx(ctx, nil)
@@ -211,19 +208,15 @@ func TestStopGoesOnWhenATurnTakingWriteGivesBackItsSlots(t *testing.T) {
 				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%take_turns%'`).Scan(&n)
 			return err == nil && n > 0
 		})
-		cancel()
+		// stop fails the test if Run is not back within a minute; the
+		// grace period is ten.
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); stop() }()
 		waitFor(t, "the worker stopping", func() bool { return log.count("worker stopping") > 0 })
 		if err := hold.Rollback(); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("Run did not return within a minute of the completion's write; its grace period is ten minutes")
-		}
+		recv(t, stopped, "Run's return")
 		if r, err := s.Get(ctx, ids[0].ID); err != nil || r.Status != leasework.StatusDone {
 			t.Errorf("the event: %+v, %v; want it DONE", r, err)
 		}
