@@ -225,13 +225,13 @@ func init() {
 
 // flushTakingTurns is flush, in two halves written side by side when the
 // batch's completions will take turns (see writeTakingTurns) and it holds
-// at least defaultSplitFrom outcomes (the worker's splitFrom, when set). Such a statement is also the claim of the
-// next events of its keys, so the claim loop's connection has nothing to
-// do while it runs: two statements keep two of the server's backends busy
-// as the claim loop and the writer do for keyless work. The halves hold
-// different claims and so different keys (a key has one live event), and
-// each statement takes its keys' locks in key order, so neither waits for
-// the other.
+// at least defaultSplitFrom outcomes (the worker's splitFrom, when set).
+// Such a statement is also the claim of the next events of its keys, so
+// the claim loop's connection has nothing to do while it runs: two
+// statements keep two of the server's backends busy as the claim loop and
+// the writer do for keyless work. The halves hold different claims and so
+// different keys (a key has one live event), and each statement takes its
+// keys' locks in key order, so neither waits for the other.
 func (w *Worker) flushTakingTurns(pending []outcome, deadline time.Time) []outcome {
 	from := w.splitFrom
 	if from == 0 {
