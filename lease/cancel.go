@@ -115,8 +115,9 @@ type CancelResult struct {
 // its lease ends, and a claim then ends it DISCARDED (one without
 // [ClaimRequest.ExpiredFrom]: a worker's sweep, at least once a second).
 // A keyed event passes its key on only then: the next event of the key
-// never starts while the cancelled attempt may still run. Cancelling an event that waits
-// for its attempt again changes nothing and reports it Stopping.
+// never starts while the cancelled attempt may still run. Cancelling an
+// event that waits for its attempt again changes nothing and reports it
+// Stopping.
 //
 // It returns an error matching [ErrNotFound] when no row has that id, or
 // [ErrFinished] when the event is DONE or DISCARDED already.
