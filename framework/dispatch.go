@@ -157,7 +157,7 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	if breakFloors(&q.floors, sweep) {
 		from, leaseFrom, full = nil, time.Time{}, true
 	}
-	claims, err := w.store.Claim(ctx, lease.ClaimRequest{
+	claims, heldBack, err := w.store.ClaimHeldBack(ctx, lease.ClaimRequest{
 		Limit:       limit,
 		Lease:       w.cfg.Lease,
 		Kinds:       w.kindList,
@@ -166,7 +166,7 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 		DueFrom:     from,
 		ExpiredFrom: leaseFrom,
 	})
-	q.floors.claimed(claims, err, full, limit, w.cfg.Lease, time.Since(sent), time.Now())
+	q.floors.claimed(claims, heldBack, err, full, limit, w.cfg.Lease, time.Since(sent), time.Now())
 	if f := w.claimReturned; f != nil {
 		f(q.name, len(claims), err)
 	}

@@ -83,13 +83,29 @@ type ClaimRequest struct {
 // [ClaimRequest]), and when the statement fails; when the table or its
 // schema does not exist, the error names the table and says to migrate it.
 func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim, error) {
-	claims, bad, err := s.scanClaims(ctx, s.db, s.q.claim, req)
+	claims, _, err := s.ClaimHeldBack(ctx, req)
+	return claims, err
+}
+
+// ClaimHeldBack is [Store.Claim] that also reports whether a concurrency
+// limit (see [Store.SetLimit]) kept the claim from rows it would
+// otherwise have taken: its queue's limit admitted fewer rows than
+// req.Limit, a kind of the claim was at its limit, or more rows of a kind
+// were found than its limit admitted. Such rows are skipped, not waited
+// for: a READY row due before a row claimed, or an expired lease older
+// than one taken back, may have been left by a limit. A caller that
+// starts its later claims past the rows it claimed (req.DueFrom,
+// req.ExpiredFrom: the framework's claim floors) must not move them
+// after such a claim. heldBack is false when nothing was claimed: the
+// statement returns it with its rows.
+func (s *Store) ClaimHeldBack(ctx context.Context, req ClaimRequest) (claims []leasework.Claim, heldBack bool, err error) {
+	claims, bad, heldBack, err := s.scanClaims(ctx, s.db, s.q.claim, req)
 	if err == nil && len(bad) > 0 {
 		// The claims are committed and the caller's whatever becomes of
 		// this write (see above).
 		_ = s.settleUndecodable(ctx, s.db, bad)
 	}
-	return claims, err
+	return claims, heldBack, err
 }
 
 // ClaimTx runs the claim statement inside tx instead of committing it: the
@@ -103,7 +119,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, req ClaimRequest) ([]le
 	if tx == nil {
 		return nil, errors.New("lease: claim: tx is nil")
 	}
-	claims, bad, err := s.scanClaims(ctx, tx, s.q.claim, req)
+	claims, bad, _, err := s.scanClaims(ctx, tx, s.q.claim, req)
 	if err == nil && len(bad) > 0 {
 		err = s.settleUndecodable(ctx, tx, bad)
 	}
@@ -121,15 +137,16 @@ type querier interface {
 
 // scanClaims runs a claim statement and reads the claims it returns, and,
 // apart, the claimed rows it cannot decode, each with the reason to fail it
-// with: the column and why (invariant 14).
-func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) (claims []leasework.Claim, bad []Write, err error) {
+// with: the column and why (invariant 14); and whether a limit held rows
+// back (see [Store.ClaimHeldBack]).
+func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) (claims []leasework.Claim, bad []Write, heldBack bool, err error) {
 	args, err := s.claimArgs(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, nil, s.wrapErr("claim", err)
+		return nil, nil, false, s.wrapErr("claim", err)
 	}
 	defer rows.Close()
 	// claims is not sized from req.Limit: the table may hold far fewer rows.
@@ -142,8 +159,8 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 			col(&d, "max_attempts", &c.MaxAttempts), col(&d, "lease_until", &c.LeaseUntil),
 			col(&d, "reclaimed", &c.Reclaimed), col(&d, "progress", &c.Progress), col(&d, "last_error", &c.LastError),
 			col(&d, "queue", &c.Queue), col(&d, "priority", &c.Priority), col(&d, "next_attempt_at", &c.DueAt),
-			col(&d, "metadata", &meta), col(&d, "snoozes", &c.Snoozes)); err != nil {
-			return nil, nil, s.wrapErr("claim", err)
+			col(&d, "metadata", &meta), col(&d, "snoozes", &c.Snoozes), &heldBack); err != nil {
+			return nil, nil, false, s.wrapErr("claim", err)
 		}
 		d.metadata(meta, &c.Metadata)
 		if err := d.err(); err != nil {
@@ -153,9 +170,9 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 		claims = append(claims, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, s.wrapErr("claim", err)
+		return nil, nil, false, s.wrapErr("claim", err)
 	}
-	return claims, bad, nil
+	return claims, bad, heldBack, nil
 }
 
 // settleUndecodable ends the claimed rows of the failures bad FAILED with

@@ -83,6 +83,7 @@ type objectKind int
 const (
 	inTable     objectKind = iota // a trigger or CHECK constraint: named within the table
 	ownIndex                      // an index, which must be on the table
+	sideIndex                     // an index, which must be on the side table of suffix of
 	ownTable                      // a side table, which must have its columns
 	ownSequence                   // a sequence, which no other table may own
 	ownFunction                   // a function of the schema, of one signature
@@ -95,9 +96,12 @@ type sideColumn struct{ name, typ string }
 type derivedObject struct {
 	kind objectKind
 	use  string // what the table uses it for, in an error
-	// columns are the columns an ownTable has at least; the first is its
-	// primary key.
+	// columns are the columns an ownTable has at least; the first keyLen
+	// (at least one) are its primary key.
 	columns []sideColumn
+	keyLen  int
+	// of is the suffix of a sideIndex's table.
+	of string
 	// args are an ownFunction's argument types, as oidvectortypes writes
 	// them.
 	args string
@@ -113,6 +117,13 @@ var derivedObjects = map[string]derivedObject{
 	"queues": {kind: ownTable, use: "table of paused queues",
 		columns: []sideColumn{{"queue", "text"}, {"paused_at", "timestamp with time zone"}}},
 	"key_seq": {kind: ownSequence, use: "sequence of commit order per key"},
+	"limits": {kind: ownTable, use: "table of concurrency limits", keyLen: 2,
+		columns: []sideColumn{{"scope", "text"}, {"name", "text"}, {"max_live", "integer"}}},
+	"limit_slots": {kind: ownTable, use: "table of concurrency limits' slots", keyLen: 3,
+		columns: []sideColumn{{"scope", "text"}, {"name", "text"}, {"slot", "integer"}, {"holder", "bigint"}, {"holder_gen", "bigint"}}},
+	"limit_changes": {kind: ownTable, use: "table of the changes of concurrency limits",
+		columns: []sideColumn{{"id", "bigint"}, {"scope", "text"}, {"name", "text"}}},
+	"limit_slots_holder_idx": {kind: sideIndex, of: "limit_slots", use: "index of concurrency limits' slots by holder"},
 
 	"event_id_key":    {kind: ownIndex, use: "unique index of event ids (until migration 5)"},
 	"ready_idx":       {kind: ownIndex, use: "index of READY rows (until migration 6)"},
@@ -143,6 +154,7 @@ var derivedObjects = map[string]derivedObject{
 	"forget_all_event_ids": {kind: ownFunction, use: "trigger function that frees every event id at TRUNCATE"},
 	"refuse_unreadable":    {kind: ownFunction, use: "trigger function that refuses what a claim cannot decode"},
 	"hold_running_key":     {kind: ownFunction, use: "trigger function that refuses deleting a running keyed row"},
+	"release_slots":        {kind: ownFunction, use: "trigger function that gives back an attempt's concurrency slots"},
 
 	"status_check":       {kind: inTable},
 	"lease_check":        {kind: inTable},
@@ -151,6 +163,8 @@ var derivedObjects = map[string]derivedObject{
 	"metadata_check":     {kind: inTable},
 	"release_key_delete": {kind: inTable},
 	"due_check":          {kind: inTable},
+
+	"release_slots_delete": {kind: inTable},
 }
 
 // namesOf returns the suffixes of sql's {{name "…"}}, in order, once
@@ -250,7 +264,7 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 	relNames, funcNames := []string{s.table, s.table + "_migrations"}, []string{}
 	for suffix := range refs {
 		switch derivedObjects[suffix].kind {
-		case ownIndex, ownTable, ownSequence:
+		case ownIndex, sideIndex, ownTable, ownSequence:
 			relNames = append(relNames, s.table+"_"+suffix)
 		case ownFunction:
 			funcNames = append(funcNames, s.table+"_"+suffix)
@@ -310,7 +324,7 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 			name := s.table + "_" + suffix
 			var found string
 			switch o.kind {
-			case ownIndex, ownTable, ownSequence:
+			case ownIndex, sideIndex, ownTable, ownSequence:
 				if r, ok := rels[name]; ok {
 					found = s.notOwn(o, r)
 				}
@@ -349,6 +363,10 @@ func (s *Store) notOwn(o derivedObject, r relation) string {
 		if (r.kind == "i" || r.kind == "I") && r.onTable {
 			return ""
 		}
+	case sideIndex:
+		if (r.kind == "i" || r.kind == "I") && r.indexOn == QuoteIdent(s.schema)+"."+QuoteIdent(s.objectName(o.of)) {
+			return ""
+		}
 	case ownSequence:
 		if r.kind == "S" && r.owner == "" {
 			return ""
@@ -360,7 +378,12 @@ func (s *Store) notOwn(o derivedObject, r relation) string {
 		if r.kind != "r" && r.kind != "p" {
 			break
 		}
-		ok := len(r.primaryKey) == 1 && r.primaryKey[0] == o.columns[0].name
+		keyLen := max(o.keyLen, 1)
+		var key []string
+		for _, c := range o.columns[:keyLen] {
+			key = append(key, c.name)
+		}
+		ok := slices.Equal(r.primaryKey, key)
 		var want []string
 		for _, c := range o.columns {
 			ok = ok && r.columns[c.name] == c.typ
@@ -369,7 +392,7 @@ func (s *Store) notOwn(o derivedObject, r relation) string {
 		if ok {
 			return ""
 		}
-		return fmt.Sprintf("a table without the columns %s (primary key %s)", strings.Join(want, ", "), o.columns[0].name)
+		return fmt.Sprintf("a table without the columns %s (primary key %s)", strings.Join(want, ", "), strings.Join(key, ", "))
 	}
 	return kindText(r)
 }

@@ -84,8 +84,11 @@ const ownedPerRow = inProgress + `
 // never promoted is on timeline 1: its floor is 0 and generations count
 // 1, 2, 3. The timeline is the first eight hex digits of the name of the
 // WAL file being written; the subquery is evaluated once per statement.
-const nextGeneration = `GREATEST(o.generation + 1, (SELECT
-    (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32))`
+const nextGeneration = `GREATEST(o.generation + 1, ` + timelineFloor + `)`
+
+// timelineFloor is the floor of nextGeneration.
+const timelineFloor = `(SELECT
+    (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1) << 32)`
 
 // rowValue is the claim's entry of $2; (rowValue ->> 1) is its first value
 // after the generation.
@@ -95,7 +98,7 @@ const claimSQL = `
 WITH paused AS (
     -- A paused queue gives nothing: one primary-key probe.
     SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} WHERE queue = $5) AS yes
-), exhausted AS (
+), ` + limitsCTEs + `, exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
     -- row in FAILED instead of granting another attempt. The exhausted
     -- index holds the leases on their last attempt only: the other expired
@@ -150,28 +153,30 @@ WITH paused AS (
             FOR UPDATE SKIP LOCKED) AS k))
     RETURNING o.id
 ), expired AS (
-    SELECT id FROM {{table}}
+    SELECT id, kind, generation, lease_until FROM {{table}}
     WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
       AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+      AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0))
       AND NOT (SELECT yes FROM paused)
       -- The caller's floor for expired leases ($7, microseconds from the
       -- epoch; 0: from the oldest), a bound of the index range.
       AND lease_until >= COALESCE(timestamptz 'epoch'
           + NULLIF($7::bigint, 0) * interval '1 microsecond', '-infinity')
     ORDER BY lease_until
-    LIMIT $1
+    LIMIT (SELECT n FROM room)
     FOR UPDATE SKIP LOCKED
 ), ready AS (
     -- One range of the queue's READY index per priority level, 0 first:
     -- each reads due rows only, so rows not yet due (retries backing off,
     -- events scheduled for later) cost nothing, whatever their priority.
-    SELECT r.id FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
     CROSS JOIN LATERAL (
-        SELECT id FROM {{table}}
+        SELECT id, kind, generation, next_attempt_at FROM {{table}}
         WHERE queue = $5 AND priority = p.level
           AND status = 'READY' AND next_attempt_at <= statement_timestamp()
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+          AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0))
           -- A keyed row is claimable once ordering has put it in line
           -- (key_seq, at its enqueue's commit): READY before that only to
           -- its own transaction, it may be behind its key's head.
@@ -181,10 +186,11 @@ WITH paused AS (
           AND next_attempt_at >= COALESCE(timestamptz 'epoch'
               + NULLIF(($6::bigint[])[p.level + 1], 0) * interval '1 microsecond', '-infinity')
         ORDER BY next_attempt_at, id
-        LIMIT $1 - (SELECT count(*) FROM expired)
+        LIMIT (SELECT n FROM room) - (SELECT count(*) FROM expired)
         FOR UPDATE SKIP LOCKED) AS r
     WHERE NOT (SELECT yes FROM paused)
-    LIMIT $1 - (SELECT count(*) FROM expired)
+    LIMIT (SELECT n FROM room) - (SELECT count(*) FROM expired)
+), ` + admitCTEs + `
 )
 -- The rows to update are named by an array, not joined: a join's size
 -- estimate (LIMIT minus a subquery is unknown to the planner) can turn it
@@ -196,12 +202,101 @@ SET status = 'INPROGRESS',
     attempt = o.attempt + 1,
     lease_until = statement_timestamp() + $3 * interval '1 microsecond',
     worker = NULLIF($4, ''),
+    holds_slots = o.id = ANY (ARRAY(SELECT id FROM held)),
     updated_at = statement_timestamp()
-WHERE o.id = ANY (ARRAY(SELECT id FROM expired UNION ALL SELECT id FROM ready))
+WHERE o.id = ANY (ARRAY(SELECT id FROM taken))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
     o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
-    o.snoozes`
+    o.snoozes, (SELECT yes FROM held_back)`
+
+// limitsCTEs are the claim's reads of the concurrency limits it keeps
+// (migration 17): what each admits now (usable) and the most rows the
+// claim may take (room). A slot of a limit is free when it has no holder,
+// when its holder was claimed again or ended since its claim (ended), or
+// when its holder's lease ran out at the slot's generation, which lapsed
+// reads again under the holder's own lock: a renewal committed after this
+// statement's snapshot then shows, and a late write of the owner waits
+// for this claim and finds its lease over (invariant 16). A holder the
+// statement cannot see holds its slot: it may have been enqueued and
+// claimed after the snapshot. A claim reading an older snapshot sees a
+// holder taken since at a lower generation, never a higher one, and
+// takes its slot for a busy one: the generation only grows. Every slot
+// read is locked, SKIP LOCKED: two claims never take one slot, and a slot
+// another claim has locked counts as held. With no limit declared for
+// the claim's queue or kinds, nothing but the limits' primary key is read.
+const limitsCTEs = `limited AS (
+    -- The limits of the claim's queue and of the kinds it claims (every
+    -- kind's when it claims any kind).
+    SELECT l.scope, l.name, l.max_live FROM {{schema}}.{{name "limits"}} AS l
+    WHERE (l.scope = 'queue' AND l.name = $5)
+       OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
+), slots AS (
+    SELECT s.scope, s.name, s.slot, s.holder, s.holder_gen,
+        s.holder IS NULL OR EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
+            AND (h.generation > s.holder_gen OR (h.generation = s.holder_gen AND h.status <> 'INPROGRESS'))) AS ended
+    FROM {{schema}}.{{name "limit_slots"}} AS s
+    WHERE (s.scope, s.name) IN (SELECT scope, name FROM limited)
+      AND (s.holder IS NULL OR EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
+            AND (h.generation > s.holder_gen
+                 OR (h.generation = s.holder_gen AND (h.status <> 'INPROGRESS' OR h.lease_until <= statement_timestamp())))))
+    ORDER BY s.scope, s.name, s.slot
+    FOR UPDATE OF s SKIP LOCKED
+), lapsed AS (
+    SELECT h.id, h.generation FROM {{table}} AS h
+    WHERE h.id = ANY (ARRAY(SELECT holder FROM slots WHERE NOT ended))
+      AND h.status = 'INPROGRESS' COLLATE "C" AND h.lease_until <= statement_timestamp()
+    ORDER BY h.id
+    FOR UPDATE SKIP LOCKED
+), free AS (
+    SELECT s.scope, s.name, s.slot, row_number() OVER (PARTITION BY s.scope, s.name ORDER BY s.slot) AS i
+    FROM slots AS s
+    WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)
+), usable AS (
+    -- What each limit admits: N less the slots held, and no more than
+    -- the free slots this claim locked.
+    SELECT l.scope, l.name, LEAST(f.n, GREATEST(0, l.max_live - (
+        (SELECT count(*) FROM {{schema}}.{{name "limit_slots"}} AS t WHERE t.scope = l.scope AND t.name = l.name) - f.n))) AS n
+    FROM limited AS l
+    CROSS JOIN LATERAL (SELECT count(*) AS n FROM free WHERE free.scope = l.scope AND free.name = l.name) AS f
+), room AS (
+    -- The most rows the claim takes: its Limit, and its queue's limit.
+    SELECT LEAST($1::bigint, (SELECT n FROM usable WHERE scope = 'queue')) AS n
+)`
+
+// admitCTEs keep each kind's limit among the rows found (expired, then
+// ready), give each row claimed under a limit one free slot of it (held),
+// and say whether a limit kept this claim from rows it would otherwise
+// have taken (held_back): its queue's limit cut its Limit, or a kind's
+// limit kept rows of the kind from it. Those are skipped, so a READY row
+// due earlier than a row claimed, or an expired lease older than one
+// taken back, may be left.
+const admitCTEs = `candidates AS (
+    SELECT c.id, c.kind, c.generation, row_number() OVER (ORDER BY c.part, c.level, c.at, c.id) AS ord
+    FROM (SELECT id, kind, generation, 0 AS part, 0 AS level, lease_until AS at FROM expired
+          UNION ALL
+          SELECT id, kind, generation, 1, level, next_attempt_at FROM ready) AS c
+), ranked AS (
+    SELECT c.id, c.kind, c.generation, c.ord, row_number() OVER (PARTITION BY c.kind ORDER BY c.ord) AS in_kind
+    FROM candidates AS c
+), taken AS (
+    SELECT r.id, r.kind, r.generation, r.in_kind, row_number() OVER (ORDER BY r.ord) AS in_queue
+    FROM ranked AS r
+    WHERE r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
+), held AS (
+    UPDATE {{schema}}.{{name "limit_slots"}} AS s
+    SET holder = a.id, holder_gen = GREATEST(a.generation + 1, ` + timelineFloor + `)
+    FROM (SELECT f.scope, f.name, f.slot, t.id, t.generation
+          FROM taken AS t JOIN free AS f ON f.scope = 'kind' AND f.name = t.kind AND f.i = t.in_kind
+          UNION ALL
+          SELECT f.scope, f.name, f.slot, t.id, t.generation
+          FROM taken AS t JOIN free AS f ON f.scope = 'queue' AND f.i = t.in_queue) AS a
+    WHERE s.scope = a.scope AND s.name = a.name AND s.slot = a.slot
+    RETURNING a.id
+), held_back AS (
+    SELECT (SELECT n FROM room) < $1
+        OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)
+        OR (SELECT count(*) FROM taken) < (SELECT count(*) FROM candidates) AS yes`
 
 // maxPriorityText is MaxPriority in the claim's text.
 const maxPriorityText = "9"
@@ -629,6 +724,7 @@ type queries struct {
 	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
+	setLimit, addSlots, dropSlots, clearLimit, limits, limitChanges string
 }
 
 func (s *Store) renderQueries() queries {
@@ -664,6 +760,12 @@ func (s *Store) renderQueries() queries {
 		pause:                s.render(pauseSQL),
 		resume:               s.render(resumeSQL),
 		queues:               s.render(queuesSQL),
+		setLimit:             s.render(setLimitSQL),
+		addSlots:             s.render(addSlotsSQL),
+		dropSlots:            s.render(dropSlotsSQL),
+		clearLimit:           s.render(clearLimitSQL),
+		limits:               s.render(limitsSQL),
+		limitChanges:         s.render(limitChangesSQL),
 		cancel:               s.render(cancelSQL),
 		stop:                 s.render(stopSQL),
 		requeueRefs:          s.render(requeueRefsSQL),

@@ -1,0 +1,263 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// The scopes of a concurrency limit.
+const (
+	// ScopeKind limits the live attempts of one kind, in every queue.
+	ScopeKind = "kind"
+	// ScopeQueue limits the live attempts of one queue, of every kind.
+	ScopeQueue = "queue"
+)
+
+// MaxLimit is the largest number of live attempts a limit may allow.
+const MaxLimit = 10000
+
+// maxByBytes bounds who set a limit, as the audit records it.
+const maxByBytes = 1024
+
+// Limit is a concurrency limit: at most Max attempts of its kind or its
+// queue are live at once across every worker. An attempt is live from its
+// claim until it ends (any outcome written, a release, a requeue, a
+// delete) or its lease runs out, whichever is first: a killed or paused
+// owner stops counting when its lease does, and its late writes are then
+// refused, as every stale owner's are. A limit counts attempts, not
+// effects: a handler that runs on past its lease (it ignores its context)
+// still runs while another attempt takes its place; bound handlers with
+// an attempt timeout shorter than the lease.
+type Limit struct {
+	// Scope is [ScopeKind] or [ScopeQueue].
+	Scope string
+	// Name is the kind's or the queue's name.
+	Name string
+	// Max is the most live attempts, from 0 (none start: the kind or
+	// queue is held) to [MaxLimit].
+	Max int
+}
+
+// LimitInfo is a limit as [Store.Limits] reads it.
+type LimitInfo struct {
+	Limit
+	// Live is how many attempts hold a slot of the limit now: claimed
+	// under it, not ended, their lease not run out.
+	Live int
+	// SetAt is when the limit was last set, by the database clock; SetBy
+	// who set it, as the caller of [Store.SetLimit] said.
+	SetAt time.Time
+	SetBy string
+}
+
+// LimitChange is one change of a limit, as [Store.LimitChanges] reads it.
+type LimitChange struct {
+	At          time.Time
+	Scope, Name string
+	// Old and New are the limit before and after the change: -1 for none
+	// (the change declared the limit, or cleared it).
+	Old, New int
+	By       string
+}
+
+// setLimitSQL declares or changes limit ($1, $2) to $3 live attempts, set
+// by $4: the limit's row, its slots 0 to $3 - 1 (those it lacks), and the
+// change in the audit, with the limit as it was. The free slots past the
+// new limit are removed; a held one stays until its holder ends, and
+// claims count it held: a lowered limit admits no new attempt until fewer
+// than its new N hold a slot.
+const setLimitSQL = `
+WITH old AS (
+    SELECT max_live FROM {{schema}}.{{name "limits"}} WHERE scope = $1 AND name = $2 FOR UPDATE
+), set AS (
+    INSERT INTO {{schema}}.{{name "limits"}} AS l (scope, name, max_live, set_by) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (scope, name) DO UPDATE
+    SET max_live = EXCLUDED.max_live, set_at = statement_timestamp(), set_by = EXCLUDED.set_by
+    RETURNING l.scope
+), audit AS (
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by)
+    SELECT $1, $2, (SELECT max_live FROM old), $3, $4 FROM set
+)
+SELECT (SELECT max_live FROM old)`
+
+// addSlotsSQL and dropSlotsSQL run after setLimitSQL in its transaction:
+// the slots' foreign key needs the limit's row first.
+const addSlotsSQL = `
+INSERT INTO {{schema}}.{{name "limit_slots"}} (scope, name, slot)
+SELECT $1, $2, g FROM generate_series(0, $3::integer - 1) AS g
+ON CONFLICT DO NOTHING`
+
+const dropSlotsSQL = `
+DELETE FROM {{schema}}.{{name "limit_slots"}}
+WHERE scope = $1 AND name = $2 AND slot >= $3 AND holder IS NULL`
+
+// clearLimitSQL removes limit ($1, $2), its slots with it, and writes the
+// change in the audit, by $3. Idle workers are woken on the table's
+// channel ($4) with an empty payload, "look again".
+const clearLimitSQL = `
+WITH gone AS (
+    DELETE FROM {{schema}}.{{name "limits"}} WHERE scope = $1 AND name = $2 RETURNING max_live
+), audit AS (
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by)
+    SELECT $1, $2, max_live, NULL, $3 FROM gone
+)
+SELECT count(*) FROM gone, pg_notify($4, '')`
+
+// limitsSQL reads every limit with its live attempts: the slots whose
+// holder is at the slot's generation, INPROGRESS, its lease running. Each
+// holder is read by primary key.
+const limitsSQL = `
+SELECT l.scope, l.name, l.max_live, l.set_at, l.set_by,
+    (SELECT count(*) FROM {{schema}}.{{name "limit_slots"}} AS s
+     JOIN {{table}} AS h ON h.id = s.holder
+     WHERE s.scope = l.scope AND s.name = l.name AND h.generation = s.holder_gen
+       AND h.status = 'INPROGRESS' AND h.lease_until > statement_timestamp())
+FROM {{schema}}.{{name "limits"}} AS l
+ORDER BY l.scope, l.name`
+
+// limitChangesSQL reads the latest $1 changes, latest first.
+const limitChangesSQL = `
+SELECT at, scope, name, COALESCE(old_max, -1), COALESCE(new_max, -1), set_by
+FROM {{schema}}.{{name "limit_changes"}}
+ORDER BY id DESC
+LIMIT $1`
+
+// checkLimitName checks a limit's scope and name, for op.
+func checkLimitName(op, scope, name string) error {
+	switch scope {
+	case ScopeKind:
+		if name == "" {
+			return fmt.Errorf("lease: %s: Name is empty; give the kind to limit", op)
+		}
+		if err := validateText("Name", name, MaxKindBytes); err != nil {
+			return fmt.Errorf("lease: %s: %w", op, err)
+		}
+	case ScopeQueue:
+		if name == "" {
+			return fmt.Errorf("lease: %s: Name is empty; give the queue to limit (%q for the default queue)", op, DefaultQueue)
+		}
+		if err := validateText("Name", name, MaxQueueBytes); err != nil {
+			return fmt.Errorf("lease: %s: %w", op, err)
+		}
+	default:
+		return fmt.Errorf("lease: %s: Scope is %q; it must be %q or %q", op, scope, ScopeKind, ScopeQueue)
+	}
+	return nil
+}
+
+// SetLimit declares limit l, or changes it, across every worker of the
+// table: claims that begin after it returns keep it. by names who set it,
+// for the audit ([Store.LimitChanges]); it may be empty. It reports the
+// limit it replaced: -1 when there was none.
+//
+// A limit binds claims, not attempts already running: a claim whose
+// statement began before the change keeps the limit as it was, and the
+// attempts running when a limit is first declared hold no slot of it
+// (they end, at the latest, when their lease runs out). A lowered limit
+// admits no new attempt until fewer than its new Max hold a slot. A raised
+// one admits more at once and wakes no one: idle workers see it at their
+// next poll or wakeup.
+//
+// The completions that hand a key's next event to their own worker (see
+// Order per key in the package doc) hand over none that a limit covers:
+// a claim takes it, with its slot.
+func (s *Store) SetLimit(ctx context.Context, l Limit, by string) (old int, err error) {
+	if err := checkLimitName("set limit", l.Scope, l.Name); err != nil {
+		return 0, err
+	}
+	if l.Max < 0 || l.Max > MaxLimit {
+		return 0, fmt.Errorf("lease: set limit: Max is %d; it must be between 0 and %d", l.Max, MaxLimit)
+	}
+	if err := validateText("by", by, maxByBytes); err != nil {
+		return 0, fmt.Errorf("lease: set limit: %w", err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, s.wrapErr("set limit", err)
+	}
+	defer tx.Rollback()
+	var was sql.NullInt64
+	if err := tx.QueryRowContext(ctx, s.q.setLimit, l.Scope, l.Name, l.Max, by).Scan(&was); err != nil {
+		return 0, s.wrapErr("set limit", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.addSlots, l.Scope, l.Name, l.Max); err != nil {
+		return 0, s.wrapErr("set limit", err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q.dropSlots, l.Scope, l.Name, l.Max); err != nil {
+		return 0, s.wrapErr("set limit", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, s.wrapErr("set limit", err)
+	}
+	if !was.Valid {
+		return -1, nil
+	}
+	return int(was.Int64), nil
+}
+
+// ClearLimit removes the limit of scope and name, written to the audit
+// as set by by, and reports whether there was one. The attempts that held
+// its slots run on; claims that begin after it returns no longer keep it,
+// and idle workers are woken to claim what it held back.
+func (s *Store) ClearLimit(ctx context.Context, scope, name, by string) (bool, error) {
+	if err := checkLimitName("clear limit", scope, name); err != nil {
+		return false, err
+	}
+	if err := validateText("by", by, maxByBytes); err != nil {
+		return false, fmt.Errorf("lease: clear limit: %w", err)
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.q.clearLimit, scope, name, by, s.channel).Scan(&n); err != nil {
+		return false, s.wrapErr("clear limit", err)
+	}
+	return n > 0, nil
+}
+
+// Limits returns every limit declared, by scope and name, with its live
+// attempts now.
+func (s *Store) Limits(ctx context.Context) ([]LimitInfo, error) {
+	rows, err := s.db.QueryContext(ctx, s.q.limits)
+	if err != nil {
+		return nil, s.wrapErr("limits", err)
+	}
+	defer rows.Close()
+	var out []LimitInfo
+	for rows.Next() {
+		var l LimitInfo
+		if err := rows.Scan(&l.Scope, &l.Name, &l.Max, &l.SetAt, &l.SetBy, &l.Live); err != nil {
+			return nil, s.wrapErr("limits", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrapErr("limits", err)
+	}
+	return out, nil
+}
+
+// LimitChanges returns the latest n changes of the limits, latest first:
+// n from 1 to 1000.
+func (s *Store) LimitChanges(ctx context.Context, n int) ([]LimitChange, error) {
+	if n < 1 || n > 1000 {
+		return nil, fmt.Errorf("lease: limit changes: n is %d; it must be between 1 and 1000", n)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q.limitChanges, n)
+	if err != nil {
+		return nil, s.wrapErr("limit changes", err)
+	}
+	defer rows.Close()
+	var out []LimitChange
+	for rows.Next() {
+		var c LimitChange
+		if err := rows.Scan(&c.At, &c.Scope, &c.Name, &c.Old, &c.New, &c.By); err != nil {
+			return nil, s.wrapErr("limit changes", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrapErr("limit changes", err)
+	}
+	return out, nil
+}

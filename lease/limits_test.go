@@ -1,0 +1,336 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// setLimit declares l on s or fails the test.
+func setLimit(t *testing.T, s *lease.Store, l lease.Limit) {
+	t.Helper()
+	if _, err := s.SetLimit(context.Background(), l, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimAll claims up to limit rows with heldBack, failing the test on error.
+func claimAll(t *testing.T, s *lease.Store, req lease.ClaimRequest) ([]leasework.Claim, bool) {
+	t.Helper()
+	if req.Lease == 0 {
+		req.Lease = time.Minute
+	}
+	claims, heldBack, err := s.ClaimHeldBack(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claims, heldBack
+}
+
+// kindsOf counts claims per kind.
+func kindsOf(claims []leasework.Claim) map[string]int {
+	n := map[string]int{}
+	for _, c := range claims {
+		n[c.Kind]++
+	}
+	return n
+}
+
+// write writes w and fails the test unless it is accepted.
+func write(t *testing.T, s *lease.Store, w lease.Write) {
+	t.Helper()
+	res, err := s.Write(context.Background(), w)
+	if err != nil {
+		t.Fatalf("%v: %v", res.Verdict, err)
+	}
+}
+
+// A kind's limit bounds its live attempts across claims, while other
+// kinds of the queue are claimed past the rows it holds back; an ended
+// attempt gives its slot back.
+func TestKindLimitBoundsLiveAttempts(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 2})
+		pgtest.EnqueueN(t, s, 5, "a")
+		pgtest.EnqueueN(t, s, 3, "b")
+		claims, heldBack := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if got := kindsOf(claims); got["a"] != 2 || got["b"] != 3 {
+			t.Fatalf("first claim took %v; want 2 of a (its limit) and 3 of b", got)
+		}
+		if !heldBack {
+			t.Error("first claim: heldBack is false; kind a's limit kept 3 rows from it")
+		}
+		more, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if len(more) != 0 {
+			t.Fatalf("second claim took %v; want nothing while a is at its limit", kindsOf(more))
+		}
+		limits, err := s.Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(limits) != 1 || limits[0].Live != 2 || limits[0].Max != 2 || limits[0].SetBy != "test" {
+			t.Fatalf("Limits = %+v; want kind a, 2 live of 2, set by test", limits)
+		}
+		for _, c := range claims {
+			if c.Kind == "a" {
+				write(t, s, lease.Complete(c.Ref()))
+				break
+			}
+		}
+		more, _ = claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if got := kindsOf(more); got["a"] != 1 || len(more) != 1 {
+			t.Fatalf("claim after one a completed took %v; want 1 of a", got)
+		}
+	})
+}
+
+// A queue's limit bounds the rows a claim takes from it, and the expired
+// leases a claim takes back count against it like new claims.
+func TestQueueLimitBoundsClaims(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 3})
+		pgtest.EnqueueN(t, s, 6, "k")
+		claims, heldBack := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if len(claims) != 3 || heldBack {
+			t.Fatalf("claim took %d rows (heldBack %v); want 3, the queue's limit, none skipped", len(claims), heldBack)
+		}
+		if _, err := leasetest.ExpireAllLeases(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		again, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		reclaimed := 0
+		for _, c := range again {
+			if c.Reclaimed {
+				reclaimed++
+			}
+		}
+		if len(again) != 3 || reclaimed != 3 {
+			t.Fatalf("claim after the leases ran out took %d rows, %d of them reclaimed; want the 3 expired ones", len(again), reclaimed)
+		}
+		// The first owners' late writes are refused.
+		for _, c := range claims {
+			if _, err := s.Write(ctx, lease.Complete(c.Ref())); !errors.Is(err, leasework.ErrLeaseLost) {
+				t.Errorf("late completion of generation %d: %v; want ErrLeaseLost", c.Generation, err)
+			}
+		}
+	})
+}
+
+// A slot whose holder's lease ran out is free: a killed owner holds it no
+// longer than its lease. Here the holder cannot be claimed again (its
+// budget is spent), so the slot goes to the next row.
+func TestSlotFreesWhenItsLeaseRunsOut(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "a", EventID: "first", MaxAttempts: 1})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "a", EventID: "second"})
+		first, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if len(first) != 1 || first[0].EventID != "first" {
+			t.Fatalf("claim = %v; want first alone", first)
+		}
+		if got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); len(got) != 0 {
+			t.Fatalf("claim while first's lease runs = %v; want nothing", got)
+		}
+		if err := leasetest.ExpireLease(ctx, s, first[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); strings.Join(got, ",") != "second" {
+			t.Fatalf("claim after first's lease ran out = %v; want second", got)
+		}
+		if _, err := s.Write(ctx, lease.Complete(first[0].Ref())); !errors.Is(err, leasework.ErrLeaseLost) {
+			t.Errorf("first's late completion: %v; want ErrLeaseLost", err)
+		}
+		row, err := s.Get(ctx, first[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Status != leasework.StatusFailed {
+			t.Errorf("first is %s; want FAILED (its lease ran out on its last attempt)", row.Status)
+		}
+	})
+}
+
+// Every way an attempt ends gives its slot back: each outcome, a release,
+// a delete at completion.
+func TestEveryEndGivesTheSlotBack(t *testing.T) {
+	ends := map[string]func(t *testing.T, s *lease.Store, c leasework.Claim){
+		"complete":        func(t *testing.T, s *lease.Store, c leasework.Claim) { write(t, s, lease.Complete(c.Ref())) },
+		"complete-delete": func(t *testing.T, s *lease.Store, c leasework.Claim) { write(t, s, lease.CompleteAndDelete(c.Ref())) },
+		"retry":           func(t *testing.T, s *lease.Store, c leasework.Claim) { write(t, s, lease.Retry(c.Ref(), 0, "again")) },
+		"snooze":          func(t *testing.T, s *lease.Store, c leasework.Claim) { write(t, s, lease.Snooze(c.Ref(), 0, "later")) },
+		"fail":            func(t *testing.T, s *lease.Store, c leasework.Claim) { write(t, s, lease.Fail(c.Ref(), "no")) },
+		"release":         func(t *testing.T, s *lease.Store, c leasework.Claim) { write(t, s, lease.Release(c.Ref())) },
+	}
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		for name, end := range ends {
+			t.Run(name, func(t *testing.T) {
+				s := pgtest.Store(t, drv, lease.Options{})
+				setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
+				pgtest.EnqueueN(t, s, 3, "a")
+				first, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+				if len(first) != 1 {
+					t.Fatalf("claim took %d; want 1", len(first))
+				}
+				end(t, s, first[0])
+				next, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+				if len(next) != 1 {
+					t.Fatalf("claim after the attempt ended by %s took %d; want 1", name, len(next))
+				}
+			})
+		}
+	})
+}
+
+// A lowered limit admits nothing new until fewer attempts than its new
+// Max hold a slot; a raised one admits more at once; a cleared one
+// nothing holds back; a limit of 0 holds everything.
+func TestChangingALimit(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 3})
+		pgtest.EnqueueN(t, s, 10, "a")
+		held, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if len(held) != 3 {
+			t.Fatalf("claim took %d; want 3", len(held))
+		}
+		old, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1}, "lowering")
+		if err != nil || old != 3 {
+			t.Fatalf("SetLimit = %d, %v; want the old limit, 3", old, err)
+		}
+		write(t, s, lease.Complete(held[0].Ref()))
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
+			t.Fatalf("claim with 2 live under a limit lowered to 1 took %d; want 0", len(got))
+		}
+		write(t, s, lease.Complete(held[1].Ref()))
+		write(t, s, lease.Complete(held[2].Ref()))
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 1 {
+			t.Fatalf("claim with none live under a limit of 1 took %d; want 1", len(got))
+		}
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 4})
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 3 {
+			t.Fatalf("claim with 1 live under a limit raised to 4 took %d; want 3", len(got))
+		}
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 0})
+		if _, err := leasetest.ExpireAllLeases(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
+			t.Fatalf("claim under a limit of 0 took %d; want 0, even of the expired leases", len(got))
+		}
+		if ok, err := s.ClearLimit(ctx, lease.ScopeKind, "a", "clearing"); err != nil || !ok {
+			t.Fatalf("ClearLimit = %v, %v; want true", ok, err)
+		}
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 10-3 {
+			t.Fatalf("claim without the limit took %d; want the 7 rows not DONE", len(got))
+		}
+		changes, err := s.LimitChanges(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range changes {
+			got = append(got, fmt.Sprintf("%d>%d by %s", c.Old, c.New, c.By))
+		}
+		want := "0>-1 by clearing,4>0 by test,1>4 by test,3>1 by lowering,-1>3 by test"
+		if strings.Join(got, ",") != want {
+			t.Errorf("LimitChanges = %v; want %s", got, want)
+		}
+	})
+}
+
+// Bad limits are refused with errors that name the field.
+func TestSetLimitRejectsBadInput(t *testing.T) {
+	s := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		l    lease.Limit
+		want string
+	}{
+		{lease.Limit{Scope: "tenant", Name: "a", Max: 1}, `Scope is "tenant"`},
+		{lease.Limit{Scope: lease.ScopeKind, Name: "", Max: 1}, "Name is empty"},
+		{lease.Limit{Scope: lease.ScopeQueue, Name: strings.Repeat("q", lease.MaxQueueBytes+1), Max: 1}, "at most 128"},
+		{lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: -1}, "Max is -1"},
+		{lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: lease.MaxLimit + 1}, "Max is 10001"},
+	} {
+		if _, err := s.SetLimit(ctx, tc.l, ""); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SetLimit(%+v) = %v; want an error saying %q", tc.l, err, tc.want)
+		}
+	}
+	if limits, err := s.Limits(ctx); err != nil || len(limits) != 0 {
+		t.Errorf("Limits after refused sets = %v, %v; want none", limits, err)
+	}
+}
+
+// Eight claimers completing at random never hold more than the limit
+// live: a reader counts the unexpired INPROGRESS rows of the kind, each
+// count one snapshot, as fast as it can.
+func TestConcurrentClaimsKeepTheLimit(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const limit, rows = 5, 600
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: limit})
+		pgtest.EnqueueN(t, s, rows, "a")
+		var done atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, 9)
+		for g := range 8 {
+			wg.Go(func() {
+				for done.Load() < rows && ctx.Err() == nil {
+					claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1 + g%3, Lease: time.Minute})
+					if err != nil {
+						errs <- err
+						return
+					}
+					for _, c := range claims {
+						if _, err := s.Write(ctx, lease.Complete(c.Ref())); err != nil {
+							errs <- err
+							return
+						}
+						done.Add(1)
+					}
+				}
+			})
+		}
+		count := "SELECT count(*) FROM " + s.QualifiedTable() + " WHERE kind = 'a' AND status = 'INPROGRESS' AND lease_until > now()"
+		var samples, most int
+		for done.Load() < rows {
+			var n int
+			if err := s.DB().QueryRowContext(ctx, count).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			samples++
+			most = max(most, n)
+			if n > limit {
+				t.Errorf("%d live attempts of kind a; its limit is %d", n, limit)
+				break
+			}
+			select {
+			case err := <-errs:
+				t.Fatal(err)
+			default:
+			}
+		}
+		cancel()
+		wg.Wait()
+		t.Logf("%d counts, at most %d live", samples, most)
+	})
+}
