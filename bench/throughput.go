@@ -52,6 +52,8 @@ type lwShape struct {
 	Concurrency        int  // framework.Config.Concurrency of each worker; zero means the default
 	DeleteAtCompletion bool // framework.Config.DeleteAtCompletion
 	Keys               int  // the events' keys: event i has key i%Keys; zero means keyless
+	// Limits are declared on the table before its events are enqueued.
+	Limits []lease.Limit
 }
 
 func (s lwShape) String() string {
@@ -65,6 +67,9 @@ func (s lwShape) String() string {
 	}
 	if s.Keys > 0 {
 		out += fmt.Sprintf(", %s keys", thousands(float64(s.Keys)))
+	}
+	for _, l := range s.Limits {
+		out += fmt.Sprintf(", %s %s ≤ %s live", l.Scope, l.Name, thousands(float64(l.Max)))
 	}
 	return out
 }
@@ -168,6 +173,11 @@ func newLWTable(ctx context.Context, e *env, drvName string, shape lwShape, n in
 	}
 	if _, err := t.store.Migrate(ctx); err != nil {
 		return nil, err
+	}
+	for _, l := range shape.Limits {
+		if _, err := t.store.SetLimit(ctx, l, "bench"); err != nil {
+			return nil, err
+		}
 	}
 	if err := enqueueLW(ctx, t.store, n, shape.Keys); err != nil {
 		return nil, err

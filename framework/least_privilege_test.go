@@ -86,6 +86,10 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 			"GRANT SELECT, UPDATE, DELETE ON " + s.QualifiedTable() + " TO " + worker,
 			// The claim reads whether its queue is paused.
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_queues") + " TO " + worker,
+			// The claim reads the concurrency limits and takes their
+			// slots; an attempt's end gives its slots back.
+			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limits") + " TO " + worker,
+			"GRANT SELECT, UPDATE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limit_slots") + " TO " + worker,
 		} {
 			if _, err := ownerDB.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)

@@ -124,6 +124,7 @@ var derivedObjects = map[string]derivedObject{
 	"limit_changes": {kind: ownTable, use: "table of the changes of concurrency limits",
 		columns: []sideColumn{{"id", "bigint"}, {"scope", "text"}, {"name", "text"}}},
 	"limit_slots_holder_idx": {kind: sideIndex, of: "limit_slots", use: "index of concurrency limits' slots by holder"},
+	"limit_slots_free_idx":   {kind: sideIndex, of: "limit_slots", use: "index of concurrency limits' free slots"},
 
 	"event_id_key":    {kind: ownIndex, use: "unique index of event ids (until migration 5)"},
 	"ready_idx":       {kind: ownIndex, use: "index of READY rows (until migration 6)"},

@@ -173,6 +173,20 @@
 // claims take from it again and wakes listening workers. Pausing is a row
 // in the table's queues table, which the claim reads by its primary key.
 //
+// # Concurrency limits
+//
+// [Store.SetLimit] declares a limit: at most N live attempts of a kind
+// ([ScopeKind], in every queue) or of a queue ([ScopeQueue]), across every
+// worker. The claim statement keeps it: a limit of N has N slot rows, and
+// each row claimed under a limit takes a free one, locked SKIP LOCKED, in
+// the claim's own statement. An attempt is live, and holds its slot, from
+// its claim until it ends (any outcome, a release, a delete) or its lease
+// runs out: a killed or paused owner's slot is taken by the next claim
+// once its lease has run out, and its late writes are refused by the
+// guard, as every stale owner's. A kind at its limit is skipped, not
+// waited for: the claim takes other kinds' rows past it, and reports it
+// ([Store.ClaimHeldBack]). See [Limit] for what a limit does not promise.
+//
 // # Indexes
 //
 // Claim reads three partial indexes, one over READY rows by (queue,

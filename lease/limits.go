@@ -63,11 +63,10 @@ type LimitChange struct {
 }
 
 // setLimitSQL declares or changes limit ($1, $2) to $3 live attempts, set
-// by $4: the limit's row, its slots 0 to $3 - 1 (those it lacks), and the
-// change in the audit, with the limit as it was. The free slots past the
-// new limit are removed; a held one stays until its holder ends, and
-// claims count it held: a lowered limit admits no new attempt until fewer
-// than its new N hold a slot.
+// by $4: the limit's row and the change in the audit, with the limit as
+// it was. addSlotsSQL and dropSlotsSQL then make its slots 0 to $3 - 1,
+// no more: an attempt that held a slot past a lowered limit runs on
+// without one.
 const setLimitSQL = `
 WITH old AS (
     SELECT max_live FROM {{schema}}.{{name "limits"}} WHERE scope = $1 AND name = $2 FOR UPDATE
@@ -91,7 +90,7 @@ ON CONFLICT DO NOTHING`
 
 const dropSlotsSQL = `
 DELETE FROM {{schema}}.{{name "limit_slots"}}
-WHERE scope = $1 AND name = $2 AND slot >= $3 AND holder IS NULL`
+WHERE scope = $1 AND name = $2 AND slot >= $3`
 
 // clearLimitSQL removes limit ($1, $2), its slots with it, and writes the
 // change in the audit, by $3. Idle workers are woken on the table's
@@ -154,11 +153,13 @@ func checkLimitName(op, scope, name string) error {
 //
 // A limit binds claims, not attempts already running: a claim whose
 // statement began before the change keeps the limit as it was, and the
-// attempts running when a limit is first declared hold no slot of it
-// (they end, at the latest, when their lease runs out). A lowered limit
-// admits no new attempt until fewer than its new Max hold a slot. A raised
-// one admits more at once and wakes no one: idle workers see it at their
-// next poll or wakeup.
+// attempts running when a limit is first declared hold no slot of it.
+// A lowered limit binds new claims at once, but the attempts that held
+// its slots past the new Max run on outside it: until they end, up to
+// the old Max may be live. Either way the excess lasts no longer than
+// those attempts (at most their lease, unless they renew it). A raised
+// limit admits more at once and wakes no one: idle workers see it at
+// their next poll or wakeup.
 //
 // The completions that hand a key's next event to their own worker (see
 // Order per key in the package doc) hand over none that a limit covers:

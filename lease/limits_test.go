@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -105,8 +106,8 @@ func TestQueueLimitBoundsClaims(t *testing.T) {
 		setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 3})
 		pgtest.EnqueueN(t, s, 6, "k")
 		claims, heldBack := claimAll(t, s, lease.ClaimRequest{Limit: 10})
-		if len(claims) != 3 || heldBack {
-			t.Fatalf("claim took %d rows (heldBack %v); want 3, the queue's limit, none skipped", len(claims), heldBack)
+		if len(claims) != 3 || !heldBack {
+			t.Fatalf("claim took %d rows (heldBack %v); want 3, the queue's limit, held back", len(claims), heldBack)
 		}
 		if _, err := leasetest.ExpireAllLeases(ctx, s); err != nil {
 			t.Fatal(err)
@@ -197,9 +198,9 @@ func TestEveryEndGivesTheSlotBack(t *testing.T) {
 	})
 }
 
-// A lowered limit admits nothing new until fewer attempts than its new
-// Max hold a slot; a raised one admits more at once; a cleared one
-// nothing holds back; a limit of 0 holds everything.
+// A lowered limit binds new claims at once, while the attempts that held
+// the slots past it run on outside it; a raised one admits more at once;
+// a cleared one holds nothing back; a limit of 0 holds everything.
 func TestChangingALimit(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := pgtest.Store(t, drv, lease.Options{})
@@ -214,15 +215,19 @@ func TestChangingALimit(t *testing.T) {
 		if err != nil || old != 3 {
 			t.Fatalf("SetLimit = %d, %v; want the old limit, 3", old, err)
 		}
-		write(t, s, lease.Complete(held[0].Ref()))
 		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
-			t.Fatalf("claim with 2 live under a limit lowered to 1 took %d; want 0", len(got))
+			t.Fatalf("claim under a limit lowered to 1, its slot held, took %d; want 0", len(got))
 		}
+		// The claims are in id order: held[0] holds slot 0, the one kept.
 		write(t, s, lease.Complete(held[1].Ref()))
-		write(t, s, lease.Complete(held[2].Ref()))
-		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 1 {
-			t.Fatalf("claim with none live under a limit of 1 took %d; want 1", len(got))
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
+			t.Fatalf("claim after an attempt outside the lowered limit ended took %d; want 0 (slot 0 is still held)", len(got))
 		}
+		write(t, s, lease.Complete(held[0].Ref()))
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 1 {
+			t.Fatalf("claim after slot 0's holder ended took %d; want 1", len(got))
+		}
+		write(t, s, lease.Complete(held[2].Ref()))
 		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 4})
 		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 3 {
 			t.Fatalf("claim with 1 live under a limit raised to 4 took %d; want 3", len(got))
@@ -320,6 +325,7 @@ func TestConcurrentClaimsKeepTheLimit(t *testing.T) {
 			samples++
 			most = max(most, n)
 			if n > limit {
+				logLive(t, s)
 				t.Errorf("%d live attempts of kind a; its limit is %d", n, limit)
 				break
 			}
@@ -333,4 +339,71 @@ func TestConcurrentClaimsKeepTheLimit(t *testing.T) {
 		wg.Wait()
 		t.Logf("%d counts, at most %d live", samples, most)
 	})
+}
+
+// A claim under limits reads each slot's holder through the primary key,
+// whatever the plan and however much history the table holds: with 50,000
+// finished rows and 40 live attempts holding the slots of a kind, the
+// claim's generic and custom plans read no table sequentially, and the
+// statement takes what the limits leave (the queue's limit of 60, less the
+// 40 held: 20 rows of the other kind).
+func TestClaimUnderLimitsReadsHoldersByPrimaryKey(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	if err := leasetest.InsertFinished(ctx, s, 50000); err != nil {
+		t.Fatal(err)
+	}
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 40})
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 60})
+	pgtest.EnqueueN(t, s, 100, "a")
+	if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100}); len(got) != 40 {
+		t.Fatalf("claim took %d; want 40, the kind's limit", len(got))
+	}
+	pgtest.EnqueueN(t, s, 100, "b")
+	if _, err := s.DB().ExecContext(ctx, "ANALYZE "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		plan := explainPrepared(t, conn, mode, lease.ClaimStatement(s), "100, '{}', 60000000, '', 'default', '{}', 0")
+		if mode == "force_generic_plan" && !strings.Contains(plan, "$5") {
+			t.Errorf("%s: the plan shows no parameter; it is not generic:\n%s", mode, plan)
+		}
+		if strings.Contains(plan, "Seq Scan") {
+			t.Errorf("%s: the claim under limits reads a table sequentially:\n%s", mode, plan)
+		}
+		if !strings.Contains(plan, "Index Scan using events_pkey on events h") {
+			t.Errorf("%s: the claim does not read the slots' holders by primary key:\n%s", mode, plan)
+		}
+		if !strings.Contains(strings.SplitN(plan, "\n", 2)[0], "rows=20 loops=1") {
+			t.Errorf("%s: the claim did not take 20 rows:\n%s", mode, plan)
+		}
+	}
+}
+
+// logLive logs the live attempts of kind a with the slots each holds, to
+// tell a failure of the limit apart.
+func logLive(t *testing.T, s *lease.Store) {
+	rows, err := s.DB().Query("SELECT e.id, e.generation, e.holds_slots, (SELECT string_agg(sl.slot || ' at ' || sl.holder_gen, ', ') FROM " +
+		lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_limit_slots") + " AS sl WHERE sl.holder = e.id) FROM " + s.QualifiedTable() +
+		" AS e WHERE e.kind = 'a' AND e.status = 'INPROGRESS' AND e.lease_until > now()")
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, gen int64
+		var holds bool
+		var slots sql.NullString
+		if err := rows.Scan(&id, &gen, &holds, &slots); err != nil {
+			t.Log(err)
+			return
+		}
+		t.Logf("live: row %d at generation %d, holds_slots %v, slots %s", id, gen, holds, slots.String)
+	}
 }

@@ -212,53 +212,67 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
 
 // limitsCTEs are the claim's reads of the concurrency limits it keeps
 // (migration 17): what each admits now (usable) and the most rows the
-// claim may take (room). A slot of a limit is free when it has no holder,
-// when its holder was claimed again or ended since its claim (ended), or
-// when its holder's lease ran out at the slot's generation, which lapsed
-// reads again under the holder's own lock: a renewal committed after this
-// statement's snapshot then shows, and a late write of the owner waits
-// for this claim and finds its lease over (invariant 16). A holder the
-// statement cannot see holds its slot: it may have been enqueued and
-// claimed after the snapshot. A claim reading an older snapshot sees a
-// holder taken since at a lower generation, never a higher one, and
-// takes its slot for a busy one: the generation only grows. Every slot
-// read is locked, SKIP LOCKED: two claims never take one slot, and a slot
-// another claim has locked counts as held. With no limit declared for
-// the claim's queue or kinds, nothing but the limits' primary key is read.
+// claim may take (room). A limit of N has N slot rows; each slot this
+// claim takes it locks first, SKIP LOCKED, so two claims never take one
+// slot and none waits for another. A slot is free when it has no holder
+// (open: read through the index of free slots, no more than the claim may
+// take). When a limit has fewer of those than the claim may take, its
+// held slots are walked (stale), each holder read by primary key: a slot
+// is free when its holder was claimed again or ended since its claim
+// (ended), or when its holder's lease ran out at the slot's generation,
+// which lapsed reads again under the holder's own lock: a renewal
+// committed after this statement's snapshot then shows, and a late write
+// of the owner waits for this claim and finds its lease over (invariant
+// 16). A holder the statement cannot see holds its slot: it may have been
+// enqueued and claimed after the snapshot. A claim reading an older
+// snapshot sees a holder taken since at a lower generation, never a
+// higher one, and takes its slot for a held one: the generation only
+// grows. With no limit declared for the claim's queue or kinds, nothing
+// but the limits' primary key is read.
 const limitsCTEs = `limited AS (
     -- The limits of the claim's queue and of the kinds it claims (every
     -- kind's when it claims any kind).
-    SELECT l.scope, l.name, l.max_live FROM {{schema}}.{{name "limits"}} AS l
+    SELECT l.scope, l.name FROM {{schema}}.{{name "limits"}} AS l
     WHERE (l.scope = 'queue' AND l.name = $5)
        OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
-), slots AS (
-    SELECT s.scope, s.name, s.slot, s.holder, s.holder_gen,
-        s.holder IS NULL OR EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
-            AND (h.generation > s.holder_gen OR (h.generation = s.holder_gen AND h.status <> 'INPROGRESS'))) AS ended
-    FROM {{schema}}.{{name "limit_slots"}} AS s
-    WHERE (s.scope, s.name) IN (SELECT scope, name FROM limited)
-      AND (s.holder IS NULL OR EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
-            AND (h.generation > s.holder_gen
-                 OR (h.generation = s.holder_gen AND (h.status <> 'INPROGRESS' OR h.lease_until <= statement_timestamp())))))
-    ORDER BY s.scope, s.name, s.slot
-    FOR UPDATE OF s SKIP LOCKED
+), open AS (
+    SELECT f.scope, f.name, f.slot FROM limited AS l
+    CROSS JOIN LATERAL (
+        SELECT s.scope, s.name, s.slot FROM {{schema}}.{{name "limit_slots"}} AS s
+        WHERE s.scope = l.scope AND s.name = l.name AND s.holder IS NULL
+        ORDER BY s.slot
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED) AS f
+), stale AS (
+    SELECT f.scope, f.name, f.slot, f.holder, f.holder_gen, f.ended FROM limited AS l
+    CROSS JOIN LATERAL (
+        SELECT s.scope, s.name, s.slot, s.holder, s.holder_gen,
+            EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
+                AND (h.generation > s.holder_gen OR (h.generation = s.holder_gen AND h.status <> 'INPROGRESS'))) AS ended
+        FROM {{schema}}.{{name "limit_slots"}} AS s
+        WHERE s.scope = l.scope AND s.name = l.name AND s.holder IS NOT NULL
+          AND EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
+                AND (h.generation > s.holder_gen
+                     OR (h.generation = s.holder_gen AND (h.status <> 'INPROGRESS' OR h.lease_until <= statement_timestamp()))))
+        ORDER BY s.slot
+        LIMIT $1 - (SELECT count(*) FROM open AS o WHERE o.scope = l.scope AND o.name = l.name)
+        FOR UPDATE SKIP LOCKED) AS f
 ), lapsed AS (
     SELECT h.id, h.generation FROM {{table}} AS h
-    WHERE h.id = ANY (ARRAY(SELECT holder FROM slots WHERE NOT ended))
+    WHERE h.id = ANY (ARRAY(SELECT holder FROM stale WHERE NOT ended))
       AND h.status = 'INPROGRESS' COLLATE "C" AND h.lease_until <= statement_timestamp()
     ORDER BY h.id
     FOR UPDATE SKIP LOCKED
 ), free AS (
-    SELECT s.scope, s.name, s.slot, row_number() OVER (PARTITION BY s.scope, s.name ORDER BY s.slot) AS i
-    FROM slots AS s
-    WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)
+    SELECT u.scope, u.name, u.slot, row_number() OVER (PARTITION BY u.scope, u.name ORDER BY u.slot) AS i
+    FROM (SELECT scope, name, slot FROM open
+          UNION ALL
+          SELECT s.scope, s.name, s.slot FROM stale AS s
+          WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)) AS u
 ), usable AS (
-    -- What each limit admits: N less the slots held, and no more than
-    -- the free slots this claim locked.
-    SELECT l.scope, l.name, LEAST(f.n, GREATEST(0, l.max_live - (
-        (SELECT count(*) FROM {{schema}}.{{name "limit_slots"}} AS t WHERE t.scope = l.scope AND t.name = l.name) - f.n))) AS n
+    -- What each limit admits: the free slots this claim locked.
+    SELECT l.scope, l.name, (SELECT count(*) FROM free AS f WHERE f.scope = l.scope AND f.name = l.name) AS n
     FROM limited AS l
-    CROSS JOIN LATERAL (SELECT count(*) AS n FROM free WHERE free.scope = l.scope AND free.name = l.name) AS f
 ), room AS (
     -- The most rows the claim takes: its Limit, and its queue's limit.
     SELECT LEAST($1::bigint, (SELECT n FROM usable WHERE scope = 'queue')) AS n

@@ -5,6 +5,7 @@ package lease_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/leasework/leasework"
@@ -16,7 +17,7 @@ import (
 // shows, compiled and never called; docs_test.go in the module's root
 // checks each snippet against its function. The names a snippet takes as
 // given are the function's parameters.
-var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx}
+var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits}
 
 // storeRoundTrip is the store without a worker (docs/store.md): migrate,
 // enqueue with the business write, claim, and record the outcomes.
@@ -92,4 +93,23 @@ func completeInOwnTx(ctx context.Context, store *lease.Store, tx *sql.Tx, claim 
 		return err // tx is already rolled back; errors.Is(err, leasework.ErrLeaseLost): not yours
 	}
 	return tx.Commit()
+}
+
+// concurrencyLimits declares, reads and clears fleet-wide concurrency
+// limits (docs/flow-control.md).
+func concurrencyLimits(ctx context.Context, store *lease.Store) error {
+	// At most 5 "invoice.send" attempts live at once, across every worker.
+	_, err := store.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "invoice.send", Max: 5}, "ops: rate of the mail provider")
+	// At most 20 attempts of queue "bulk", of every kind.
+	_, err = store.SetLimit(ctx, lease.Limit{Scope: lease.ScopeQueue, Name: "bulk", Max: 20}, "ops")
+
+	limits, err := store.Limits(ctx) // each with Live: the attempts holding a slot now
+	for _, l := range limits {
+		_ = fmt.Sprintf("%s %s: %d/%d live", l.Scope, l.Name, l.Live, l.Max)
+	}
+	changes, err := store.LimitChanges(ctx, 20) // who changed what, latest first
+	_ = changes
+
+	_, err = store.ClearLimit(ctx, lease.ScopeQueue, "bulk", "ops")
+	return err
 }

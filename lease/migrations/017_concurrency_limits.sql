@@ -61,9 +61,12 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_slots"}} (
     FOREIGN KEY (scope, name) REFERENCES {{schema}}.{{name "limits"}} ON DELETE CASCADE
 );
 
--- The release trigger finds a row's slots by their holder.
+-- The release trigger finds a row's slots by their holder, and a claim a
+-- limit's free slots.
 CREATE INDEX IF NOT EXISTS {{name "limit_slots_holder_idx"}} ON {{schema}}.{{name "limit_slots"}} (holder)
     WHERE holder IS NOT NULL;
+CREATE INDEX IF NOT EXISTS {{name "limit_slots_free_idx"}} ON {{schema}}.{{name "limit_slots"}} (scope, name, slot)
+    WHERE holder IS NULL;
 
 CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_changes"}} (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
