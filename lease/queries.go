@@ -202,7 +202,9 @@ SET status = 'INPROGRESS',
     attempt = o.attempt + 1,
     lease_until = statement_timestamp() + $3 * interval '1 microsecond',
     worker = NULLIF($4, ''),
-    holds_slots = o.id = ANY (ARRAY(SELECT id FROM held)),
+    -- Every row claimed under a limit took a slot of it (held).
+    holds_slots = o.kind = ANY (ARRAY(SELECT name FROM limited WHERE scope = 'kind'))
+        OR EXISTS (SELECT 1 FROM limited WHERE scope = 'queue'),
     updated_at = statement_timestamp()
 WHERE o.id = ANY (ARRAY(SELECT id FROM taken))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
@@ -264,15 +266,19 @@ const limitsCTEs = `limited AS (
     ORDER BY h.id
     FOR UPDATE SKIP LOCKED
 ), free AS (
-    SELECT u.scope, u.name, u.slot, row_number() OVER (PARTITION BY u.scope, u.name ORDER BY u.slot) AS i
-    FROM (SELECT scope, name, slot FROM open
-          UNION ALL
-          SELECT s.scope, s.name, s.slot FROM stale AS s
-          WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)) AS u
+    -- Each limit's free slots this claim locked, in an array: the i-th row
+    -- claimed under the limit takes the i-th.
+    SELECT l.scope, l.name, ARRAY(
+        SELECT u.slot FROM (SELECT scope, name, slot FROM open
+                            UNION ALL
+                            SELECT s.scope, s.name, s.slot FROM stale AS s
+                            WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)) AS u
+        WHERE u.scope = l.scope AND u.name = l.name
+        ORDER BY u.slot) AS slots
+    FROM limited AS l
 ), usable AS (
     -- What each limit admits: the free slots this claim locked.
-    SELECT l.scope, l.name, (SELECT count(*) FROM free AS f WHERE f.scope = l.scope AND f.name = l.name) AS n
-    FROM limited AS l
+    SELECT scope, name, cardinality(slots) AS n FROM free
 ), room AS (
     -- The most rows the claim takes: its Limit, and its queue's limit.
     SELECT LEAST($1::bigint, (SELECT n FROM usable WHERE scope = 'queue')) AS n
@@ -297,16 +303,26 @@ const admitCTEs = `candidates AS (
     SELECT r.id, r.kind, r.generation, r.in_kind, row_number() OVER (ORDER BY r.ord) AS in_queue
     FROM ranked AS r
     WHERE r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
+), assigned AS (
+    -- Per limit, the rows of taken under it in their order there, and as
+    -- many of its free slots: the i-th row takes the i-th slot.
+    SELECT f.scope, f.name, f.slots[1:cardinality(r.ids)] AS slots, r.ids, r.gens
+    FROM free AS f
+    CROSS JOIN LATERAL (
+        SELECT array_agg(t.id ORDER BY t.rank) AS ids, array_agg(t.gen ORDER BY t.rank) AS gens
+        FROM (SELECT t.id, GREATEST(t.generation + 1, ` + timelineFloor + `) AS gen,
+                  CASE WHEN f.scope = 'kind' THEN t.in_kind ELSE t.in_queue END AS rank
+              FROM taken AS t
+              WHERE f.scope = 'queue' OR t.kind = f.name) AS t) AS r
+    WHERE r.ids IS NOT NULL
 ), held AS (
+    -- Each limit's slots are named by their key, the slot numbers an
+    -- array: a primary-key scan per limit.
     UPDATE {{schema}}.{{name "limit_slots"}} AS s
-    SET holder = a.id, holder_gen = GREATEST(a.generation + 1, ` + timelineFloor + `)
-    FROM (SELECT f.scope, f.name, f.slot, t.id, t.generation
-          FROM taken AS t JOIN free AS f ON f.scope = 'kind' AND f.name = t.kind AND f.i = t.in_kind
-          UNION ALL
-          SELECT f.scope, f.name, f.slot, t.id, t.generation
-          FROM taken AS t JOIN free AS f ON f.scope = 'queue' AND f.i = t.in_queue) AS a
-    WHERE s.scope = a.scope AND s.name = a.name AND s.slot = a.slot
-    RETURNING a.id
+    SET holder = a.ids[array_position(a.slots, s.slot)], holder_gen = a.gens[array_position(a.slots, s.slot)]
+    FROM assigned AS a
+    WHERE s.scope = a.scope AND s.name = a.name AND s.slot = ANY (a.slots)
+    RETURNING s.holder
 ), held_back AS (
     SELECT (SELECT n FROM room) < $1
         OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)
