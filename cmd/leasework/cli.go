@@ -165,6 +165,33 @@ says so and changes nothing.`,
 		new: func() action { return &resumeCmd{} },
 	},
 	{
+		name:     "limits",
+		synopsis: "[(-kind K | -queue Q) (-max N | -clear) [-by NAME]] | -changes [-n N]",
+		summary:  "each concurrency limit with its live attempts; set, clear or audit one",
+		doc: `Limits lists the concurrency limits, or sets, clears or audits one. A limit
+allows at most N live attempts of one kind (-kind, in every queue) or of one
+queue (-queue, of every kind) at once, across every worker: claims take no
+more. An attempt is live from its claim until it ends or its lease runs out.
+
+With no flags it lists every limit: its scope and name, the attempts live
+under it now of its maximum (LIVE/MAX), and when and by whom it was last set.
+The attempts that already ran when a limit was first set hold none of its
+slots, and are not counted.
+
+-kind K or -queue Q with -max N sets that limit, new or changed: claims that
+begin after it returns keep it. -max 0 holds the kind or queue: none of its
+attempts starts. Lowering a limit stops no running attempt: none starts
+until fewer than the new N are live; idle workers see a raised one at their
+next poll. -clear removes it, and wakes idle workers to claim what it held
+back. Each change is written to an audit with
+who made it, -by (default: your user name); -changes lists the latest
+first, -n of them.
+
+Workers of a version without limits keep none: upgrade every worker, and
+migrate, before setting one.`,
+		new: func() action { return &limitsCmd{} },
+	},
+	{
 		name:     "ui",
 		synopsis: "[-addr host:port] [-actions] [-allow-host name[:port]]",
 		summary:  "serve the operator console, a web UI, until interrupted; read-only unless -actions",
@@ -407,6 +434,7 @@ Examples:
 	leasework requeue -kind email
 	leasework list -held
 	leasework discard -id 42 -generation 3
+	leasework limits -kind send-email -max 5
 	leasework ui -addr localhost:8080 -actions
 `)
 	io.WriteString(w, b.String())

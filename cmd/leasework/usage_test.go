@@ -32,6 +32,12 @@ func TestHelp(t *testing.T) {
 			t.Errorf("leasework help discard does not mention %q:\n%s", want, r.stdout)
 		}
 	}
+	r = must(t, exitOK, "help", "limits")
+	for _, want := range []string{"-kind", "-queue", "-max", "-clear", "-by", "-changes", "-n", "LIVE/MAX"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("leasework help limits does not mention %q:\n%s", want, r.stdout)
+		}
+	}
 	r = must(t, exitOK, "help", "requeue")
 	for _, want := range []string{"-id", "-kind", "-all", "-extra-attempts"} {
 		if !strings.Contains(r.stdout, want) {
@@ -86,6 +92,25 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"requeue", "-id", "4,"}, `"" is not a row id`},
 		{[]string{"requeue", "-kind", ""}, "kind must not be empty"},
 		{[]string{"requeue", "-all", "-extra-attempts", "-1"}, "-extra-attempts is -1"},
+		{[]string{"limits", "-max", "5"}, "name the limit to change: -kind K"},
+		{[]string{"limits", "-clear"}, "name the limit to change: -kind K"},
+		{[]string{"limits", "-kind", "k", "-queue", "q", "-max", "1"}, "give one of -kind and -queue, not both"},
+		{[]string{"limits", "-kind", "send-email"}, "say what to do with the limit of kind send-email: -max N sets it, -clear removes it"},
+		{[]string{"limits", "-kind", "k", "-max", "1", "-clear"}, "give one of -max N (set the limit) and -clear (remove it)"},
+		{[]string{"limits", "-kind", "k", "-max", "-1"}, "-max is -1; it must be from 0 (no attempt starts: the kind is held) to 10000"},
+		{[]string{"limits", "-queue", "q", "-max", "10001"}, "-max is 10001"},
+		{[]string{"limits", "-kind", "k", "-max", "many"}, "-max"},
+		{[]string{"limits", "-kind", "", "-max", "1"}, "-kind is empty; name the kind to limit"},
+		{[]string{"limits", "-queue", "", "-clear"}, "-queue is empty; name the queue to limit (default for the default queue)"},
+		{[]string{"limits", "-kind", "a\x00b", "-max", "1"}, "-kind: lease: kind"},
+		{[]string{"limits", "-kind", "k", "-max", "1", "-by", ""}, "-by is empty"},
+		{[]string{"limits", "-kind", "k", "-clear", "-by", "a\x00b"}, "-by"},
+		{[]string{"limits", "-by", "alice"}, "-by names who sets or clears a limit"},
+		{[]string{"limits", "-changes", "-kind", "k"}, "-changes lists the changes of every limit: it takes -n, not -kind"},
+		{[]string{"limits", "-changes", "-n", "0"}, "-n is 0; it must be from 1 to 1000"},
+		{[]string{"limits", "-changes", "-n", "1001"}, "-n is 1001"},
+		{[]string{"limits", "-n", "5"}, "-n counts the changes that -changes lists; add -changes"},
+		{[]string{"limits", "set", "kind:send-email", "5"}, `unexpected argument "set"`},
 	}
 	for _, c := range cases {
 		args := c.args

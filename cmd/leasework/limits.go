@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leasework/leasework/lease"
+)
+
+// limitNameWidth is how much of a limit's kind or queue the table shows;
+// -json prints it whole.
+const limitNameWidth = 40
+
+// maxChanges is the most changes -changes lists (Store.LimitChanges' bound).
+const maxChanges = 1000
+
+// limitsCmd lists the concurrency limits; with -kind or -queue and -max or
+// -clear it sets or clears one, and with -changes it lists the audit.
+type limitsCmd struct {
+	fs      *flag.FlagSet   // to tell a flag given from its default
+	given   map[string]bool // the flags given, by name, as check found them
+	kind    string
+	queue   string
+	max     int
+	clear   bool
+	by      string
+	changes bool
+	n       int
+}
+
+func (l *limitsCmd) flags(fs *flag.FlagSet) {
+	l.fs = fs
+	fs.StringVar(&l.kind, "kind", "", "the limit of this `kind`, in every queue")
+	fs.StringVar(&l.queue, "queue", "", "the limit of this `queue`, of every kind")
+	fs.IntVar(&l.max, "max", 0, fmt.Sprintf("set the limit to at most `N` live attempts, from 0 (none starts: the kind or queue is held) to %d", lease.MaxLimit))
+	fs.BoolVar(&l.clear, "clear", false, "remove the limit")
+	fs.StringVar(&l.by, "by", operatorName(), "who sets or clears the limit, as the audit (-changes) records it: a `name`, by default your user name")
+	fs.BoolVar(&l.changes, "changes", false, "list the latest changes of the limits instead, latest first: when, which, from what to what, by whom")
+	fs.IntVar(&l.n, "n", 20, fmt.Sprintf("with -changes, list at most `N` changes, up to %d", maxChanges))
+}
+
+// operatorName is who runs the command, for -by: the operating system's
+// user name, or $USER, or "" when neither is known.
+func operatorName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
+
+func (l *limitsCmd) check() error {
+	given := map[string]bool{}
+	l.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	l.given = given
+
+	if l.changes {
+		for _, f := range []string{"kind", "queue", "max", "clear", "by"} {
+			if given[f] {
+				return usagef("-changes lists the changes of every limit: it takes -n, not -%s", f)
+			}
+		}
+		if l.n < 1 || l.n > maxChanges {
+			return usagef("-n is %d; it must be from 1 to %d", l.n, maxChanges)
+		}
+		return nil
+	}
+	if given["n"] {
+		return usagef("-n counts the changes that -changes lists; add -changes")
+	}
+	named := given["kind"] || given["queue"]
+	acts := given["max"] || l.clear
+	switch {
+	case !named && !acts:
+		if given["by"] {
+			return usagef("-by names who sets or clears a limit: name it with -kind K or -queue Q, and add -max N or -clear")
+		}
+		return nil // list them
+	case given["kind"] && given["queue"]:
+		return usagef("give one of -kind and -queue, not both: a limit is of one kind (in every queue) or of one queue (of every kind)")
+	case !named:
+		return usagef("name the limit to change: -kind K (a kind, in every queue) or -queue Q (a queue, of every kind)")
+	case given["max"] && l.clear:
+		return usagef("give one of -max N (set the limit) and -clear (remove it), not both")
+	}
+	scope, name := l.limit()
+	if name == "" {
+		if scope == lease.ScopeQueue {
+			return usagef("-queue is empty; name the queue to limit (%s for the default queue)", lease.DefaultQueue)
+		}
+		return usagef("-kind is empty; name the kind to limit")
+	}
+	if scope == lease.ScopeKind {
+		if err := lease.ValidateKind(name); err != nil {
+			return usagef("-kind: %v", err)
+		}
+	} else if err := lease.ValidateQueue(name); err != nil {
+		return usagef("-queue: %v", err)
+	}
+	if !acts {
+		return usagef("say what to do with the limit of %s %s: -max N sets it, -clear removes it (leasework limits alone lists the limits)", scope, name)
+	}
+	if given["max"] && (l.max < 0 || l.max > lease.MaxLimit) {
+		return usagef("-max is %d; it must be from 0 (no attempt starts: the %s is held) to %d", l.max, scope, lease.MaxLimit)
+	}
+	switch {
+	case l.by == "" && given["by"]:
+		return usagef("-by is empty; name who changes the limit, for the audit (leasework limits -changes)")
+	case l.by == "":
+		return usagef("your user name could not be found; name who changes the limit with -by, for the audit (leasework limits -changes)")
+	case !utf8.ValidString(l.by):
+		return usagef("-by %q is not valid UTF-8", l.by)
+	case strings.IndexByte(l.by, 0) >= 0:
+		return usagef("-by %q contains a NUL byte, which PostgreSQL text cannot hold", l.by)
+	}
+	return nil
+}
+
+// limit returns the scope and name -kind or -queue gives.
+func (l *limitsCmd) limit() (scope, name string) {
+	if l.given["queue"] {
+		return lease.ScopeQueue, l.queue
+	}
+	return lease.ScopeKind, l.kind
+}
+
+func (l *limitsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
+	switch {
+	case l.changes:
+		return l.execChanges(ctx, st, out)
+	case l.clear:
+		return l.execClear(ctx, st, out)
+	case l.given["max"]:
+		return l.execSet(ctx, st, out)
+	}
+	return l.execList(ctx, st, out)
+}
+
+type limitJSON struct {
+	Scope string `json:"scope"` // "kind" or "queue"
+	Name  string `json:"name"`
+	Max   int    `json:"max"`
+	// Live is how many attempts hold a slot of the limit now.
+	Live  int       `json:"live"`
+	SetAt time.Time `json:"set_at"`
+	SetBy string    `json:"set_by"`
+}
+
+func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer) error {
+	ls, err := st.Limits(ctx)
+	if err != nil {
+		return err
+	}
+	if out.json {
+		res := make([]limitJSON, len(ls))
+		for i, li := range ls {
+			res[i] = limitJSON{Scope: li.Scope, Name: li.Name, Max: li.Max, Live: li.Live, SetAt: li.SetAt.UTC(), SetBy: li.SetBy}
+		}
+		return out.JSON(res)
+	}
+	if len(ls) == 0 {
+		return out.Linef("no limits are set")
+	}
+	rows := make([][]string, len(ls))
+	for i, li := range ls {
+		rows[i] = []string{li.Scope, truncate(li.Name, limitNameWidth), liveCell(li), timeCell(&li.SetAt), orDash(truncate(li.SetBy, keyWidth))}
+	}
+	return out.Table([]string{"SCOPE", "NAME", "LIVE/MAX", "SET AT", "SET BY"}, rows)
+}
+
+// liveCell is a limit's live attempts of its maximum: "3/5", "0/0 held".
+func liveCell(li lease.LimitInfo) string {
+	s := fmt.Sprintf("%d/%d", li.Live, li.Max)
+	if li.Max == 0 {
+		s += " held"
+	}
+	return s
+}
+
+type setLimitJSON struct {
+	Scope string `json:"scope"`
+	Name  string `json:"name"`
+	Max   int    `json:"max"`
+	// Old is the limit it replaced; null when there was none.
+	Old *int `json:"old"`
+	// Live is how many attempts held a slot of it just after.
+	Live int `json:"live"`
+}
+
+func (l *limitsCmd) execSet(ctx context.Context, st *lease.Store, out *printer) error {
+	scope, name := l.limit()
+	old, err := st.SetLimit(ctx, lease.Limit{Scope: scope, Name: name, Max: l.max}, l.by)
+	if err != nil {
+		return err
+	}
+	res := setLimitJSON{Scope: scope, Name: name, Max: l.max, Old: orNone(old)}
+	ls, err := st.Limits(ctx)
+	if err != nil {
+		return err
+	}
+	for _, li := range ls {
+		if li.Scope == scope && li.Name == name {
+			res.Live = li.Live
+		}
+	}
+	if out.json {
+		return out.JSON(res)
+	}
+	was := "none"
+	if res.Old != nil {
+		was = itoa(int64(*res.Old))
+	}
+	line := fmt.Sprintf("limit of %s %s set to %d live attempts (was %s)", scope, name, l.max, was)
+	switch {
+	case l.max == 0:
+		line += fmt.Sprintf("; no attempt of it starts until the limit is raised or cleared; %d live now run on", res.Live)
+	case res.Live >= l.max:
+		line += fmt.Sprintf("; %d live now: none starts until fewer than %d are", res.Live, l.max)
+	default:
+		line += fmt.Sprintf("; %d live now", res.Live)
+	}
+	return out.Linef("%s", line)
+}
+
+type clearLimitJSON struct {
+	Scope string `json:"scope"`
+	Name  string `json:"name"`
+	// Cleared is false when there was no such limit.
+	Cleared bool `json:"cleared"`
+}
+
+func (l *limitsCmd) execClear(ctx context.Context, st *lease.Store, out *printer) error {
+	scope, name := l.limit()
+	was, err := st.ClearLimit(ctx, scope, name, l.by)
+	if err != nil {
+		return err
+	}
+	if out.json {
+		return out.JSON(clearLimitJSON{Scope: scope, Name: name, Cleared: was})
+	}
+	if !was {
+		return out.Linef("%s %s had no limit; nothing changed", scope, name)
+	}
+	return out.Linef("cleared the limit of %s %s: its attempts start as workers claim them", scope, name)
+}
+
+type limitChangeJSON struct {
+	At    time.Time `json:"at"`
+	Scope string    `json:"scope"`
+	Name  string    `json:"name"`
+	// Old and New are the limit before and after; null for none (the
+	// change set a new limit, or cleared one).
+	Old *int   `json:"old"`
+	New *int   `json:"new"`
+	By  string `json:"by"`
+}
+
+func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *printer) error {
+	cs, err := st.LimitChanges(ctx, l.n)
+	if err != nil {
+		return err
+	}
+	if out.json {
+		res := make([]limitChangeJSON, len(cs))
+		for i, c := range cs {
+			res[i] = limitChangeJSON{At: c.At.UTC(), Scope: c.Scope, Name: c.Name, Old: orNone(c.Old), New: orNone(c.New), By: c.By}
+		}
+		return out.JSON(res)
+	}
+	if len(cs) == 0 {
+		return out.Linef("no limit has been set")
+	}
+	rows := make([][]string, len(cs))
+	for i, c := range cs {
+		rows[i] = []string{timeCell(&c.At), c.Scope, truncate(c.Name, limitNameWidth), maxCell(c.Old), maxCell(c.New), orDash(truncate(c.By, keyWidth))}
+	}
+	return out.Table([]string{"AT", "SCOPE", "NAME", "OLD", "NEW", "BY"}, rows)
+}
+
+// orNone returns n, or nil for -1: no limit.
+func orNone(n int) *int {
+	if n < 0 {
+		return nil
+	}
+	return &n
+}
+
+// maxCell is a limit's maximum in the audit: "none" for no limit.
+func maxCell(n int) string {
+	if n < 0 {
+		return "none"
+	}
+	return itoa(int64(n))
+}
