@@ -215,7 +215,11 @@ func (l *limitsCmd) execSet(ctx context.Context, st *lease.Store, out *printer) 
 	if res.Old != nil {
 		was = itoa(int64(*res.Old))
 	}
-	line := fmt.Sprintf("limit of %s %s set to %d live attempts (was %s)", scope, name, l.max, was)
+	noun := "attempts"
+	if l.max == 1 {
+		noun = "attempt"
+	}
+	line := fmt.Sprintf("limit of %s %s set to %d live %s (was %s)", scope, name, l.max, noun, was)
 	switch {
 	case l.max == 0:
 		line += fmt.Sprintf("; no attempt of it starts until the limit is raised or cleared; %d live now run on", res.Live)
