@@ -72,7 +72,7 @@ func (c *Console) eventAction(w http.ResponseWriter, r *http.Request) {
 		c.dbFail(w, r, string(name)+" the event", err)
 		return
 	}
-	c.log.Info("leasework console: action", "action", name, "id", id, "done", f.OK, "result", f.Message, "remote", r.RemoteAddr)
+	c.log.Info("leasework console: action", "action", name, "id", id, "done", f.OK, "result", f.Message, "by", c.operator(r), "remote", r.RemoteAddr)
 	back := "events/" + strconv.FormatInt(id, 10)
 	if r.PostForm.Get("back") == PageKeys {
 		back = PageKeys
@@ -174,6 +174,111 @@ func (c *Console) queueAction(w http.ResponseWriter, r *http.Request) {
 			f.Message = fmt.Sprintf("Queue %s was not paused; nothing changed.", queue)
 		}
 	}
-	c.log.Info("leasework console: action", "action", name, "queue", queue, "done", f.OK, "result", f.Message, "remote", r.RemoteAddr)
+	c.log.Info("leasework console: action", "action", name, "queue", queue, "done", f.OK, "result", f.Message, "by", c.operator(r), "remote", r.RemoteAddr)
 	c.redirect(w, r, PageQueues, f)
+}
+
+// limitAction sets (POST /limits/set, with the form's "max") or clears
+// (POST /limits/clear) the limit of the form's "scope" and "name",
+// recorded as set by the request's operator, and redirects to the queues
+// page.
+func (c *Console) limitAction(w http.ResponseWriter, r *http.Request) {
+	var name ActionName
+	switch r.PathValue("action") {
+	case "set":
+		name = ActionSetLimit
+	case "clear":
+		name = ActionClearLimit
+	default:
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no limit action %q.", r.PathValue("action")))
+		return
+	}
+	if !c.checkPost(w, r) {
+		return
+	}
+	l := lease.Limit{Scope: r.PostForm.Get("scope"), Name: r.PostForm.Get("name")}
+	if name == ActionSetLimit {
+		// Typed by a person: the clear form carries the name as it is.
+		l.Name = strings.TrimSpace(l.Name)
+	}
+	var err error
+	switch l.Scope {
+	case lease.ScopeKind:
+		err = lease.ValidateKind(l.Name)
+	case lease.ScopeQueue:
+		err = lease.ValidateQueue(l.Name)
+	default:
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown scope %q: a limit is of a kind (in every queue) or of a queue (of every kind).", l.Scope))
+		return
+	}
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Not a %s name: %s.", l.Scope, strings.TrimPrefix(err.Error(), "lease: ")))
+		return
+	}
+	if name == ActionSetLimit {
+		s := strings.TrimSpace(r.PostForm.Get("max"))
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > lease.MaxLimit {
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("%q is not a limit: give the most live attempts, a whole number from 0 (none starts) to %d.", s, lease.MaxLimit))
+			return
+		}
+		l.Max = n
+	}
+	if err := c.authorize(r, Action{Name: name, Limit: l}); err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	by := c.operator(r)
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	var f flash
+	if name == ActionSetLimit {
+		old, err := c.store.SetLimit(ctx, l, by)
+		if err != nil {
+			c.dbFail(w, r, "set the limit", err)
+			return
+		}
+		f = flash{OK: true, Message: setLimitMessage(l, old)}
+	} else {
+		was, err := c.store.ClearLimit(ctx, l.Scope, l.Name, by)
+		if err != nil {
+			c.dbFail(w, r, "clear the limit", err)
+			return
+		}
+		f = flash{OK: was, Message: fmt.Sprintf("The limit of %s %s is cleared: workers claim its events as they have room.", l.Scope, l.Name)}
+		if !was {
+			f.Message = fmt.Sprintf("%s %s had no limit; nothing changed.", upper(l.Scope), l.Name)
+		}
+	}
+	c.log.Info("leasework console: action", "action", name, "scope", l.Scope, "name", l.Name, "max", l.Max,
+		"done", f.OK, "result", f.Message, "by", by, "remote", r.RemoteAddr)
+	c.redirect(w, r, PageQueues, f)
+}
+
+// setLimitMessage says what setting l did, replacing old (-1: none).
+func setLimitMessage(l lease.Limit, old int) string {
+	was := "none"
+	if old >= 0 {
+		was = strconv.Itoa(old)
+	}
+	noun := "attempts"
+	if l.Max == 1 {
+		noun = "attempt"
+	}
+	msg := fmt.Sprintf("The limit of %s %s is %d live %s (was %s).", l.Scope, l.Name, l.Max, noun, was)
+	switch {
+	case l.Max == 0:
+		msg += " None of its attempts starts until the limit is raised or cleared; those running finish."
+	case old > l.Max:
+		msg += fmt.Sprintf(" The attempts running finish; none starts until fewer than %d are live.", l.Max)
+	}
+	return msg
+}
+
+// upper returns s with its first letter upper case: "kind" as "Kind".
+func upper(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

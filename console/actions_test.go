@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,10 @@ func TestReadOnlyByDefault(t *testing.T) {
 	s := newSite(t, console.Options{})
 	r := failedEvent(t, s.store, lease.Event{Kind: "k", Key: "held"}, "boom")
 	pgtest.Enqueue(t, s.store, lease.Event{Kind: "k", Key: "held"})
+	limit := lease.Limit{Scope: lease.ScopeKind, Name: "k", Max: 2}
+	if _, err := s.store.SetLimit(context.Background(), limit, "alice"); err != nil {
+		t.Fatal(err)
+	}
 	for _, path := range []string{"", "events", fmt.Sprintf("events/%d", r.ID), "queues", "keys"} {
 		p := s.get(path, http.StatusOK)
 		contains(t, p, "read-only")
@@ -29,10 +34,11 @@ func TestReadOnlyByDefault(t *testing.T) {
 			t.Errorf("%s shows an action's form on a read-only console", path)
 		}
 	}
-	form := url.Values{"csrf": {"anything"}, "generation": {fmt.Sprint(r.Generation)}, "queue": {"default"}}
+	form := url.Values{"csrf": {"anything"}, "generation": {fmt.Sprint(r.Generation)}, "queue": {"default"},
+		"scope": {"kind"}, "name": {"k"}, "max": {"7"}}
 	for _, path := range []string{
 		fmt.Sprintf("events/%d/requeue", r.ID), fmt.Sprintf("events/%d/discard", r.ID), fmt.Sprintf("events/%d/cancel", r.ID),
-		"queues/pause", "queues/resume",
+		"queues/pause", "queues/resume", "limits/set", "limits/clear",
 	} {
 		p := s.post(path, form)
 		if p.status != http.StatusForbidden {
@@ -45,6 +51,9 @@ func TestReadOnlyByDefault(t *testing.T) {
 	}
 	if qs, _ := s.store.Queues(context.Background()); len(qs) != 1 || !qs[0].Paused.IsZero() {
 		t.Errorf("after a refused pause the queues are %+v; want default running", qs)
+	}
+	if ls, _ := s.store.Limits(context.Background()); len(ls) != 1 || ls[0].Limit != limit {
+		t.Errorf("after a refused set and clear the limits are %+v; want %+v", ls, limit)
 	}
 }
 
@@ -332,5 +341,165 @@ func TestNewChecksOptions(t *testing.T) {
 	}
 	if _, err := console.New(nil, console.Options{}); err == nil {
 		t.Error("New(nil store) did not fail")
+	}
+}
+
+// Set and clear a limit from the queues page: the store keeps what the
+// form asked, recorded as set by the console and the request's address,
+// the page it lands on shows it and says what changed; clearing a limit
+// that is not there says so and writes nothing to the audit. Bad input is
+// a 400 that changes nothing.
+func TestSetAndClearLimit(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	ctx := context.Background()
+	p := s.get("queues", http.StatusOK)
+	contains(t, p, "No limit is set.", "Set a limit")
+	tok := token(t, p)
+
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {" send-email "}, "max": {"5"}}))
+	contains(t, p, "The limit of kind send-email is 5 live attempts (was none).", "kind send-email 0/5 live", "by console 127.0.0.1", "Set", "Clear")
+	ls, err := s.store.Limits(ctx)
+	if err != nil || len(ls) != 1 || ls[0].Limit != (lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 5}) || ls[0].SetBy != "console 127.0.0.1" {
+		t.Fatalf("stored limits = %+v, %v; want kind send-email 5, set by console 127.0.0.1", ls, err)
+	}
+
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"send-email"}, "max": {"0"}}))
+	contains(t, p, "The limit of kind send-email is 0 live attempts (was 5). None of its attempts starts until the limit is raised or cleared", "kind send-email 0/0 live held")
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"queue"}, "name": {"bulk"}, "max": {"2"}}))
+	contains(t, p, "The limit of queue bulk is 2 live attempts (was none).", "queue bulk 0/2 live")
+
+	p = s.follow(s.post("limits/clear", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"send-email"}}))
+	contains(t, p, "The limit of kind send-email is cleared")
+	lacks(t, p, "kind send-email 0/0 live")
+	p = s.follow(s.post("limits/clear", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"send-email"}}))
+	contains(t, p, "Kind send-email had no limit; nothing changed.")
+	if ls, err := s.store.Limits(ctx); err != nil || len(ls) != 1 || ls[0].Name != "bulk" {
+		t.Errorf("stored limits after the clear = %+v, %v; want queue bulk only", ls, err)
+	}
+	changes := func() []lease.LimitChange {
+		t.Helper()
+		cs, err := s.store.LimitChanges(ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	cs := changes()
+	if len(cs) != 4 || cs[0].Old != 0 || cs[0].New != -1 || cs[1].Name != "bulk" || cs[3].Old != -1 || cs[3].New != 5 {
+		t.Fatalf("the audit = %+v; want set 5, set 0, set bulk 2, clear, latest first", cs)
+	}
+	for _, c := range cs {
+		if c.By != "console 127.0.0.1" {
+			t.Errorf("change %+v was recorded as by %q; want console 127.0.0.1", c, c.By)
+		}
+	}
+
+	bad := []struct {
+		path string
+		form url.Values
+		says string
+	}{
+		{"limits/set", url.Values{"scope": {"topic"}, "name": {"x"}, "max": {"1"}}, `Unknown scope "topic": a limit is of a kind (in every queue) or of a queue (of every kind).`},
+		{"limits/clear", url.Values{"name": {"x"}}, `Unknown scope ""`},
+		{"limits/set", url.Values{"scope": {"kind"}, "name": {" "}, "max": {"1"}}, "Not a kind name: kind is empty."},
+		{"limits/clear", url.Values{"scope": {"queue"}, "name": {""}}, "Not a queue name: queue is empty."},
+		{"limits/set", url.Values{"scope": {"kind"}, "name": {"x"}, "max": {"-1"}}, `"-1" is not a limit: give the most live attempts, a whole number from 0 (none starts) to 10000.`},
+		{"limits/set", url.Values{"scope": {"kind"}, "name": {"x"}, "max": {"10001"}}, `"10001" is not a limit`},
+		{"limits/set", url.Values{"scope": {"kind"}, "name": {"x"}, "max": {"many"}}, `"many" is not a limit`},
+		{"limits/set", url.Values{"scope": {"kind"}, "name": {"x"}}, `"" is not a limit`},
+	}
+	for _, b := range bad {
+		b.form.Set("csrf", tok)
+		p := s.post(b.path, b.form)
+		if p.status != http.StatusBadRequest {
+			t.Errorf("POST %s %v: status %d, want 400", b.path, b.form, p.status)
+		}
+		contains(t, p, b.says)
+	}
+	if p := s.post("limits/raise", url.Values{"csrf": {tok}}); p.status != http.StatusNotFound {
+		t.Errorf("POST limits/raise: status %d, want 404", p.status)
+	}
+	// The console's protections: no token, another site, another method.
+	form := url.Values{"scope": {"kind"}, "name": {"x"}, "max": {"1"}}
+	if p := s.post("limits/set", form); p.status != http.StatusForbidden {
+		t.Errorf("set without the token: status %d, want 403", p.status)
+	}
+	form.Set("csrf", tok)
+	if p := s.post("limits/set", form, "Sec-Fetch-Site", "cross-site"); p.status != http.StatusForbidden {
+		t.Errorf("set from another site: status %d, want 403", p.status)
+	}
+	req, _ := http.NewRequest(http.MethodGet, s.url("limits/set?"+form.Encode()), nil)
+	if p := s.do(req); p.status != http.StatusMethodNotAllowed {
+		t.Errorf("GET limits/set: status %d, want 405", p.status)
+	}
+	if n := len(changes()); n != 4 {
+		t.Errorf("refused requests wrote %d changes", n-4)
+	}
+}
+
+// Options.Operator names who sets or clears a limit, in the audit; and
+// Authorize is asked about the limit itself, its Max included, and about
+// each form before it is shown.
+func TestLimitOperatorAndAuthorize(t *testing.T) {
+	var mu sync.Mutex
+	var asked []console.Action
+	s := newSite(t, console.Options{
+		Actions:  true,
+		Operator: func(r *http.Request) string { return r.Header.Get("X-User") },
+		Authorize: func(r *http.Request, a console.Action) error {
+			mu.Lock()
+			asked = append(asked, a)
+			mu.Unlock()
+			switch {
+			case a.Name == console.ActionSetLimit && a.Limit.Max > 10:
+				return fmt.Errorf("%s may allow at most 10", r.Header.Get("X-User"))
+			case a.Name == console.ActionClearLimit && r.Header.Get("X-User") != "admin":
+				return errors.New("only admin clears limits")
+			}
+			return nil
+		},
+	})
+	ctx := context.Background()
+	tok := token(t, s.get("queues", http.StatusOK))
+	p := s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"report"}, "max": {"3"}}, "X-User", "alice")
+	if p.status != http.StatusSeeOther {
+		t.Fatalf("alice's set: status %d, want 303\n%s", p.status, p.text())
+	}
+	p = s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"report"}, "max": {"50"}}, "X-User", "alice")
+	if p.status != http.StatusForbidden {
+		t.Errorf("a refused set: status %d, want 403", p.status)
+	}
+	contains(t, p, "Not allowed: alice may allow at most 10")
+	p = s.post("limits/clear", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"report"}}, "X-User", "alice")
+	contains(t, p, "Not allowed: only admin clears limits")
+
+	req, _ := http.NewRequest(http.MethodGet, s.url("queues"), nil)
+	req.Header.Set("X-User", "alice")
+	p = s.do(req)
+	contains(t, p, "kind report 0/3 live", "by alice", "Set a limit")
+	lacks(t, p, "Clear")
+	req.Header.Set("X-User", "admin")
+	contains(t, s.do(req), "Clear")
+
+	if p := s.post("limits/clear", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"report"}}, "X-User", "admin"); p.status != http.StatusSeeOther {
+		t.Errorf("admin's clear: status %d, want 303", p.status)
+	}
+	cs, err := s.store.LimitChanges(ctx, 10)
+	if err != nil || len(cs) != 2 || cs[0].By != "admin" || cs[0].New != -1 || cs[1].By != "alice" || cs[1].New != 3 {
+		t.Errorf("the audit = %+v, %v; want alice's set to 3, then admin's clear", cs, err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, w := range []console.Action{
+		{Name: console.ActionSetLimit, Limit: lease.Limit{Scope: lease.ScopeKind, Name: "report", Max: 3}},
+		{Name: console.ActionSetLimit, Limit: lease.Limit{Scope: lease.ScopeKind, Name: "report", Max: 50}},
+		{Name: console.ActionSetLimit}, // the form by name
+		{Name: console.ActionSetLimit, Limit: lease.Limit{Scope: lease.ScopeKind, Name: "report"}},   // the row's form
+		{Name: console.ActionClearLimit, Limit: lease.Limit{Scope: lease.ScopeKind, Name: "report"}}, // the row's form, and the clear
+	} {
+		if !slices.Contains(asked, w) {
+			t.Errorf("Authorize was never asked about %+v; it was asked about %+v", w, asked)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -25,6 +26,10 @@ const (
 	ActionCancel  ActionName = "cancel"  // end an unfinished event, once a running attempt stops (Store.Cancel)
 	ActionPause   ActionName = "pause"   // pause a queue (Store.PauseQueue)
 	ActionResume  ActionName = "resume"  // resume a queue (Store.ResumeQueue)
+	// ActionSetLimit sets a concurrency limit, new or changed
+	// (Store.SetLimit); ActionClearLimit removes one (Store.ClearLimit).
+	ActionSetLimit   ActionName = "set-limit"
+	ActionClearLimit ActionName = "clear-limit"
 )
 
 // The pages, as Action.Page names them for ActionView.
@@ -32,7 +37,7 @@ const (
 	PageOverview = "overview" // counts, ages, held keys, the last hour's chart
 	PageEvents   = "events"   // the events list, filtered and paged
 	PageEvent    = "event"    // one event (Action.ID)
-	PageQueues   = "queues"   // the queues, paused or running
+	PageQueues   = "queues"   // the queues, paused or running, and the concurrency limits
 	PageKeys     = "keys"     // the keys held by a FAILED event
 )
 
@@ -50,14 +55,21 @@ type Action struct {
 	Generation int64
 	// Queue is the queue paused or resumed. Empty otherwise.
 	Queue string
+	// Limit is the limit set, for ActionSetLimit, or cleared, for
+	// ActionClearLimit (its Scope and Name; Max is zero). Zero otherwise.
+	// Asked whether to show a form, it has no Max (the form's is not
+	// known yet), and for the form that sets a limit by name, no Scope
+	// or Name either.
+	Limit lease.Limit
 }
 
 // Options configures a [Console]. The zero value is a read-only console
 // that shows every page to whoever reaches it.
 type Options struct {
 	// Actions enables the forms that change the table: requeue, discard,
-	// cancel, pause and resume. False, the default, is read-only: no form is
-	// shown and every POST is refused with 403 Forbidden.
+	// cancel, pause and resume, and set and clear a concurrency limit.
+	// False, the default, is read-only: no form is shown and every POST is
+	// refused with 403 Forbidden.
 	Actions bool
 
 	// Authorize, when set, decides every request: it is called with the
@@ -74,6 +86,14 @@ type Options struct {
 	// Logger receives one line per action taken or refused, and the
 	// database errors behind a failed page. Nil discards them.
 	Logger *slog.Logger
+
+	// Operator, when set, names the person behind a request that takes
+	// an action: the audit of the concurrency limits records it as who
+	// set or cleared a limit ([lease.Store.LimitChanges]), and each
+	// action's log line carries it. Nil names them "console" and the
+	// request's remote address (behind a proxy, the proxy's). A name is
+	// cut to [MaxOperatorBytes].
+	Operator func(r *http.Request) string
 
 	// Secret keys the forms' anti-forgery token and the signature of the
 	// message shown after an action. Nil means 32 random bytes drawn by
@@ -126,6 +146,9 @@ const (
 
 // PreviewBytes is how much of a payload or progress an event page shows.
 const PreviewBytes = 4 << 10
+
+// MaxOperatorBytes bounds the name [Options.Operator] gives.
+const MaxOperatorBytes = 255
 
 // Console is the operator console of one events table: an [http.Handler]
 // serving its pages, and its actions when enabled. It is safe for
@@ -200,9 +223,11 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /static/console.css", serveCSS)
 	m.HandleFunc("POST /events/{id}/{action}", c.eventAction)
 	m.HandleFunc("POST /queues/{action}", c.queueAction)
+	m.HandleFunc("POST /limits/{action}", c.limitAction)
 	// An action's address asked for with another method changes nothing.
 	m.HandleFunc("/events/{id}/{action}", c.notPost)
 	m.HandleFunc("/queues/{action}", c.notPost)
+	m.HandleFunc("/limits/{action}", c.notPost)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "There is no page at this address.")
 	})
@@ -248,6 +273,19 @@ func (c *Console) authorize(r *http.Request, a Action) error {
 		return nil
 	}
 	return c.opts.Authorize(r, a)
+}
+
+// operator names the person behind r, for the limits' audit and the
+// action log: Options.Operator's name, or "console" and r's remote address.
+func (c *Console) operator(r *http.Request) string {
+	if c.opts.Operator != nil {
+		return lease.CleanText(c.opts.Operator(r), MaxOperatorBytes)
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return lease.CleanText("console "+host, MaxOperatorBytes)
 }
 
 // may reports whether the page should show the form for a.

@@ -22,6 +22,11 @@
 //     text when they are UTF-8 text, otherwise in hex, saying when they are
 //     cut;
 //   - the queues ("/queues"), paused or running, with their rows per status;
+//     then the concurrency limits ([lease.Store.Limits]), each with the
+//     attempts live under it of its maximum ("kind send-email 3/5 live"),
+//     when and by whom it was set, and the latest changes of the limits
+//     ([lease.Store.LimitChanges]); a queue's own limit is shown in its
+//     row too;
 //   - the held keys ("/keys"): keys whose head event FAILED, with the
 //     events waiting behind each.
 //
@@ -36,10 +41,14 @@
 //
 // With [Options.Actions] set, the pages show forms that requeue a FAILED
 // event ([lease.Store.Requeue]), discard it ([lease.Store.Discard]), cancel
-// an unfinished one ([lease.Store.Cancel]), and pause and resume a queue.
-// The discard form carries the generation the page showed: if the event
-// changed since, the discard is refused and the page says so. After an
-// action the browser is redirected (303 See Other) to the page it came
+// an unfinished one ([lease.Store.Cancel]), pause and resume a queue, and
+// set or clear a concurrency limit of a kind or a queue
+// ([lease.Store.SetLimit], [lease.Store.ClearLimit]). The discard form
+// carries the generation the page showed: if the event changed since, the
+// discard is refused and the page says so. A limit's change is recorded
+// in the limits' audit as made by [Options.Operator]'s name for the
+// request, by default "console" and the request's remote address. After
+// an action the browser is redirected (303 See Other) to the page it came
 // from, with a message saying what happened.
 //
 // # Safety

@@ -45,6 +45,11 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	if _, err := s.store.PauseQueue(t.Context(), queue); err != nil {
 		t.Fatal(err)
 	}
+	for _, l := range []lease.Limit{{Scope: lease.ScopeKind, Name: hAttr, Max: 3}, {Scope: lease.ScopeQueue, Name: queue, Max: 0}} {
+		if _, err := s.store.SetLimit(t.Context(), l, hScript); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	pages := []struct {
 		path string
@@ -55,7 +60,7 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 		{"events?" + url.Values{"kind": {hAttr}, "queue": {queue}}.Encode(), []string{hURL}},
 		{fmt.Sprintf("events/%d", r.ID), []string{ev.EventID, hAttr, hTextarea, queue, hScript + hAttr + hTextarea, hAttr + " " + hScript,
 			hScript + " " + hAttr, "link " + hURL}},
-		{"queues", []string{"q\"'><script>alert(4)</"}},
+		{"queues", []string{"q\"'><script>alert(4)</", "kind " + hAttr + " 0/3 live", "by " + hScript, "queue q\"'><script>alert(4)</"}},
 		{"keys", []string{hTextarea, hAttr}},
 	}
 	for _, pg := range pages {
@@ -84,6 +89,14 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	p = s.follow(s.post("queues/pause", url.Values{"csrf": {token(t, p)}, "queue": {hTextarea}}))
 	noMarkup(t, p)
 	contains(t, p, "Queue "+hTextarea+" paused")
+
+	// The limits' forms carry a hostile kind back, and the message names it.
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {token(t, p)}, "scope": {"kind"}, "name": {hTextarea}, "max": {"1"}}))
+	noMarkup(t, p)
+	contains(t, p, "The limit of kind "+hTextarea+" is 1 live attempt (was none).")
+	p = s.follow(s.post("limits/clear", url.Values{"csrf": {token(t, p)}, "scope": {"kind"}, "name": {hAttr}}))
+	noMarkup(t, p)
+	contains(t, p, "The limit of kind "+hAttr+" is cleared")
 
 	// The hook's refusal, whatever its text.
 	h := newSiteOf(t, s.store, console.Options{Authorize: func(*http.Request, console.Action) error {

@@ -215,13 +215,27 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 
 type queueRow struct {
 	lease.QueueInfo
-	Pause, Resume bool // whether to show the forms
+	Limit         *lease.LimitInfo // the queue's concurrency limit; nil for none
+	Pause, Resume bool             // whether to show the forms
 }
 
 type queuesData struct {
 	Queues   []queueRow
 	PauseAny bool // whether to show the form that pauses a queue by name
+	Limits   []limitRow
+	SetAny   bool                // whether to show the form that sets a limit by name
+	Changes  []lease.LimitChange // the latest, latest first
+	MaxLimit int                 // the most a limit allows, for the forms
 }
+
+type limitRow struct {
+	lease.LimitInfo
+	Set, Clear bool // whether to show the forms
+}
+
+// limitChanges is how many of the latest changes of the limits the queues
+// page shows.
+const limitChanges = 10
 
 func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 	if !c.view(w, r, PageQueues, 0) {
@@ -234,11 +248,38 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 		c.dbFail(w, r, "read the queues", err)
 		return
 	}
-	// The form that pauses a queue by name: asked as a pause of no queue
-	// in particular.
-	d := queuesData{PauseAny: c.may(r, Action{Name: ActionPause})}
+	limits, err := c.store.Limits(ctx)
+	if err != nil {
+		c.dbFail(w, r, "read the concurrency limits", err)
+		return
+	}
+	changes, err := c.store.LimitChanges(ctx, limitChanges)
+	if err != nil {
+		c.dbFail(w, r, "read the changes of the concurrency limits", err)
+		return
+	}
+	// The forms that pause a queue and set a limit by name: asked as a
+	// pause of no queue, a limit of nothing, in particular.
+	d := queuesData{
+		PauseAny: c.may(r, Action{Name: ActionPause}),
+		SetAny:   c.may(r, Action{Name: ActionSetLimit}),
+		Changes:  changes,
+		MaxLimit: lease.MaxLimit,
+	}
+	queueLimits := map[string]*lease.LimitInfo{}
+	for i, l := range limits {
+		if l.Scope == lease.ScopeQueue {
+			queueLimits[l.Name] = &limits[i]
+		}
+		named := lease.Limit{Scope: l.Scope, Name: l.Name}
+		d.Limits = append(d.Limits, limitRow{
+			LimitInfo: l,
+			Set:       c.may(r, Action{Name: ActionSetLimit, Limit: named}),
+			Clear:     c.may(r, Action{Name: ActionClearLimit, Limit: named}),
+		})
+	}
 	for _, q := range qs {
-		row := queueRow{QueueInfo: q}
+		row := queueRow{QueueInfo: q, Limit: queueLimits[q.Name]}
 		if q.Paused.IsZero() {
 			row.Pause = c.may(r, Action{Name: ActionPause, Queue: q.Name})
 		} else {

@@ -299,3 +299,50 @@ func TestMountedWithTrailingSlash(t *testing.T) {
 		}
 	}
 }
+
+// The queues page lists the concurrency limits with the attempts live
+// under each, when and by whom each was set, a link to its running
+// events, and the latest changes; a read-only console shows no form.
+func TestLimitsOnQueuesPage(t *testing.T) {
+	s := newSite(t, console.Options{})
+	ctx := context.Background()
+	p := s.get("queues", http.StatusOK)
+	contains(t, p, "Concurrency limits", "No limit is set.")
+	lacks(t, p, "Latest changes")
+
+	for _, l := range []lease.Limit{
+		{Scope: lease.ScopeKind, Name: "send-email", Max: 5},
+		{Scope: lease.ScopeQueue, Name: "bulk", Max: 0},
+	} {
+		if _, err := s.store.SetLimit(ctx, l, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: "send-email"}, lease.Event{Kind: "send-email"}, lease.Event{Kind: "send-email", Queue: "bulk"})
+	if claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 2 {
+		t.Fatalf("claim under the limit: %d claims, %v; want 2", len(claims), err)
+	}
+	if _, err := s.store.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 3}, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := s.store.Limits(ctx)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("limits: %+v, %v", ls, err)
+	}
+
+	p = s.get("queues", http.StatusOK)
+	contains(t, p,
+		"kind send-email 2/3 live "+ls[0].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by bob",
+		"queue bulk 0/0 live held "+ls[1].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by alice",
+		"bulk running; limit 0/0 live held 1 1 0 0 0", // the queue's own row
+		"Latest changes of the limits",
+		"kind send-email 5 3 bob", "queue bulk none 0 alice", "kind send-email none 5 alice",
+	)
+	lacks(t, p, "Set a limit", "Clear", "No limit is set.")
+	if txt := p.text(); strings.Index(txt, "send-email 5 3 bob") > strings.Index(txt, "send-email none 5 alice") {
+		t.Errorf("the changes are not latest first:\n%s", txt)
+	}
+	if !strings.Contains(p.body, `href="./events?kind=send-email&amp;status=INPROGRESS"`) || !strings.Contains(p.body, `href="./events?queue=bulk&amp;status=INPROGRESS"`) {
+		t.Errorf("the limits do not link to their running events:\n%s", p.body)
+	}
+}

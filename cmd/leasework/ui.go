@@ -27,7 +27,7 @@ type uiCmd struct {
 
 func (u *uiCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&u.addr, "addr", "localhost:8080", "listen on this `address` (host:port; port 0 picks a free one)")
-	fs.BoolVar(&u.actions, "actions", false, "enable the actions: requeue, discard, cancel, pause and resume (default read-only)")
+	fs.BoolVar(&u.actions, "actions", false, "enable the actions: requeue, discard, cancel, pause and resume, set and clear limits (default read-only)")
 	fs.Func("allow-host", "also answer to this `name` in the Host header: name (any port) or name:port; repeat or separate with commas (default: only the names of -addr)", func(s string) error {
 		for h := range strings.SplitSeq(s, ",") {
 			u.allowHosts = append(u.allowHosts, strings.TrimSpace(h))
