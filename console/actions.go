@@ -196,11 +196,10 @@ func (c *Console) limitAction(w http.ResponseWriter, r *http.Request) {
 	if !c.checkPost(w, r) {
 		return
 	}
+	// The name as it is, white space included, as the store and the CLI
+	// take it: the rows' forms carry it back exactly. (The form that sets
+	// a limit by name asks the browser to refuse white space at its ends.)
 	l := lease.Limit{Scope: r.PostForm.Get("scope"), Name: r.PostForm.Get("name")}
-	if name == ActionSetLimit {
-		// Typed by a person: the clear form carries the name as it is.
-		l.Name = strings.TrimSpace(l.Name)
-	}
 	var err error
 	switch l.Scope {
 	case lease.ScopeKind:

@@ -356,7 +356,7 @@ func TestSetAndClearLimit(t *testing.T) {
 	contains(t, p, "No limit is set.", "Set a limit")
 	tok := token(t, p)
 
-	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {" send-email "}, "max": {"5"}}))
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"send-email"}, "max": {"5"}}))
 	contains(t, p, "The limit of kind send-email is 5 live attempts (was none).", "kind send-email 0/5 live", "by console 127.0.0.1", "Set", "Clear")
 	ls, err := s.store.Limits(ctx)
 	if err != nil || len(ls) != 1 || ls[0].Limit != (lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 5}) || ls[0].SetBy != "console 127.0.0.1" {
@@ -401,7 +401,7 @@ func TestSetAndClearLimit(t *testing.T) {
 	}{
 		{"limits/set", url.Values{"scope": {"topic"}, "name": {"x"}, "max": {"1"}}, `Unknown scope "topic": a limit is of a kind (in every queue) or of a queue (of every kind).`},
 		{"limits/clear", url.Values{"name": {"x"}}, `Unknown scope ""`},
-		{"limits/set", url.Values{"scope": {"kind"}, "name": {" "}, "max": {"1"}}, "Not a kind name: kind is empty."},
+		{"limits/set", url.Values{"scope": {"kind"}, "name": {""}, "max": {"1"}}, "Not a kind name: kind is empty."},
 		{"limits/clear", url.Values{"scope": {"queue"}, "name": {""}}, "Not a queue name: queue is empty."},
 		{"limits/set", url.Values{"scope": {"kind"}, "name": {"x"}, "max": {"-1"}}, `"-1" is not a limit: give the most live attempts, a whole number from 0 (none starts) to 10000.`},
 		{"limits/set", url.Values{"scope": {"kind"}, "name": {"x"}, "max": {"10001"}}, `"10001" is not a limit`},
@@ -434,6 +434,27 @@ func TestSetAndClearLimit(t *testing.T) {
 	}
 	if n := len(changes()); n != 4 {
 		t.Errorf("refused requests wrote %d changes", n-4)
+	}
+
+	// A name is taken as it is: a kind with white space at its end, set
+	// from elsewhere, is changed and cleared by its row's forms.
+	if _, err := s.store.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "report ", Max: 1}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	for _, post := range []struct {
+		path string
+		form url.Values
+	}{
+		{"limits/set", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"report "}, "max": {"4"}}},
+		{"limits/clear", url.Values{"csrf": {tok}, "scope": {"kind"}, "name": {"report "}}},
+	} {
+		s.follow(s.post(post.path, post.form))
+	}
+	if cs := changes(); len(cs) != 7 || cs[1].Name != "report " || cs[1].New != 4 || cs[0].Name != "report " || cs[0].New != -1 {
+		t.Errorf("the audit = %+v; want the kind \"report \" set to 4, then cleared", cs)
+	}
+	if ls, _ := s.store.Limits(ctx); len(ls) != 1 || ls[0].Name != "bulk" {
+		t.Errorf("stored limits = %+v; want queue bulk only", ls)
 	}
 }
 

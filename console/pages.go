@@ -226,7 +226,12 @@ type queuesData struct {
 	SetAny   bool                // whether to show the form that sets a limit by name
 	Changes  []lease.LimitChange // the latest, latest first
 	MaxLimit int                 // the most a limit allows, for the forms
+	// NoLimits: the schema predates the limits (it lacks migration 17).
+	NoLimits bool
 }
+
+// sqlStateUndefinedTable is the SQLSTATE of a table that does not exist.
+const sqlStateUndefinedTable = "42P01"
 
 type limitRow struct {
 	lease.LimitInfo
@@ -248,23 +253,25 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 		c.dbFail(w, r, "read the queues", err)
 		return
 	}
-	limits, err := c.store.Limits(ctx)
-	if err != nil {
-		c.dbFail(w, r, "read the concurrency limits", err)
-		return
-	}
-	changes, err := c.store.LimitChanges(ctx, limitChanges)
-	if err != nil {
-		c.dbFail(w, r, "read the changes of the concurrency limits", err)
-		return
-	}
 	// The forms that pause a queue and set a limit by name: asked as a
 	// pause of no queue, a limit of nothing, in particular.
-	d := queuesData{
-		PauseAny: c.may(r, Action{Name: ActionPause}),
-		SetAny:   c.may(r, Action{Name: ActionSetLimit}),
-		Changes:  changes,
-		MaxLimit: lease.MaxLimit,
+	d := queuesData{PauseAny: c.may(r, Action{Name: ActionPause}), MaxLimit: lease.MaxLimit}
+	limits, err := c.store.Limits(ctx)
+	switch {
+	case err != nil && c.store.Driver().SQLState(err) == sqlStateUndefinedTable:
+		// The events table was read just now: its limits' table is what
+		// is missing. The queues are shown without them.
+		d.NoLimits = true
+	case err != nil:
+		c.dbFail(w, r, "read the concurrency limits", err)
+		return
+	default:
+		d.Changes, err = c.store.LimitChanges(ctx, limitChanges)
+		if err != nil {
+			c.dbFail(w, r, "read the changes of the concurrency limits", err)
+			return
+		}
+		d.SetAny = c.may(r, Action{Name: ActionSetLimit})
 	}
 	queueLimits := map[string]*lease.LimitInfo{}
 	for i, l := range limits {

@@ -346,3 +346,27 @@ func TestLimitsOnQueuesPage(t *testing.T) {
 		t.Errorf("the limits do not link to their running events:\n%s", p.body)
 	}
 }
+
+// On a schema from before the limits (it lacks their tables), the queues
+// page shows the queues and says to migrate, instead of failing.
+func TestQueuesPageBeforeTheLimits(t *testing.T) {
+	s := newSite(t, console.Options{Actions: true})
+	pgtest.Enqueue(t, s.store, lease.Event{Kind: "k", Queue: "bulk"})
+	dropLimitTables(t, s.store)
+	p := s.get("queues", http.StatusOK)
+	contains(t, p, "bulk running 1 1 0 0 0", "Pause a queue",
+		"This table's schema predates the concurrency limits: migrate it", "leasework migrate")
+	lacks(t, p, "Set a limit", "No limit is set.")
+}
+
+// dropLimitTables drops the tables of st's limits, as a schema migrated
+// before them (migration 17) lacks them.
+func dropLimitTables(t *testing.T, st *lease.Store) {
+	t.Helper()
+	for _, suffix := range []string{"limit_changes", "limit_slots", "limits"} {
+		q := "DROP TABLE " + lease.QuoteIdent(st.Schema()) + "." + lease.QuoteIdent(st.Table()+"_"+suffix)
+		if _, err := st.DB().ExecContext(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -181,3 +181,21 @@ func maxOf(n *int) int {
 	}
 	return *n
 }
+
+// On a schema from before the limits, limits fails and says to migrate.
+func TestLimitsBeforeTheirMigration(t *testing.T) {
+	t.Parallel()
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	for _, suffix := range []string{"limit_changes", "limit_slots", "limits"} {
+		q := "DROP TABLE " + lease.QuoteIdent(st.Schema()) + "." + lease.QuoteIdent(st.Table()+"_"+suffix)
+		if _, err := st.DB().ExecContext(context.Background(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"limits"}, {"limits", "-kind", "k", "-max", "1"}, {"limits", "-changes"}} {
+		r := must(t, exitError, on(t, st, "pgx", args...)...)
+		if want := "leasework migrate -schema " + st.Schema(); !strings.Contains(r.stderr, want) {
+			t.Errorf("leasework %v on a schema without limits: stderr %q; want the hint %q", args, r.stderr, want)
+		}
+	}
+}
