@@ -269,7 +269,7 @@ func setLimitMessage(l lease.Limit, old int) string {
 	case l.Max == 0:
 		msg += " None of its attempts starts until the limit is raised or cleared; those running finish."
 	case old > l.Max:
-		msg += fmt.Sprintf(" The attempts running finish; none starts until fewer than %d are live.", l.Max)
+		msg += fmt.Sprintf(" Attempts that held its slots past %d run on outside it until they end.", l.Max)
 	}
 	return msg
 }

@@ -456,6 +456,10 @@ func TestSetAndClearLimit(t *testing.T) {
 	if ls, _ := s.store.Limits(ctx); len(ls) != 1 || ls[0].Name != "bulk" {
 		t.Errorf("stored limits = %+v; want queue bulk only", ls)
 	}
+
+	// Lowered: the page says what becomes of the attempts past it.
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"queue"}, "name": {"bulk"}, "max": {"1"}}))
+	contains(t, p, "The limit of queue bulk is 1 live attempt (was 2). Attempts that held its slots past 1 run on outside it until they end.", "queue bulk 0/1 live")
 }
 
 // Options.Operator names who sets or clears a limit, in the audit; and

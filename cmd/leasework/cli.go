@@ -180,12 +180,13 @@ slots, and are not counted.
 
 -kind K or -queue Q with -max N sets that limit, new or changed: claims that
 begin after it returns keep it. -max 0 holds the kind or queue: none of its
-attempts starts. Lowering a limit stops no running attempt: none starts
-until fewer than the new N are live; idle workers see a raised one at their
-next poll. -clear removes it, and wakes idle workers to claim what it held
-back. Each change is written to an audit with
-who made it, -by (default: your user name); -changes lists the latest
-first, -n of them.
+attempts starts. Lowering a limit stops no running attempt: those that held
+its slots past the new N run on outside it until they end (meanwhile up to
+the old N may run, and LIVE counts those within it). Idle workers see a
+raised limit at their next poll. -clear removes it, and wakes idle workers
+to claim what it held back. Each change is written to an audit with who
+made it, -by (default: your user name); -changes lists the latest first,
+-n of them.
 
 Workers of a version without limits keep none: upgrade every worker, and
 migrate, before setting one.`,

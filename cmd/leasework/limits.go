@@ -222,9 +222,9 @@ func (l *limitsCmd) execSet(ctx context.Context, st *lease.Store, out *printer) 
 	line := fmt.Sprintf("limit of %s %s set to %d live %s (was %s)", scope, name, l.max, noun, was)
 	switch {
 	case l.max == 0:
-		line += fmt.Sprintf("; no attempt of it starts until the limit is raised or cleared; %d live now run on", res.Live)
-	case res.Live >= l.max:
-		line += fmt.Sprintf("; %d live now: none starts until fewer than %d are", res.Live, l.max)
+		line += "; no attempt of it starts until the limit is raised or cleared; those running finish"
+	case res.Old != nil && *res.Old > l.max:
+		line += fmt.Sprintf("; %d live now; attempts that held its slots past %d run on outside it until they end", res.Live, l.max)
 	default:
 		line += fmt.Sprintf("; %d live now", res.Live)
 	}
