@@ -83,7 +83,6 @@ type objectKind int
 const (
 	inTable     objectKind = iota // a trigger or CHECK constraint: named within the table
 	ownIndex                      // an index, which must be on the table
-	sideIndex                     // an index, which must be on the side table of suffix of
 	ownTable                      // a side table, which must have its columns
 	ownSequence                   // a sequence, which no other table may own
 	ownFunction                   // a function of the schema, of one signature
@@ -100,8 +99,6 @@ type derivedObject struct {
 	// (at least one) are its primary key.
 	columns []sideColumn
 	keyLen  int
-	// of is the suffix of a sideIndex's table.
-	of string
 	// args are an ownFunction's argument types, as oidvectortypes writes
 	// them.
 	args string
@@ -119,12 +116,10 @@ var derivedObjects = map[string]derivedObject{
 	"key_seq": {kind: ownSequence, use: "sequence of commit order per key"},
 	"limits": {kind: ownTable, use: "table of concurrency limits", keyLen: 2,
 		columns: []sideColumn{{"scope", "text"}, {"name", "text"}, {"max_live", "integer"}}},
-	"limit_slots": {kind: ownTable, use: "table of concurrency limits' slots", keyLen: 3,
-		columns: []sideColumn{{"scope", "text"}, {"name", "text"}, {"slot", "integer"}, {"holder", "bigint"}, {"holder_gen", "bigint"}}},
+	"limit_slots": {kind: ownTable, use: "table of concurrency limits' slots",
+		columns: []sideColumn{{"key", "bigint"}, {"limit_id", "integer"}, {"slot", "integer"}, {"holder", "bigint"}, {"holder_gen", "bigint"}}},
 	"limit_changes": {kind: ownTable, use: "table of the changes of concurrency limits",
 		columns: []sideColumn{{"id", "bigint"}, {"scope", "text"}, {"name", "text"}}},
-	"limit_slots_holder_idx": {kind: sideIndex, of: "limit_slots", use: "index of concurrency limits' slots by holder"},
-	"limit_slots_free_idx":   {kind: sideIndex, of: "limit_slots", use: "index of concurrency limits' free slots"},
 
 	"event_id_key":    {kind: ownIndex, use: "unique index of event ids (until migration 5)"},
 	"ready_idx":       {kind: ownIndex, use: "index of READY rows (until migration 6)"},
@@ -265,7 +260,7 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 	relNames, funcNames := []string{s.table, s.table + "_migrations"}, []string{}
 	for suffix := range refs {
 		switch derivedObjects[suffix].kind {
-		case ownIndex, sideIndex, ownTable, ownSequence:
+		case ownIndex, ownTable, ownSequence:
 			relNames = append(relNames, s.table+"_"+suffix)
 		case ownFunction:
 			funcNames = append(funcNames, s.table+"_"+suffix)
@@ -325,7 +320,7 @@ func (s *Store) checkNames(ctx context.Context, q querier, ms []Migration) error
 			name := s.table + "_" + suffix
 			var found string
 			switch o.kind {
-			case ownIndex, sideIndex, ownTable, ownSequence:
+			case ownIndex, ownTable, ownSequence:
 				if r, ok := rels[name]; ok {
 					found = s.notOwn(o, r)
 				}
@@ -362,10 +357,6 @@ func (s *Store) notOwn(o derivedObject, r relation) string {
 	switch o.kind {
 	case ownIndex:
 		if (r.kind == "i" || r.kind == "I") && r.onTable {
-			return ""
-		}
-	case sideIndex:
-		if (r.kind == "i" || r.kind == "I") && r.indexOn == QuoteIdent(s.schema)+"."+QuoteIdent(s.objectName(o.of)) {
 			return ""
 		}
 	case ownSequence:

@@ -74,23 +74,23 @@ WITH old AS (
     INSERT INTO {{schema}}.{{name "limits"}} AS l (scope, name, max_live, set_by) VALUES ($1, $2, $3, $4)
     ON CONFLICT (scope, name) DO UPDATE
     SET max_live = EXCLUDED.max_live, set_at = statement_timestamp(), set_by = EXCLUDED.set_by
-    RETURNING l.scope
+    RETURNING l.id
 ), audit AS (
     INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by)
     SELECT $1, $2, (SELECT max_live FROM old), $3, $4 FROM set
 )
-SELECT (SELECT max_live FROM old)`
+SELECT (SELECT max_live FROM old), (SELECT id FROM set)`
 
 // addSlotsSQL and dropSlotsSQL run after setLimitSQL in its transaction:
 // the slots' foreign key needs the limit's row first.
 const addSlotsSQL = `
-INSERT INTO {{schema}}.{{name "limit_slots"}} (scope, name, slot)
-SELECT $1, $2, g FROM generate_series(0, $3::integer - 1) AS g
+INSERT INTO {{schema}}.{{name "limit_slots"}} (key, limit_id, slot)
+SELECT $1::bigint * 100000 + g, $1, g FROM generate_series(0, $2::integer - 1) AS g
 ON CONFLICT DO NOTHING`
 
 const dropSlotsSQL = `
 DELETE FROM {{schema}}.{{name "limit_slots"}}
-WHERE scope = $1 AND name = $2 AND slot >= $3`
+WHERE key >= $1::bigint * 100000 + $2 AND key < ($1::bigint + 1) * 100000`
 
 // clearLimitSQL removes limit ($1, $2), its slots with it, and writes the
 // change in the audit, by $3. Idle workers are woken on the table's
@@ -111,7 +111,7 @@ const limitsSQL = `
 SELECT l.scope, l.name, l.max_live, l.set_at, l.set_by,
     (SELECT count(*) FROM {{schema}}.{{name "limit_slots"}} AS s
      JOIN {{table}} AS h ON h.id = s.holder
-     WHERE s.scope = l.scope AND s.name = l.name AND h.generation = s.holder_gen
+     WHERE s.key >= l.id::bigint * 100000 AND s.key < (l.id::bigint + 1) * 100000 AND h.generation = s.holder_gen
        AND h.status = 'INPROGRESS' AND h.lease_until > statement_timestamp())
 FROM {{schema}}.{{name "limits"}} AS l
 ORDER BY l.scope, l.name`
@@ -180,13 +180,14 @@ func (s *Store) SetLimit(ctx context.Context, l Limit, by string) (old int, err 
 	}
 	defer tx.Rollback()
 	var was sql.NullInt64
-	if err := tx.QueryRowContext(ctx, s.q.setLimit, l.Scope, l.Name, l.Max, by).Scan(&was); err != nil {
+	var id int64
+	if err := tx.QueryRowContext(ctx, s.q.setLimit, l.Scope, l.Name, l.Max, by).Scan(&was, &id); err != nil {
 		return 0, s.wrapErr("set limit", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.q.addSlots, l.Scope, l.Name, l.Max); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.addSlots, id, l.Max); err != nil {
 		return 0, s.wrapErr("set limit", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.q.dropSlots, l.Scope, l.Name, l.Max); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.dropSlots, id, l.Max); err != nil {
 		return 0, s.wrapErr("set limit", err)
 	}
 	if err := tx.Commit(); err != nil {

@@ -202,9 +202,8 @@ SET status = 'INPROGRESS',
     attempt = o.attempt + 1,
     lease_until = statement_timestamp() + $3 * interval '1 microsecond',
     worker = NULLIF($4, ''),
-    -- Every row claimed under a limit took a slot of it (held).
-    holds_slots = o.kind = ANY (ARRAY(SELECT name FROM limited WHERE scope = 'kind'))
-        OR EXISTS (SELECT 1 FROM limited WHERE scope = 'queue'),
+    kind_slot = ((SELECT m FROM slot_map) -> o.id::text ->> 0)::bigint,
+    queue_slot = ((SELECT m FROM slot_map) -> o.id::text ->> 1)::bigint,
     updated_at = statement_timestamp()
 WHERE o.id = ANY (ARRAY(SELECT id FROM taken))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
@@ -217,9 +216,10 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
 // claim may take (room). A limit of N has N slot rows; each slot this
 // claim takes it locks first, SKIP LOCKED, so two claims never take one
 // slot and none waits for another. A slot is free when it has no holder
-// (open: read through the index of free slots, no more than the claim may
-// take). When a limit has fewer of those than the claim may take, its
-// held slots are walked (stale), each holder read by primary key: a slot
+// (open: read through the slots' primary key from a slot drawn at random,
+// no more than the claim may take). When a limit has fewer of those than
+// the claim may take, its held slots are walked (stale), each holder read
+// by primary key: a slot
 // is free when its holder was claimed again or ended since its claim
 // (ended), or when its holder's lease ran out at the slot's generation,
 // which lapsed reads again under the holder's own lock: a renewal
@@ -233,30 +233,44 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
 // but the limits' primary key is read.
 const limitsCTEs = `limited AS (
     -- The limits of the claim's queue and of the kinds it claims (every
-    -- kind's when it claims any kind).
-    SELECT l.scope, l.name FROM {{schema}}.{{name "limits"}} AS l
+    -- kind's when it claims any kind), each with the range of its slots'
+    -- keys and a slot drawn at random, from which this claim reads its
+    -- free slots: the held ones, most of them the lowest, are not read
+    -- first.
+    SELECT l.scope, l.name, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + l.max_live AS past,
+        l.id::bigint * 100000 + floor(random() * l.max_live)::bigint AS start
+    FROM {{schema}}.{{name "limits"}} AS l
     WHERE (l.scope = 'queue' AND l.name = $5)
        OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
 ), open AS (
-    SELECT f.scope, f.name, f.slot FROM limited AS l
+    SELECT l.scope, l.name, f.key FROM limited AS l
     CROSS JOIN LATERAL (
-        SELECT s.scope, s.name, s.slot FROM {{schema}}.{{name "limit_slots"}} AS s
-        WHERE s.scope = l.scope AND s.name = l.name AND s.holder IS NULL
-        ORDER BY s.slot
-        LIMIT $1
-        FOR UPDATE SKIP LOCKED) AS f
+        SELECT * FROM (
+            SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
+            WHERE s.key >= l.start AND s.key < l.past AND s.holder IS NULL
+            ORDER BY s.key
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED) AS above
+        UNION ALL
+        SELECT * FROM (
+            SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
+            WHERE s.key >= l.first AND s.key < l.start AND s.holder IS NULL
+            ORDER BY s.key
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED) AS below
+        LIMIT $1) AS f
 ), stale AS (
-    SELECT f.scope, f.name, f.slot, f.holder, f.holder_gen, f.ended FROM limited AS l
+    SELECT l.scope, l.name, f.key, f.holder, f.holder_gen, f.ended FROM limited AS l
     CROSS JOIN LATERAL (
-        SELECT s.scope, s.name, s.slot, s.holder, s.holder_gen,
+        SELECT s.key, s.holder, s.holder_gen,
             EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
                 AND (h.generation > s.holder_gen OR (h.generation = s.holder_gen AND h.status <> 'INPROGRESS'))) AS ended
         FROM {{schema}}.{{name "limit_slots"}} AS s
-        WHERE s.scope = l.scope AND s.name = l.name AND s.holder IS NOT NULL
+        WHERE s.key >= l.first AND s.key < l.past AND s.holder IS NOT NULL
           AND EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
                 AND (h.generation > s.holder_gen
                      OR (h.generation = s.holder_gen AND (h.status <> 'INPROGRESS' OR h.lease_until <= statement_timestamp()))))
-        ORDER BY s.slot
+        ORDER BY s.key
         LIMIT $1 - (SELECT count(*) FROM open AS o WHERE o.scope = l.scope AND o.name = l.name)
         FOR UPDATE SKIP LOCKED) AS f
 ), lapsed AS (
@@ -266,15 +280,15 @@ const limitsCTEs = `limited AS (
     ORDER BY h.id
     FOR UPDATE SKIP LOCKED
 ), free AS (
-    -- Each limit's free slots this claim locked, in an array: the i-th row
-    -- claimed under the limit takes the i-th.
+    -- Each limit's free slots this claim locked, their keys in an array:
+    -- the i-th row claimed under the limit takes the i-th.
     SELECT l.scope, l.name, ARRAY(
-        SELECT u.slot FROM (SELECT scope, name, slot FROM open
-                            UNION ALL
-                            SELECT s.scope, s.name, s.slot FROM stale AS s
-                            WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)) AS u
+        SELECT u.key FROM (SELECT scope, name, key FROM open
+                           UNION ALL
+                           SELECT s.scope, s.name, s.key FROM stale AS s
+                           WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)) AS u
         WHERE u.scope = l.scope AND u.name = l.name
-        ORDER BY u.slot) AS slots
+        ORDER BY u.key) AS slots
     FROM limited AS l
 ), usable AS (
     -- What each limit admits: the free slots this claim locked.
@@ -303,26 +317,39 @@ const admitCTEs = `candidates AS (
     SELECT r.id, r.kind, r.generation, r.in_kind, row_number() OVER (ORDER BY r.ord) AS in_queue
     FROM ranked AS r
     WHERE r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
-), assigned AS (
-    -- Per limit, the rows of taken under it in their order there, and as
-    -- many of its free slots: the i-th row takes the i-th slot.
-    SELECT f.scope, f.name, f.slots[1:cardinality(r.ids)] AS slots, r.ids, r.gens
-    FROM free AS f
-    CROSS JOIN LATERAL (
-        SELECT array_agg(t.id ORDER BY t.rank) AS ids, array_agg(t.gen ORDER BY t.rank) AS gens
-        FROM (SELECT t.id, GREATEST(t.generation + 1, ` + timelineFloor + `) AS gen,
-                  CASE WHEN f.scope = 'kind' THEN t.in_kind ELSE t.in_queue END AS rank
-              FROM taken AS t
-              WHERE f.scope = 'queue' OR t.kind = f.name) AS t) AS r
-    WHERE r.ids IS NOT NULL
+), slotted AS (
+    -- The slots each row claimed takes: the i-th row of a kind under its
+    -- kind's limit takes the i-th free slot of it, the i-th row claimed
+    -- the i-th of its queue's.
+    SELECT t.id, GREATEST(t.generation + 1, ` + timelineFloor + `) AS gen,
+        (SELECT f.slots[t.in_kind] FROM free AS f WHERE f.scope = 'kind' AND f.name = t.kind) AS kind_slot,
+        (SELECT f.slots[t.in_queue] FROM free AS f WHERE f.scope = 'queue') AS queue_slot
+    FROM taken AS t
+    -- None under no limit: nothing after it reads a row.
+    WHERE EXISTS (SELECT 1 FROM limited)
+), holders AS (
+    -- Each slot taken, by key, with its row and the row's new generation.
+    SELECT jsonb_object_agg(u.key::text, jsonb_build_array(u.id, u.gen)) AS m
+    FROM (SELECT kind_slot AS key, id, gen FROM slotted WHERE kind_slot IS NOT NULL
+          UNION ALL
+          SELECT queue_slot, id, gen FROM slotted WHERE queue_slot IS NOT NULL) AS u
 ), held AS (
-    -- Each limit's slots are named by their key, the slot numbers an
-    -- array: a primary-key scan per limit.
+    -- The slots taken are named by an array of their keys: a primary-key
+    -- scan, whatever the plan. Each looks its holder up in holders (a
+    -- binary search in a JSON object).
     UPDATE {{schema}}.{{name "limit_slots"}} AS s
-    SET holder = a.ids[array_position(a.slots, s.slot)], holder_gen = a.gens[array_position(a.slots, s.slot)]
-    FROM assigned AS a
-    WHERE s.scope = a.scope AND s.name = a.name AND s.slot = ANY (a.slots)
-    RETURNING s.holder
+    SET holder = ((SELECT m FROM holders) -> s.key::text ->> 0)::bigint,
+        holder_gen = ((SELECT m FROM holders) -> s.key::text ->> 1)::bigint
+    WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM slotted WHERE kind_slot IS NOT NULL
+                             UNION ALL
+                             SELECT queue_slot FROM slotted WHERE queue_slot IS NOT NULL))
+    RETURNING s.key
+), slot_map AS (
+    -- The rows' slots by row id, for the UPDATE below to look up: none
+    -- when no limit applies.
+    SELECT jsonb_object_agg(id::text, jsonb_build_array(kind_slot, queue_slot)) AS m
+    FROM slotted
+    WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL
 ), held_back AS (
     SELECT (SELECT n FROM room) < $1
         OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)

@@ -24,8 +24,11 @@
 -- An attempt that ends (DONE, FAILED, DISCARDED, retried, snoozed,
 -- released, requeued, or deleted at completion) gives its slots back in
 -- the statement that ends it, by the trigger below, and wakes idle
--- workers of its kind at commit. The events table's holds_slots column
--- says which rows hold one, so that rows under no limit never call it.
+-- workers of its kind at commit. The events table's kind_slot and
+-- queue_slot columns name the slots a row was given, so that the trigger
+-- finds them by primary key, and rows under no limit never call it. No
+-- index of the slots reads their holder: a slot's updates change no
+-- indexed column, and stay on its page (HOT) when it has room.
 --
 -- A completion that takes its key's next event (take_turns, migration 15)
 -- takes none that a limit covers: such an event becomes READY, and a
@@ -48,25 +51,22 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limits"}} (
     max_live integer NOT NULL CHECK (max_live BETWEEN 0 AND 10000),
     set_at   timestamptz NOT NULL DEFAULT statement_timestamp(),
     set_by   text    NOT NULL DEFAULT '',
+    -- Names the limit in its slots' keys.
+    id       integer GENERATED ALWAYS AS IDENTITY UNIQUE,
     PRIMARY KEY (scope, name)
 );
 
+-- Slot i of the limit of id L has the key L * 100000 + i: a claim names
+-- the slots it takes, and an attempt's end the slots it gives back, by
+-- one column, as the events table's rows are named by id.
 CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_slots"}} (
-    scope      text    NOT NULL,
-    name       text    NOT NULL,
+    key        bigint  PRIMARY KEY,
+    limit_id   integer NOT NULL REFERENCES {{schema}}.{{name "limits"}} (id) ON DELETE CASCADE,
     slot       integer NOT NULL,
     holder     bigint,
     holder_gen bigint,
-    PRIMARY KEY (scope, name, slot),
-    FOREIGN KEY (scope, name) REFERENCES {{schema}}.{{name "limits"}} ON DELETE CASCADE
-);
-
--- The release trigger finds a row's slots by their holder, and a claim a
--- limit's free slots.
-CREATE INDEX IF NOT EXISTS {{name "limit_slots_holder_idx"}} ON {{schema}}.{{name "limit_slots"}} (holder)
-    WHERE holder IS NOT NULL;
-CREATE INDEX IF NOT EXISTS {{name "limit_slots_free_idx"}} ON {{schema}}.{{name "limit_slots"}} (scope, name, slot)
-    WHERE holder IS NULL;
+    CHECK (key = limit_id::bigint * 100000 + slot AND slot BETWEEN 0 AND 99999)
+) WITH (fillfactor = 50);
 
 CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_changes"}} (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -78,13 +78,16 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_changes"}} (
     set_by  text    NOT NULL DEFAULT ''
 );
 
-ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS holds_slots boolean NOT NULL DEFAULT false;
+-- The keys of the slots a claim gave the row, of its kind's limit and of
+-- its queue's: its end gives them back through the slots' primary key.
+ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS kind_slot bigint,
+    ADD COLUMN IF NOT EXISTS queue_slot bigint;
 
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "release_slots"}}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE {{schema}}.{{name "limit_slots"}} SET holder = NULL, holder_gen = NULL
-    WHERE holder = OLD.id AND holder_gen = OLD.generation;
+    WHERE key IN (OLD.kind_slot, OLD.queue_slot) AND holder = OLD.id AND holder_gen = OLD.generation;
     PERFORM pg_notify({{channel}}, OLD.kind);
     RETURN NULL;
 END
@@ -92,12 +95,13 @@ $$;
 
 DROP TRIGGER IF EXISTS {{name "release_slots"}} ON {{table}};
 CREATE TRIGGER {{name "release_slots"}} AFTER UPDATE ON {{table}}
-    FOR EACH ROW WHEN (OLD.holds_slots AND OLD.status = 'INPROGRESS' AND NEW.status <> 'INPROGRESS')
+    FOR EACH ROW WHEN ((OLD.kind_slot IS NOT NULL OR OLD.queue_slot IS NOT NULL)
+                       AND OLD.status = 'INPROGRESS' AND NEW.status <> 'INPROGRESS')
     EXECUTE FUNCTION {{schema}}.{{name "release_slots"}}();
 
 DROP TRIGGER IF EXISTS {{name "release_slots_delete"}} ON {{table}};
 CREATE TRIGGER {{name "release_slots_delete"}} AFTER DELETE ON {{table}}
-    FOR EACH ROW WHEN (OLD.holds_slots AND OLD.status = 'INPROGRESS')
+    FOR EACH ROW WHEN ((OLD.kind_slot IS NOT NULL OR OLD.queue_slot IS NOT NULL) AND OLD.status = 'INPROGRESS')
     EXECUTE FUNCTION {{schema}}.{{name "release_slots"}}();
 
 -- take_turns of migration 15, taking no event that a limit covers.
