@@ -98,7 +98,7 @@ const claimSQL = `
 WITH paused AS (
     -- A paused queue gives nothing: one primary-key probe.
     SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} WHERE queue = $5) AS yes
-), ` + limitsCTEs + `, exhausted AS (
+), ` + slotsCTEs + `, exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
     -- row in FAILED instead of granting another attempt. The exhausted
     -- index holds the leases on their last attempt only: the other expired
@@ -153,20 +153,19 @@ WITH paused AS (
             FOR UPDATE SKIP LOCKED) AS k))
     RETURNING o.id
 ), expired AS (
-    SELECT id, kind, generation, lease_until FROM {{table}}
+    SELECT id, kind, generation, lease_until, kind_slot, queue_slot FROM {{table}}
     WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
       AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
-      AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0))
       AND NOT (SELECT yes FROM paused)
       -- The caller's floor for expired leases ($7, microseconds from the
       -- epoch; 0: from the oldest), a bound of the index range.
       AND lease_until >= COALESCE(timestamptz 'epoch'
           + NULLIF($7::bigint, 0) * interval '1 microsecond', '-infinity')
     ORDER BY lease_until
-    LIMIT (SELECT n FROM room)
+    LIMIT $1
     FOR UPDATE SKIP LOCKED
-), ready AS (
+), ` + limitsCTEs + `, ready AS (
     -- One range of the queue's READY index per priority level, 0 first:
     -- each reads due rows only, so rows not yet due (retries backing off,
     -- events scheduled for later) cost nothing, whatever their priority.
@@ -186,10 +185,10 @@ WITH paused AS (
           AND next_attempt_at >= COALESCE(timestamptz 'epoch'
               + NULLIF(($6::bigint[])[p.level + 1], 0) * interval '1 microsecond', '-infinity')
         ORDER BY next_attempt_at, id
-        LIMIT (SELECT n FROM room) - (SELECT count(*) FROM expired)
+        LIMIT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0)
         FOR UPDATE SKIP LOCKED) AS r
     WHERE NOT (SELECT yes FROM paused)
-    LIMIT (SELECT n FROM room) - (SELECT count(*) FROM expired)
+    LIMIT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0)
 ), ` + admitCTEs + `
 )
 -- The rows to update are named by an array, not joined: a join's size
@@ -231,13 +230,13 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
 // higher one, and takes its slot for a held one: the generation only
 // grows. With no limit declared for the claim's queue or kinds, nothing
 // but the limits' primary key is read.
-const limitsCTEs = `limited AS (
+const slotsCTEs = `limited AS (
     -- The limits of the claim's queue and of the kinds it claims (every
     -- kind's when it claims any kind), each with the range of its slots'
     -- keys and a slot drawn at random, from which this claim reads its
     -- free slots: the held ones, most of them the lowest, are not read
     -- first.
-    SELECT l.scope, l.name, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + l.max_live AS past,
+    SELECT l.scope, l.name, l.id, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + l.max_live AS past,
         l.id::bigint * 100000 + floor(random() * l.max_live)::bigint AS start
     FROM {{schema}}.{{name "limits"}} AS l
     WHERE (l.scope = 'queue' AND l.name = $5)
@@ -259,6 +258,22 @@ const limitsCTEs = `limited AS (
             LIMIT $1
             FOR UPDATE SKIP LOCKED) AS below
         LIMIT $1) AS f
+)`
+
+// limitsCTEs follow expired: the slots its rows hold, whose leases ran
+// out (own); in a sweep, the held slots that are free (stale); and what
+// each limit admits (usable, room).
+const limitsCTEs = `own AS (
+    -- The slots of the expired leases this claim took: free, their
+    -- holders' leases over (read again under their locks, in expired).
+    SELECT l.scope, l.name, s.key FROM {{schema}}.{{name "limit_slots"}} AS s, limited AS l
+    WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM expired WHERE kind_slot IS NOT NULL
+                             UNION ALL
+                             SELECT queue_slot FROM expired WHERE queue_slot IS NOT NULL))
+      AND l.id = s.key / 100000 AND s.key < l.past
+      AND EXISTS (SELECT 1 FROM expired AS e WHERE e.id = s.holder AND e.generation = s.holder_gen)
+    ORDER BY s.key
+    FOR UPDATE OF s SKIP LOCKED
 ), stale AS (
     SELECT l.scope, l.name, f.key, f.holder, f.holder_gen, f.ended FROM limited AS l
     CROSS JOIN LATERAL (
@@ -270,8 +285,10 @@ const limitsCTEs = `limited AS (
           AND EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
                 AND (h.generation > s.holder_gen
                      OR (h.generation = s.holder_gen AND (h.status <> 'INPROGRESS' OR h.lease_until <= statement_timestamp()))))
+          AND $7::bigint = 0 AND s.key <> ALL (ARRAY(SELECT key FROM own))
         ORDER BY s.key
-        LIMIT $1 - (SELECT count(*) FROM open AS o WHERE o.scope = l.scope AND o.name = l.name)
+        LIMIT GREATEST($1 - (SELECT count(*) FROM open AS o WHERE o.scope = l.scope AND o.name = l.name)
+                           - (SELECT count(*) FROM own AS o WHERE o.scope = l.scope AND o.name = l.name), 0)
         FOR UPDATE SKIP LOCKED) AS f
 ), lapsed AS (
     SELECT h.id, h.generation FROM {{table}} AS h
@@ -284,6 +301,8 @@ const limitsCTEs = `limited AS (
     -- the i-th row claimed under the limit takes the i-th.
     SELECT l.scope, l.name, ARRAY(
         SELECT u.key FROM (SELECT scope, name, key FROM open
+                           UNION ALL
+                           SELECT scope, name, key FROM own
                            UNION ALL
                            SELECT s.scope, s.name, s.key FROM stale AS s
                            WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)) AS u
@@ -313,10 +332,13 @@ const admitCTEs = `candidates AS (
 ), ranked AS (
     SELECT c.id, c.kind, c.generation, c.ord, row_number() OVER (PARTITION BY c.kind ORDER BY c.ord) AS in_kind
     FROM candidates AS c
-), taken AS (
+), admitted AS (
     SELECT r.id, r.kind, r.generation, r.in_kind, row_number() OVER (ORDER BY r.ord) AS in_queue
     FROM ranked AS r
     WHERE r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
+), taken AS (
+    -- The expired leases are read before the queue's limit is known.
+    SELECT * FROM admitted WHERE in_queue <= (SELECT n FROM room)
 ), slotted AS (
     -- The slots each row claimed takes: the i-th row of a kind under its
     -- kind's limit takes the i-th free slot of it, the i-th row claimed
