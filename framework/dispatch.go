@@ -175,6 +175,9 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 		w.log.Warn("claim failed", "queue", q.name, "err", err)
 		return 0, err
 	}
+	if len(claims) > 0 {
+		q.limited.Store(heldBack)
+	}
 	returned := time.Now()
 	var dropped []int64
 	for _, c := range claims {

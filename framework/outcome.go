@@ -395,6 +395,9 @@ func (w *Worker) recorded(o outcome, r lease.Result) {
 		return
 	}
 	s := Settlement{Replayed: replayed, InHandlerTx: o.commitUnknown}
+	if a.q.limited.Load() && o.op() != lease.OpRenew && o.op() != lease.OpProgress {
+		signal(a.q.wake)
+	}
 	switch o.op() {
 	case lease.OpComplete, lease.OpCompleteAndDelete:
 		s.Outcome = OutcomeCompleted

@@ -18,6 +18,12 @@ type queue struct {
 	slotFreed   chan struct{} // a handler returned or an outcome was written; capacity 1
 	floors      floors        // where its claims start reading; shared by its claim loop and its sweep
 	drained     atomic.Bool   // its last claim found fewer rows than it could take (see writeTakingTurns)
+	// limited: a concurrency limit held back its last claim that took
+	// rows (an empty claim leaves it: the statement says so with its
+	// rows). Its outcomes then wake its claim loop as they are written:
+	// each may have given a slot back, and a claim need not wait for the
+	// notification to come back through the server.
+	limited atomic.Bool
 	wakeFrom    time.Time     // the earliest running lease its last next wake found: the next one's floor; its claim loop's own
 }
 
