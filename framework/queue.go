@@ -23,8 +23,8 @@ type queue struct {
 	// rows). Its outcomes then wake its claim loop as they are written:
 	// each may have given a slot back, and a claim need not wait for the
 	// notification to come back through the server.
-	limited atomic.Bool
-	wakeFrom    time.Time     // the earliest running lease its last next wake found: the next one's floor; its claim loop's own
+	limited  atomic.Bool
+	wakeFrom time.Time // the earliest running lease its last next wake found: the next one's floor; its claim loop's own
 }
 
 func newQueue(q Queue) *queue {
