@@ -64,6 +64,8 @@ type Store interface {
 	PauseQueue(ctx context.Context, queue string) (bool, error)
 	ResumeQueue(ctx context.Context, queue string) (bool, error)
 	Cancel(ctx context.Context, id int64, reason string) (lease.CancelResult, error)
+	WriteManyTakingTurns(ctx context.Context, req lease.ClaimRequest, writes ...lease.Write) ([]lease.Result, []leasework.Claim, error)
+	SetLimit(ctx context.Context, l lease.Limit, by string) (int, error)
 }
 
 // Environment variables between the suite and its child processes.
@@ -116,7 +118,8 @@ func Run(t *testing.T, target Target) {
 
 func properties() []property {
 	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(),
-		orderProperties(), queueProperties(), cancelProperties(), snoozeProperties(), copyProperties(), deadConnProperties())
+		orderProperties(), queueProperties(), limitProperties(), cancelProperties(), snoozeProperties(), copyProperties(),
+		deadConnProperties())
 }
 
 // suiteIdleConns is how many idle connections a pool the suite opens with
