@@ -74,6 +74,24 @@
 //     priority; a paused queue (Store.PauseQueue) gives nothing, not even
 //     an expired lease, while another queue runs and a live claim of it
 //     records its outcome, and after Store.ResumeQueue gives its rows again;
+//   - LimitHoldsUnderConcurrentClaims, LimitSlotFreesAtLeaseEnd,
+//     LimitComposesWithKeyOrder, KilledLimitHolderFreesItsSlotAtLeaseEnd
+//     and PausedLimitHolderIsRefusedAfterItsSlotIsReused: a concurrency
+//     limit (Store.SetLimit of a lease.Limit) holds across claimers. Eight
+//     claimers through the driver, completing, retrying, releasing and
+//     abandoning at random (seeded; the seed is logged) under a kind's
+//     limit and a queue's, with abandoned leases expired by fixture
+//     mid-run, never hold more live attempts than a limit allows, by a
+//     reader's count in one snapshot and by their own tally, and finish
+//     every row. An attempt whose owner is gone holds its slot until its
+//     lease runs out and no longer: the next claim reclaims it, and the old
+//     owner's late writes are refused and free nothing. Under a limit, a
+//     key's events still run one at a time in enqueue order, and a
+//     completion taking turns (Store.WriteManyTakingTurns) hands over no
+//     event a limit covers (a claim takes it). A child process holding the
+//     one slot, killed with SIGKILL or stopped with SIGSTOP, keeps it until
+//     the lease fixture, then the slot is reused; the stopped child,
+//     continued, has its completion, renewal and release refused;
 //   - CancelledAttemptCannotWriteAnything,
 //     CancelledEventIsNeverClaimedAndPassesItsKeyOn and
 //     CancelNeverUndoesACommittedCompletion: once Store.Cancel has marked a
@@ -171,16 +189,21 @@
 //
 // # Child processes
 //
-// KilledWorkerClaimIsRecovered (and KilledHeadIsClaimedBeforeFollowers)
-// re-executes the test binary (os.Args[0]) with
+// KilledWorkerClaimIsRecovered (and KilledHeadIsClaimedBeforeFollowers,
+// KilledLimitHolderFreesItsSlotAtLeaseEnd) re-executes the test binary
+// (os.Args[0]) with
 // -test.run narrowed to itself, as os/exec's helper-process tests do; the
 // child claims one row in autocommit mode, prints the claim, and waits to be
-// killed with SIGKILL. The child reaches Run through the same test function,
+// killed with SIGKILL. PausedLimitHolderIsRefusedAfterItsSlotIsReused's
+// child waits instead for a line on its stdin, is stopped with SIGSTOP
+// meanwhile, and once continued writes to its claim and prints how each
+// write went. The child reaches Run through the same test function,
 // so keep the code before Run cheap. The DSN and schema reach it through the
 // environment; a func cannot, so the child opens its pool with the
 // Target.OpenDB that the test function builds again in the child. Build
 // the factory in the test function, from nothing the parent process set up
-// before calling Run. On systems without SIGKILL the subtest is skipped.
+// before calling Run. On systems without SIGKILL (SIGSTOP, and a wait
+// that reports a stopped child) the subtest is skipped.
 //
 // # Lease expiry is a fixture
 //
@@ -225,6 +248,11 @@
 // (KilledWorkerClaimIsRecovered, StaleOwnerCannotComplete,
 // StaleOwnerCannotRetry, ExpiredOwnerCannotFinalize) and two pass, as in
 // the article; TestBaselineSelfTest asserts that.
+//
+// The limit properties fail against a store whose every limit admits one
+// attempt more than its Max (a SetLimit that declares Max + 1);
+// TestLimitSelfTest asserts that, with ClaimThenComplete passing as a
+// control.
 //
 // Every required method of leasework.Driver fails a property when it is
 // wrong. TestBrokenDrivers runs, in child processes, real drivers with one

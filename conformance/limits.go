@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -82,8 +83,13 @@ FROM `+e.fix.QualifiedTable()+`
 WHERE status = 'INPROGRESS' AND lease_until > now()`,
 		[]any{"a", "mail"}, []string{"kind a", "queue mail"}, []int{maxA, maxMail})
 
+	// A claimer that fails stops them all: the claims it holds would
+	// never end, and the others would wait for them until the watchdog.
+	run, stop := context.WithCancel(e.ctx)
+	defer stop()
 	var done atomic.Int64
 	errs := make(chan error, claimers)
+	fail := func(err error) { errs <- err; stop() }
 	var wg sync.WaitGroup
 	for w := range claimers {
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
@@ -95,17 +101,17 @@ WHERE status = 'INPROGRESS' AND lease_until > now()`,
 			req.Kinds = []string{"a"}
 		}
 		wg.Go(func() {
-			for n := 0; done.Load() < total; n++ {
+			for n := 0; done.Load() < total && run.Err() == nil; n++ {
 				req.Limit = 1 + (w+n)%4
 				got, err := e.store.Claim(e.ctx, req)
 				if err != nil {
-					errs <- fmt.Errorf("claimer %d: claim: %w", w, err)
+					fail(fmt.Errorf("claimer %d: claim: %w", w, err))
 					return
 				}
 				if len(got) == 0 {
 					// The rows left are held by others, or held back.
 					select {
-					case <-e.ctx.Done():
+					case <-run.Done():
 					case <-time.After(time.Millisecond):
 					}
 					continue
@@ -113,7 +119,7 @@ WHERE status = 'INPROGRESS' AND lease_until > now()`,
 				tally.add(got)
 				for _, c := range got {
 					if err := e.endAtRandom(rng, c, tally, &done); err != nil {
-						errs <- fmt.Errorf("claimer %d: %w", w, err)
+						fail(fmt.Errorf("claimer %d: %w", w, err))
 						return
 					}
 				}
@@ -125,6 +131,9 @@ WHERE status = 'INPROGRESS' AND lease_until > now()`,
 	close(errs)
 	for err := range errs {
 		e.t.Error(err)
+	}
+	if n := done.Load(); n < total {
+		e.t.Errorf("the claimers stopped with %d of the %d rows completed", n, total)
 	}
 	e.t.Logf("the reader counted %d times, at most %v live; the tally reached %v", reader.samples, reader.most, tally.most)
 	reader.report(e)
@@ -429,23 +438,28 @@ WHERE kind = $1 AND status = 'INPROGRESS' AND lease_until > now()`,
 		}
 	}
 
+	// A claimer that fails stops them all: the claims it holds would
+	// never end, and the others would wait for them until the watchdog.
+	run, stop := context.WithCancel(e.ctx)
+	defer stop()
 	var done atomic.Int64
 	errs := make(chan error, claimers)
+	fail := func(err error) { errs <- err; stop() }
 	var wg sync.WaitGroup
 	for w := range claimers {
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
 		wg.Go(func() {
 			var pending []leasework.Claim // claims to end, from claims and turns
-			for n := 0; done.Load() < total; n++ {
+			for n := 0; done.Load() < total && run.Err() == nil; n++ {
 				if len(pending) == 0 {
 					got, err := e.store.Claim(e.ctx, lease.ClaimRequest{Limit: 1 + (w+n)%3, Lease: testLease})
 					if err != nil {
-						errs <- fmt.Errorf("claimer %d: claim: %w", w, err)
+						fail(fmt.Errorf("claimer %d: claim: %w", w, err))
 						return
 					}
 					if len(got) == 0 {
 						select {
-						case <-e.ctx.Done():
+						case <-run.Done():
 						case <-time.After(time.Millisecond):
 						}
 						continue
@@ -487,7 +501,7 @@ WHERE kind = $1 AND status = 'INPROGRESS' AND lease_until > now()`,
 					}
 				}
 				if err != nil {
-					errs <- fmt.Errorf("claimer %d: row %d generation %d: %w", w, c.ID, c.Generation, err)
+					fail(fmt.Errorf("claimer %d: row %d generation %d: %w", w, c.ID, c.Generation, err))
 					return
 				}
 			}
@@ -498,6 +512,9 @@ WHERE kind = $1 AND status = 'INPROGRESS' AND lease_until > now()`,
 	close(errs)
 	for err := range errs {
 		e.t.Error(err)
+	}
+	if n := done.Load(); n < total {
+		e.t.Errorf("the claimers stopped with %d of the %d rows completed", n, total)
 	}
 	e.t.Logf("the reader counted %d times, at most %v live; the tally reached %v", reader.samples, reader.most, tally.most)
 	reader.report(e)
