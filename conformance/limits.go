@@ -409,8 +409,9 @@ WHERE kind = $1 AND status = 'INPROGRESS' AND lease_until > now()`,
 			violations = append(violations, fmt.Sprintf(format, args...))
 		}
 	}
-	// check records claims in the order of keys; it returns the claims to
-	// end, with the key taken out of flight for those to complete.
+	// check records claims (how: by a claim, or as a turn) against the
+	// order of their keys; finished takes a key out of flight, before the
+	// write that ends its row.
 	check := func(got []leasework.Claim, how string) {
 		mu.Lock()
 		defer mu.Unlock()
