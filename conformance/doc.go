@@ -84,7 +84,9 @@
 //     mid-run, never hold more live attempts than a limit allows, by a
 //     reader's count in one snapshot and by their own tally, and finish
 //     every row. An attempt whose owner is gone holds its slot until its
-//     lease runs out and no longer: the next claim reclaims it, and the old
+//     lease runs out and no longer: the next claim reclaims it, or, when
+//     it cannot take the row back (another queue's), a claim without a
+//     floor for expired leases takes the slot for another row; the old
 //     owner's late writes are refused and free nothing. Under a limit, a
 //     key's events still run one at a time in enqueue order, and a
 //     completion taking turns (Store.WriteManyTakingTurns) hands over no

@@ -314,6 +314,15 @@ func (r *liveReader) report(e *env) {
 // release are refused and free nothing: a claim still takes no row of kind
 // a. The row ends at the new owner's outcome (DONE at the second
 // generation), and then the slot goes to the next row of kind a.
+//
+// The same when the next claim cannot take the expired row back: a row of
+// kind a in queue other, claimed, its owner gone (lease expired by the
+// fixture), gives its slot to a claim of the default queue (one without a
+// floor for expired leases, as a worker's sweep is), which takes a READY
+// row of kind a; the gone owner's late completion is refused; a claim of
+// queue other then takes nothing (kind a is at its limit, and the expired
+// row has no slot to come back with), and once the default queue's row
+// completes, it reclaims the row at its next generation.
 func limitSlotFreesAtLeaseEnd(e *env) {
 	e.setLimit(lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
 	evs := e.enqueue(
@@ -351,6 +360,38 @@ func limitSlotFreesAtLeaseEnd(e *env) {
 	last := e.claim(10)
 	if len(last) != 1 || last[0].EventID != "a-2" {
 		e.t.Fatalf("claim after the new owner completed = %s; want a-2", eventIDs(last))
+	}
+	wantOK(e.t, "a-2's completion", e.write(lease.Complete(last[0].Ref())))
+
+	// A holder that the next claim cannot take back: another queue's.
+	other := func() []leasework.Claim {
+		e.t.Helper()
+		got, err := e.store.Claim(e.ctx, lease.ClaimRequest{Limit: 10, Lease: testLease, Queue: "other"})
+		wantOK(e.t, "claim of queue other", err)
+		return got
+	}
+	x := e.enqueue(lease.Event{Kind: "a", EventID: "x-1", Queue: "other"})[0]
+	gone := other()
+	if len(gone) != 1 || gone[0].ID != x.ID {
+		e.t.Fatalf("claim of queue other = %s; want x-1", eventIDs(gone))
+	}
+	e.enqueue(lease.Event{Kind: "a", EventID: "a-3"})
+	if got := e.claim(10); len(got) != 0 {
+		e.t.Fatalf("claim while x-1's owner holds kind a's slot = %s; want nothing", eventIDs(got))
+	}
+	e.expire(x.ID) // fixture: x-1's owner died, and its lease ran out
+	sweep := e.claim(10)
+	if len(sweep) != 1 || sweep[0].EventID != "a-3" {
+		e.t.Fatalf("claim of the default queue after x-1's lease ran out = %s; want a-3, with x-1's slot", eventIDs(sweep))
+	}
+	wantLost(e.t, "x-1's gone owner's late completion", e.write(lease.Complete(gone[0].Ref())))
+	if got := other(); len(got) != 0 {
+		e.t.Fatalf("claim of queue other while a-3 holds kind a's slot = %s; want nothing", eventIDs(got))
+	}
+	wantOK(e.t, "a-3's completion", e.write(lease.Complete(sweep[0].Ref())))
+	back := other()
+	if len(back) != 1 || back[0].ID != x.ID || back[0].Generation != e.gen(2) || !back[0].Reclaimed {
+		e.t.Fatalf("claim of queue other after a-3 completed = %+v; want x-1 alone, reclaimed at generation %d", back, e.gen(2))
 	}
 }
 
