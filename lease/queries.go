@@ -208,7 +208,7 @@ WHERE o.id = ANY (ARRAY(SELECT id FROM taken))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
     o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
-    o.snoozes, (SELECT yes FROM held_back)`
+    o.snoozes, (SELECT yes FROM held_back) AND (SELECT yes FROM held_whole) = 1`
 
 // limitsCTEs are the claim's reads of the concurrency limits it keeps
 // (migration 17): what each admits now (usable) and the most rows the
@@ -372,6 +372,14 @@ const admitCTEs = `candidates AS (
     SELECT jsonb_object_agg(id::text, jsonb_build_array(kind_slot, queue_slot)) AS m
     FROM slotted
     WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL
+), held_whole AS (
+    -- Every slot taken was written: the statement fails (division by
+    -- zero) rather than claim a row under a limit without its slot. A
+    -- slot this claim locked cannot go away (a lowered limit's delete
+    -- waits for the lock); a slot not written is a fault of the
+    -- statement, and the claim must not commit past it.
+    SELECT 1 / ((SELECT count(*) FROM held)
+                = (SELECT count(kind_slot) + count(queue_slot) FROM slotted))::integer AS yes
 ), held_back AS (
     SELECT (SELECT n FROM room) < $1
         OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)
