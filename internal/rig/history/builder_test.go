@@ -29,6 +29,7 @@ const (
 	tick    = "tick"
 	tickEv  = 1000 // ms between ticks
 	tickNam = "beat"
+	lim     = "lim" // a kind under a concurrency limit
 )
 
 var testPolicy = &Policy{InitialInterval: 10 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second}
@@ -265,6 +266,22 @@ func (b *builder) handleTx(row int64, worker string, ms int) *Write {
 	w := b.handle(row, worker, ms)
 	b.effect(row, w)
 	return w
+}
+
+// limit sets a concurrency limit: called at ms, returned at ms+1.
+func (b *builder) limit(scope, name string, max, ms int) {
+	b.h.Limits = append(b.h.Limits, Limit{Scope: scope, Name: name, Max: max, Invoked: b.at(ms), Returned: b.at(ms + 1)})
+}
+
+// renew renews row's lease by its owner at ms.
+func (b *builder) renew(row int64, ms int) *Write {
+	return b.write(row, b.cur[row].Worker, ms, func(s *State) { s.LeaseUntil = b.at(ms + lease) })
+}
+
+// expire is the expiry fixture on row at ms: its lease moved into the
+// past, as the soak's fixture moves it a second back.
+func (b *builder) expire(row int64, ms int) *Write {
+	return b.write(row, op, ms, func(s *State) { s.LeaseUntil = b.at(ms - 1000) })
 }
 
 // firing inserts schedule beat's firing at fire ms (by a worker) and

@@ -19,10 +19,11 @@ const (
 	Snoozes  = "snoozes"
 	Retries  = "retries"
 	Pauses   = "pauses"
+	Limits   = "limits"
 )
 
 // Properties lists every property, in order.
-var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses}
+var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses, Limits}
 
 // Violation is one broken promise.
 type Violation struct {
@@ -39,9 +40,12 @@ type Verdict struct {
 	// keyed rows (key_order), events (terminal), Transactional events
 	// DONE (effects), cancels that wrote (cancels), firings (ticks),
 	// snoozes written (snoozes), retries written (retries), pauses
-	// (pauses).
+	// (pauses), claims under a concurrency limit (limits).
 	Checked    map[string]int
 	Violations []Violation
+	// Limits is what the limits property found of each concurrency
+	// limit, per limit in force for the claims it checked.
+	Limits []LimitSeen
 	// Figures are counts for the report that no property judges: re-runs
 	// (a run returned nil, its completion was never written, and the event
 	// ran again), those outside every fault's window, deliveries beyond
@@ -97,6 +101,7 @@ func Check(h *History) Verdict {
 	c.checkTicks()
 	c.checkBudgets()
 	c.checkPauses()
+	c.checkLimits()
 	sort.SliceStable(c.v.Violations, func(i, j int) bool {
 		return propertyIndex(c.v.Violations[i].Property) < propertyIndex(c.v.Violations[j].Property)
 	})

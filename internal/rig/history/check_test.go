@@ -1,6 +1,7 @@
 package history
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,35 @@ func good() *builder {
 	b.handle(kd[0], "w1", 810)
 	b.handle(kd[1], "w1", 820)
 
+	// A kind under a limit of 2, always full: a claim takes the slot of
+	// an attempt that ended at that instant; one takes the slot of a
+	// killed owner's attempt at the instant its lease ran out; a renewal
+	// extends an attempt, and the expiry fixture ends it at its write
+	// (not at the lease it writes, a second earlier), when a claim takes
+	// its slot.
+	b.limit(ScopeKind, lim, 2, 880)
+	l := b.enqueue(900, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim}, ev{id: "l3", kind: lim}, ev{id: "l4", kind: lim})
+	b.claim(l[0], "w1", 902)
+	b.run(l[0], "w1", 903, 905, ResultOK, 0)
+	b.claim(l[1], "w6", 904)
+	b.run(l[1], "w6", 905, -1, "", 0)
+	b.h.Processes["w6"] = Process{Exited: b.at(910)}
+	b.finish(l[0], 906, Done)
+	b.claim(l[2], "w2", 906)
+	b.run(l[2], "w2", 907, 1100, ResultError, 0) // stopped, and told its lease was lost
+	b.renew(l[2], 950)
+	b.claim(l[3], "w3", 904+lease)
+	b.run(l[3], "w3", 904+lease+1, 904+lease+2, ResultOK, 0)
+	b.expire(l[2], 1010)
+	b.h.Faults = append(b.h.Faults, Fault{Kind: "stop", Worker: "w2", Start: b.at(1000), End: b.at(1101)})
+	b.claim(l[1], "w1", 1010)
+	b.run(l[1], "w1", 1011, 1012, ResultOK, 0)
+	b.finish(l[1], 1013, Done)
+	b.finish(l[3], 1015, Done)
+	b.claim(l[2], "w3", 1020)
+	b.run(l[2], "w3", 1021, 1022, ResultOK, 0)
+	b.finish(l[2], 1023, Done)
+
 	// A schedule's firings.
 	b.firing(1000, "w1")
 	b.firing(2000, "w2")
@@ -162,6 +192,9 @@ func TestGoodHistory(t *testing.T) {
 	}
 	if got, outside := v.Figures["reruns"], v.Figures["reruns_outside_faults"]; got != 2 || outside != 0 {
 		t.Errorf("reruns = %d, outside faults %d; want 2 (the stopped owners'), 0", got, outside)
+	}
+	if want := []LimitSeen{{Scope: ScopeKind, Name: lim, Max: 2, Claims: 6, MostLive: 2, Full: 4}}; !slices.Equal(v.Limits, want) {
+		t.Errorf("limits seen %+v, want %+v", v.Limits, want)
 	}
 	if !strings.HasPrefix(v.String(), "history: ok owners=") {
 		t.Errorf("verdict line %q", v)
@@ -635,6 +668,92 @@ var bad = []struct {
 		return b
 	}},
 
+	// limits
+	{"three attempts live under a limit of 2", Limits, "made 3 attempts live, above its limit of 2", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeKind, lim, 2, 0)
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim}, ev{id: "l3", kind: lim})
+		for i, w := range []string{"w1", "w2", "w3"} {
+			b.claim(l[i], w, 10+i)
+		}
+		for i, w := range []string{"w1", "w2", "w3"} {
+			b.run(l[i], w, 20, 21, ResultOK, 0)
+			b.finish(l[i], 22+i, Done)
+		}
+		return b
+	}},
+	{"a claim a microsecond before its slot's holder ended", Limits, "made 2 attempts live, above its limit of 1", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeKind, lim, 1, 0)
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+		b.claim(l[0], "w1", 10)
+		b.run(l[0], "w1", 11, 12, ResultOK, 0)
+		b.claim(l[1], "w2", 20)
+		b.h.Writes[len(b.h.Writes)-1].At = b.at(20).Add(-time.Microsecond)
+		b.finish(l[0], 20, Done)
+		b.run(l[1], "w2", 21, 22, ResultOK, 0)
+		b.finish(l[1], 23, Done)
+		return b
+	}},
+	{"a claim before a killed holder's lease ran out", Limits, "made 2 attempts live, above its limit of 1", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeKind, lim, 1, 0)
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+		b.claim(l[0], "w1", 10)
+		b.run(l[0], "w1", 11, -1, "", 0)
+		b.h.Processes["w1"] = Process{Exited: b.at(12)}
+		b.handle(l[1], "w2", 10+lease-1) // the lease of l1 runs until 110
+		b.handle(l[0], "w2", 10+lease+10)
+		return b
+	}},
+	{"a claim after the lease a renewal replaced", Limits, "made 2 attempts live, above its limit of 1", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeKind, lim, 1, 0)
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+		b.claim(l[0], "w1", 10)
+		b.renew(l[0], 60) // until 160
+		b.handle(l[1], "w2", 10+lease+10)
+		b.run(l[0], "w1", 11, 150, ResultOK, 0)
+		b.finish(l[0], 151, Done)
+		return b
+	}},
+	{"a claim between the lease the fixture wrote and the fixture's write", Limits, "made 2 attempts live, above its limit of 1", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeKind, lim, 1, 0)
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+		b.claim(l[0], "w1", 10)
+		b.run(l[0], "w1", 11, 90, ResultError, 0)
+		b.handle(l[1], "w2", 50)
+		b.expire(l[0], 60) // the lease of l1 moved to the past only now
+		b.handle(l[0], "w2", 70)
+		return b
+	}},
+	{"a claim under a lowered limit while the attempts admitted before run on", Limits, "made 2 attempts live, above its limit of 1", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeKind, lim, 2, 0)
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+		b.claim(l[0], "w1", 10)
+		b.limit(ScopeKind, lim, 1, 20)
+		b.claim(l[1], "w2", 30) // under the new limit of 1, with l1 live
+		for i, w := range []string{"w1", "w2"} {
+			b.run(l[i], w, 31, 32, ResultOK, 0)
+			b.finish(l[i], 40+i, Done)
+		}
+		return b
+	}},
+	{"a queue's limit", Limits, "queue \"bulk\": the claim by w2", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeQueue, "bulk", 1, 0)
+		l := b.enqueue(5, ev{id: "q1", queue: "bulk"}, ev{id: "q2", kind: txKind, queue: "bulk"})
+		b.claim(l[0], "w1", 10)
+		b.claim(l[1], "w2", 11)
+		b.run(l[0], "w1", 12, 13, ResultOK, 0)
+		b.finish(l[0], 14, Done)
+		b.run(l[1], "w2", 12, 13, ResultOK, 0)
+		b.effect(l[1], b.finish(l[1], 15, Done))
+		return b
+	}},
+
 	// pauses
 	{"a claim of a paused queue", Pauses, "while queue \"bulk\" was paused", func() *builder {
 		b := newBuilder()
@@ -716,5 +835,134 @@ func TestCancelEndsAMarkedRowOnceItsLeaseRanOut(t *testing.T) {
 		case !late && len(v.Of(Cancels)) == 0:
 			t.Errorf("a cancel that ended a marked row while its lease ran: %s; want a cancels violation", v)
 		}
+	}
+}
+
+// The limits property at its edges: each history is one a correct run can
+// record, and must hold; with the claim moved a microsecond earlier (or
+// the ambiguous setting made certain), it must fail.
+func TestLimitEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(b *builder, early bool)
+	}{
+		{"a claim at the instant the slot's holder ended", func(b *builder, early bool) {
+			b.limit(ScopeKind, lim, 1, 0)
+			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+			b.claim(l[0], "w1", 10)
+			b.run(l[0], "w1", 11, 12, ResultOK, 0)
+			b.finish(l[0], 20, Done)
+			b.claim(l[1], "w2", 20)
+			shift(b, early)
+			b.run(l[1], "w2", 21, 22, ResultOK, 0)
+			b.finish(l[1], 23, Done)
+		}},
+		{"a claim at the instant the holder's lease ran out", func(b *builder, early bool) {
+			b.limit(ScopeQueue, "bulk", 1, 0)
+			l := b.enqueue(5, ev{id: "q1", queue: "bulk"}, ev{id: "q2", queue: "bulk"})
+			b.claim(l[0], "w1", 10)
+			b.run(l[0], "w1", 11, -1, "", 0)
+			b.h.Processes["w1"] = Process{Exited: b.at(12)}
+			b.claim(l[1], "w2", 10+lease)
+			shift(b, early)
+			b.run(l[1], "w2", 10+lease+1, 10+lease+2, ResultOK, 0)
+			b.finish(l[1], 10+lease+3, Done)
+			b.handle(l[0], "w2", 10+lease+5)
+		}},
+		{"a claim at the instant of the expiry fixture's write", func(b *builder, early bool) {
+			b.limit(ScopeKind, lim, 1, 0)
+			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+			b.claim(l[0], "w1", 10)
+			b.run(l[0], "w1", 11, 90, ResultError, 0)
+			b.expire(l[0], 50)
+			b.claim(l[1], "w2", 50)
+			shift(b, early)
+			b.run(l[1], "w2", 51, 52, ResultOK, 0)
+			b.finish(l[1], 53, Done)
+			b.handle(l[0], "w2", 60)
+		}},
+		{"a claim at the instant a renewed lease ran out", func(b *builder, early bool) {
+			b.limit(ScopeKind, lim, 1, 0)
+			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+			b.claim(l[0], "w1", 10)
+			b.run(l[0], "w1", 11, -1, "", 0)
+			// Its guard passed before the lease ran out, its write came
+			// after: the lease is the renewal's.
+			w := b.renew(l[0], 10+lease-1)
+			w.At = b.at(10 + lease + 1)
+			b.h.Processes["w1"] = Process{Exited: b.at(10 + lease + 2)}
+			b.claim(l[1], "w2", 10+2*lease-1)
+			shift(b, early)
+			b.run(l[1], "w2", 10+2*lease, 10+2*lease+1, ResultOK, 0)
+			b.finish(l[1], 10+2*lease+2, Done)
+			b.handle(l[0], "w2", 10+2*lease+5)
+		}},
+		{"a lowered limit: the attempts admitted before run on, the next claim waits for them", func(b *builder, early bool) {
+			b.limit(ScopeKind, lim, 3, 0)
+			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim}, ev{id: "l3", kind: lim}, ev{id: "l4", kind: lim})
+			for i, w := range []string{"w1", "w2", "w3"} {
+				b.claim(l[i], w, 10+i)
+			}
+			b.limit(ScopeKind, lim, 1, 20)
+			for i, w := range []string{"w1", "w2", "w3"} {
+				b.run(l[i], w, 30, 31, ResultOK, 0)
+				b.finish(l[i], 40+i, Done)
+			}
+			b.claim(l[3], "w1", 42)
+			shift(b, early)
+			b.run(l[3], "w1", 43, 44, ResultOK, 0)
+			b.finish(l[3], 45, Done)
+		}},
+		{"a claim whose statement began before a lowering returned keeps the limit before", func(b *builder, early bool) {
+			b.limit(ScopeKind, lim, 2, 0)
+			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+			b.claim(l[0], "w1", 10)
+			b.limit(ScopeKind, lim, 1, 20) // called at 20, returned at 21
+			w := b.claim(l[1], "w2", 22)
+			w.Stmt = b.at(21)
+			if early {
+				w.Stmt = b.at(21).Add(time.Microsecond) // it began after: the new limit binds it
+			}
+			for i, w := range []string{"w1", "w2"} {
+				b.run(l[i], w, 30, 31, ResultOK, 0)
+				b.finish(l[i], 40+i, Done)
+			}
+		}},
+		{"an attempt claimed before the limit was declared holds no slot", func(b *builder, early bool) {
+			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+			b.claim(l[0], "w1", 10)
+			b.limit(ScopeKind, lim, 1, 20)
+			if early {
+				b.h.Limits[0].Invoked, b.h.Limits[0].Returned = b.at(0), b.at(1)
+			}
+			b.claim(l[1], "w2", 30)
+			for i, w := range []string{"w1", "w2"} {
+				b.run(l[i], w, 31, 32, ResultOK, 0)
+				b.finish(l[i], 40+i, Done)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBuilder()
+			tc.build(b, false)
+			if v := Check(&b.h); !v.OK() || v.Checked[Limits] == 0 {
+				t.Errorf("%s\n%s", v, violations(v))
+			}
+			b = newBuilder()
+			tc.build(b, true)
+			v := Check(&b.h)
+			if len(v.Of(Limits)) == 0 {
+				t.Errorf("moved over the edge: %s; want a limits violation", v)
+			}
+			t.Logf("over the edge: %s", violations(v))
+		})
+	}
+}
+
+// shift moves the last write, a claim, a microsecond earlier when early.
+func shift(b *builder, early bool) {
+	if early {
+		w := &b.h.Writes[len(b.h.Writes)-1]
+		w.Stmt, w.At = w.Stmt.Add(-time.Microsecond), w.At.Add(-time.Microsecond)
 	}
 }

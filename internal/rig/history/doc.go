@@ -17,7 +17,7 @@
 //     handler's transaction ([Effect]);
 //   - the test's own calls, with their invocation and return times and
 //     their results: enqueues ([Enqueue]), cancels ([Cancel]), pauses of a
-//     queue ([Pause]).
+//     queue ([Pause]), settings of concurrency limits ([Limit]).
 //
 // Every time is one machine's wall clock: the database server, the worker
 // processes and the test run side by side.
@@ -65,4 +65,15 @@
 //     the policy's delay for its count of failures, snoozes not counted.
 //   - pauses: no claim of a paused queue's row starts between the pause's
 //     return and the resume's call.
+//   - limits: no claim of a kind or a queue under a concurrency limit makes
+//     more attempts of it live than the limit in force for the claim: the
+//     last setting that returned before the claim's statement began (the
+//     larger of two while a setting was under way), so that a lowered
+//     limit lets the attempts admitted before it run on, and admits none
+//     until fewer than its new Max are live. An attempt is live here in
+//     the database, not in its handler: from its claim's write to the
+//     earliest of the write that ends it (any write that takes its row off
+//     its generation or out of INPROGRESS) and the end of its lease (the
+//     last lease_until its generation got; a write that moves it into the
+//     past, the expiry fixture, ends it at that write).
 package history

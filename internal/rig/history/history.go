@@ -31,6 +31,10 @@ type History struct {
 	// Pauses are the test's pauses of a queue.
 	Pauses []Pause
 
+	// Limits are the test's settings of concurrency limits, those of one
+	// limit made one after another: the first declares it.
+	Limits []Limit
+
 	// Processes are the worker processes by worker id.
 	Processes map[string]Process
 
@@ -223,6 +227,26 @@ type Cancel struct {
 type Pause struct {
 	Queue           string
 	Paused, Resumed time.Time
+}
+
+// The scopes of a [Limit], as lease names them.
+const (
+	ScopeKind  = "kind"  // the attempts of one kind, in every queue
+	ScopeQueue = "queue" // the attempts of one queue, of every kind
+)
+
+// Limit is one setting of a concurrency limit by the test (lease's
+// Store.SetLimit): claims that begin after it committed, somewhere between
+// Invoked and Returned, admit an attempt of the kind (Scope [ScopeKind])
+// or of the queue ([ScopeQueue]) Name only while fewer than Max are live.
+// A setting whose call failed and was made again, with the same Max, is
+// one setting, from the first call's invocation to the return of the call
+// that succeeded. Returned is zero when no call succeeded: the setting may
+// have committed or not.
+type Limit struct {
+	Scope, Name       string
+	Max               int
+	Invoked, Returned time.Time
 }
 
 // Process is one worker process.

@@ -1,0 +1,193 @@
+package history
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// LimitSeen is what the limits property found of one concurrency limit,
+// for the claims checked against one Max: the limit in force for each
+// claim (the larger of two, for a claim that may have read either).
+type LimitSeen struct {
+	Scope, Name string
+	Max         int
+	Claims      int // claims checked against Max
+	MostLive    int // the most attempts live at one of those claims, itself included
+	Full        int // claims that made Max attempts live: the limit was reached
+}
+
+// attempt is one claim under a limit and its life in the database.
+type attempt struct {
+	r          *row
+	claim      *Write
+	start, end time.Time // [start, end)
+	allowed    int       // the most live attempts its claim may admit
+}
+
+// checkLimits checks every concurrency limit the test set.
+func (c *checker) checkLimits() {
+	type ident struct{ scope, name string }
+	var order []ident
+	sets := map[ident][]Limit{}
+	for _, l := range c.h.Limits {
+		if l.Scope != ScopeKind && l.Scope != ScopeQueue || l.Max < 0 {
+			c.fail(Limits, nil, "a limit setting of scope %q, name %q, max %d: want scope %q or %q and a max of 0 or more",
+				l.Scope, l.Name, l.Max, ScopeKind, ScopeQueue)
+			continue
+		}
+		id := ident{l.Scope, l.Name}
+		if _, ok := sets[id]; !ok {
+			order = append(order, id)
+		}
+		sets[id] = append(sets[id], l)
+	}
+	for _, id := range order {
+		c.checkLimit(id.scope, id.name, sets[id])
+	}
+}
+
+// checkLimit checks one limit: no claim of its kind or queue admitted an
+// attempt while the limit in force for it had as many live already.
+//
+// An attempt is live in the database over [start, end) of its span (see
+// row.span). The ends are exclusive, and the starts are late enough,
+// for a correct run never to show more than the limit: a claim takes a
+// slot an ending write freed only after that write committed, so its own
+// write (and the clock its audit reads) comes after the ending write's;
+// it takes a slot whose holder's lease ran out only when that lease is
+// at most its statement's time, which is at most its write's. The claim's
+// write comes before its commit, and the ending write before its own, so
+// the intervals are, if anything, longer at their start and shorter at
+// their end than the database's, and the order between them is kept.
+//
+// The count is taken at each claim, so a lowered limit is checked as the
+// database keeps it: attempts admitted before it run on, and no claim
+// admits another until fewer than the new Max are live.
+func (c *checker) checkLimit(scope, name string, sets []Limit) {
+	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Invoked.Before(sets[j].Invoked) })
+	var atts []*attempt
+	for _, r := range c.ordered {
+		if (scope == ScopeKind && r.kind != name) || (scope == ScopeQueue && r.queue != name) {
+			continue
+		}
+		for _, cl := range r.claims {
+			allowed, bound := limitFor(sets, cl)
+			if !bound {
+				continue // claimed before the limit surely was in force: it may hold no slot
+			}
+			start, end := r.span(cl)
+			if !end.After(start) {
+				continue // never live: owners reports a lease given already over
+			}
+			atts = append(atts, &attempt{r: r, claim: cl, start: start, end: end, allowed: allowed})
+		}
+	}
+	sort.SliceStable(atts, func(i, j int) bool {
+		if !atts[i].start.Equal(atts[j].start) {
+			return atts[i].start.Before(atts[j].start)
+		}
+		return atts[i].claim.Seq < atts[j].claim.Seq
+	})
+	seen := map[int]*LimitSeen{}
+	var live []*attempt
+	for _, a := range atts {
+		kept := live[:0]
+		for _, x := range live {
+			if x.end.After(a.start) {
+				kept = append(kept, x)
+			}
+		}
+		live = append(kept, a)
+		n := len(live)
+		c.v.Checked[Limits]++
+		s := seen[a.allowed]
+		if s == nil {
+			s = &LimitSeen{Scope: scope, Name: name, Max: a.allowed}
+			seen[a.allowed] = s
+		}
+		s.Claims++
+		s.MostLive = max(s.MostLive, n)
+		if n == a.allowed {
+			s.Full++
+		}
+		if n > a.allowed {
+			others := make([]string, 0, n-1)
+			for _, x := range live[:n-1] {
+				others = append(others, fmt.Sprintf("row %d generation %d by %s, live %s to %s",
+					x.r.id, x.claim.New.Generation, x.claim.Writer, ts(x.start), ts(x.end)))
+			}
+			c.fail(Limits, a.r, "%s %q: the claim by %s at %s (generation %d, live to %s) made %d attempts live, above its limit of %d: %s",
+				scope, name, a.claim.Writer, ts(a.start), a.claim.New.Generation, ts(a.end), n, a.allowed, strings.Join(others, "; "))
+		}
+	}
+	maxes := make([]int, 0, len(seen))
+	for m := range seen {
+		maxes = append(maxes, m)
+	}
+	sort.Ints(maxes)
+	for _, m := range maxes {
+		c.v.Limits = append(c.v.Limits, *seen[m])
+	}
+}
+
+// limitFor returns the most live attempts claim cl may admit under a
+// limit's settings (made one after another, in order), and whether the
+// limit surely bound it. A setting binds a claim whose statement began
+// after the setting returned; one that returned later (or never) but was
+// invoked before the claim's write may have committed before the claim's
+// snapshot, or not: the claim may keep either, and the larger is allowed.
+// (The write's clock reads microseconds: one is added, so that a setting
+// invoked within the microsecond of the write counts as maybe.)
+func limitFor(sets []Limit, cl *Write) (allowed int, bound bool) {
+	for _, l := range sets {
+		switch {
+		case !l.Returned.IsZero() && l.Returned.Before(cl.Stmt):
+			allowed, bound = l.Max, true
+		case bound && l.Invoked.Before(cl.At.Add(time.Microsecond)):
+			allowed = max(allowed, l.Max)
+		}
+	}
+	return allowed, bound
+}
+
+// span returns the interval [start, end) over which the attempt claim cl
+// began was live in the database: from the claim's write to the earliest
+// of the write that ended it (a write that moved the row off the claim's
+// generation or out of INPROGRESS, or deleted it) and the end of its
+// lease, as a claim reads the lease: a renewal extends it; a write that
+// moves it into the past (the expiry fixture) ends it at that write, from
+// whose commit on a claim sees it over; a lease that ran out before a
+// write began ends the attempt where it ran out. A renewal whose guard
+// passed before the lease ran out extends it even if its write came a
+// little after: no claim takes the slot of a holder whose row is locked.
+func (r *row) span(cl *Write) (start, end time.Time) {
+	gen := cl.New.Generation
+	lease := cl.New.LeaseUntil
+	for _, w := range r.writes {
+		if w.Seq <= cl.Seq {
+			continue
+		}
+		if w.Op == Delete || w.New.Generation != gen || w.New.Status != InProgress {
+			return cl.At, earliest(lease, w.At)
+		}
+		if !lease.After(w.Stmt) {
+			return cl.At, lease // it ran out before this write began
+		}
+		if w.New.LeaseUntil.After(w.At) {
+			lease = w.New.LeaseUntil
+		} else {
+			lease = earliest(lease, w.At)
+		}
+	}
+	return cl.At, lease
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
