@@ -41,6 +41,9 @@ var breaks = map[string]libraryBreak{
 	"floors-only":     {"the worker's claims never read from the oldest once they have floors: a row due before its floor waits for ever", []string{history.Terminal}},
 
 	"keys-listed-reversed": {"the commit-time step puts a transaction's keyed rows in line last inserted first", []string{history.KeyOrder}},
+	"limit-off-by-one":     {"the claim admits one attempt more than a concurrency limit allows, without a slot", []string{history.Limits}},
+	"limit-ignores-holder-lease": {"the claim takes the slot of a holder whose lease ran out in its snapshot without locking the holder's row: a renewal committed meanwhile is missed",
+		[]string{history.Limits}},
 }
 
 // breakOf returns the break $LEASEWORK_BREAK names, "" for none.

@@ -199,6 +199,7 @@ func runWorker(id string) int {
 		{snoozyKind, leasework.HandlerFunc(h.snoozy), snoozyPolicy},
 		{tickKind, leasework.HandlerFunc(h.simple), soakPolicy},
 		{probeKind(slot), leasework.HandlerFunc(h.simple), soakPolicy},
+		{edgeKind, leasework.HandlerFunc(h.simple), soakPolicy},
 	} {
 		if err := w.Register(k.kind, k.h, k.policy); err != nil {
 			return fail(err)

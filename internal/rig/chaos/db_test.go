@@ -57,6 +57,12 @@ func withApp(dsn, app string) (string, error) {
 // and for one row in the order they committed (the second writer of a row
 // waits for the first's commit before its own write). What the writes mean
 // is the history checker's business (internal/rig/history).
+//
+// One more trigger slows the commit of the slow renewals (limits_test.go):
+// deferred to the commit of a renewal written as edgeApp, it sleeps
+// edgeSlow there, the renewed row locked and its new lease not yet seen
+// by anyone, as the commit of a renewal that waits for a slow synchronous
+// standby would.
 func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 	events := s.QualifiedTable()
 	for _, q := range []string{
@@ -99,6 +105,17 @@ func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 		END $$`,
 		`CREATE TRIGGER soak_audit AFTER INSERT OR UPDATE OR DELETE ON ` + events + `
 			FOR EACH ROW EXECUTE FUNCTION "soak"."audit"()`,
+		`CREATE FUNCTION "soak"."slow_commit"() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_sleep(` + fmt.Sprint(edgeSlow.Seconds()) + `);
+			RETURN NULL;
+		END $$`,
+		`CREATE CONSTRAINT TRIGGER soak_slow_commit AFTER UPDATE ON ` + events + `
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+			WHEN (current_setting('application_name') = '` + edgeApp + `'
+				AND OLD.status = 'INPROGRESS' AND NEW.status = 'INPROGRESS' AND OLD.generation = NEW.generation
+				AND OLD.lease_until IS DISTINCT FROM NEW.lease_until)
+			EXECUTE FUNCTION "soak"."slow_commit"()`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("create the sink, the effects and the audit: %w", err)

@@ -30,6 +30,7 @@ func (s *soak) readHistory(ctx context.Context) (*history.History, error) {
 			txKind:     {Transactional: true, Policy: policy(soakPolicy)},
 			snoozyKind: {Policy: policy(snoozyPolicy)},
 			tickKind:   {Policy: policy(soakPolicy)},
+			edgeKind:   {Policy: policy(soakPolicy)},
 		},
 		Schedules: []history.Schedule{{Name: tickName, Kind: tickKind, Every: tickEvery}},
 		Processes: map[string]history.Process{},
@@ -42,6 +43,7 @@ func (s *soak) readHistory(ctx context.Context) (*history.History, error) {
 	h.Enqueues = append(h.Enqueues, s.enqueues...)
 	h.Cancels = append(h.Cancels, s.cancels...)
 	h.Pauses = append(h.Pauses, s.pauses...)
+	h.Limits = append(h.Limits, s.limits...)
 	h.Faults = append(h.Faults, s.faultWindows...)
 	h.Settled = s.settled
 	all := s.all

@@ -4,10 +4,14 @@ package chaos
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/rig/history"
+	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
 
@@ -23,11 +27,33 @@ const (
 	limitSetter    = "soak" // who sets them, for the limits' audit
 )
 
+// The slow renewals: the edge kind has one slot, which the test holds now
+// and then with a claim of its own (as a worker whose application_name
+// is edgeApp) while events of the kind wait for it. It renews that claim
+// edgeEarly before its lease runs out, and the renewal's commit waits
+// edgeSlow (a deferred trigger sleeps in it, as a slow commit would, see
+// createTables): the lease runs out in the claim's snapshot of every
+// claim made meanwhile, but the holder's row is locked by the renewal,
+// which then commits. No claim may take the slot meanwhile: the attempt
+// holds it under the lease the renewal gave it. Then the test releases
+// its claim, and the workers handle the event.
+const (
+	edgeKind  = "edge"
+	edgeLimit = 1
+	edgeApp   = "soak-edge"
+	edgeLease = 2 * time.Second
+	edgeEarly = 400 * time.Millisecond
+	edgeSlow  = 1200 * time.Millisecond
+	// edgeWaiting is how many events of the kind wait for the slot.
+	edgeWaiting = 2
+)
+
 // declareLimits declares the soak's limits.
 func (s *soak) declareLimits(ctx context.Context) error {
 	for _, l := range []lease.Limit{
 		{Scope: lease.ScopeKind, Name: txKind, Max: txLimit},
 		{Scope: lease.ScopeQueue, Name: bulkQueue, Max: bulkLimit},
+		{Scope: lease.ScopeKind, Name: edgeKind, Max: edgeLimit},
 	} {
 		if err := s.setLimit(ctx, l); err != nil {
 			return err
@@ -78,4 +104,107 @@ func (s *soak) limitLoop(ctx context.Context, injected <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// slowRenewalLoop makes slow renewals, one after another with a pause
+// between, while the faults are done. One that fails (the server
+// restarts, say) is left: its claim's lease runs out, and a worker takes
+// its event.
+func (s *soak) slowRenewalLoop(ctx context.Context, injected <-chan struct{}) {
+	rng := rand.New(rand.NewPCG(s.seed, 6))
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-injected:
+			return
+		case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
+		}
+		err := s.slowRenewal(ctx, n)
+		s.mu.Lock()
+		switch {
+		case err == nil:
+			s.slowRenewals++
+		case errors.Is(err, errSlotBusy):
+		default:
+			s.slowMissed++
+		}
+		s.mu.Unlock()
+		s.tracef("slow renewal %d: %v", n, err)
+	}
+}
+
+// errSlotBusy: the slow renewal found the edge kind's slot held.
+var errSlotBusy = errors.New("the slot is held")
+
+// slowRenewal makes slow renewal n: it enqueues an event of the edge kind
+// and claims it in one transaction (no worker sees it READY), enqueues
+// edgeWaiting more, renews the claim edgeEarly before its lease runs out,
+// with a commit edgeSlow long, and releases it. It returns errSlotBusy
+// when another attempt held the slot, and an error when the renewal was
+// refused or a statement failed.
+func (s *soak) slowRenewal(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, edgeLease+edgeSlow+10*time.Second)
+	defer cancel()
+	held := fmt.Sprintf("edge-%d-0", n)
+	claim, err := s.enqueueAndClaim(ctx, held)
+	switch {
+	case err != nil:
+		return err
+	case claim == nil:
+		return errSlotBusy
+	}
+	var waiting []lease.Event
+	var recorded []history.Event
+	for i := 1; i <= edgeWaiting; i++ {
+		id := fmt.Sprintf("edge-%d-%d", n, i)
+		waiting = append(waiting, lease.Event{EventID: id, Kind: edgeKind, MaxAttempts: maxAttempts})
+		recorded = append(recorded, history.Event{EventID: id, Kind: edgeKind})
+	}
+	invoked := time.Now()
+	_, err = pgtest.EnqueueCommitted(ctx, s.store, waiting...)
+	s.record(history.Enqueue{Invoked: invoked, Returned: time.Now(), Acked: err == nil, Events: recorded})
+	if err != nil {
+		return err
+	}
+	if !sleep(ctx, time.Until(claim.LeaseUntil.Add(-edgeEarly))) {
+		return ctx.Err()
+	}
+	if _, err := s.edge.Write(ctx, lease.Renew(claim.Ref(), edgeLease)); err != nil {
+		return fmt.Errorf("renew %s: %w", held, err)
+	}
+	if _, err := s.edge.Write(ctx, lease.Release(claim.Ref())); err != nil {
+		return fmt.Errorf("release %s: %w", held, err)
+	}
+	return nil
+}
+
+// enqueueAndClaim enqueues event id of the edge kind, and claims it (or
+// another event of the kind waiting) as edgeApp in the same transaction.
+// It returns nil when the kind's slot was held, and records the enqueue.
+func (s *soak) enqueueAndClaim(ctx context.Context, id string) (claim *leasework.Claim, err error) {
+	invoked := time.Now()
+	defer func() {
+		s.record(history.Enqueue{Invoked: invoked, Returned: time.Now(), Acked: err == nil,
+			Events: []history.Event{{EventID: id, Kind: edgeKind}}})
+	}()
+	tx, err := s.edge.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	if _, err := s.edge.Enqueue(ctx, tx, lease.Event{EventID: id, Kind: edgeKind, MaxAttempts: maxAttempts}); err != nil {
+		return nil, err
+	}
+	claims, err := s.edge.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: 1, Lease: edgeLease, Kinds: []string{edgeKind}, Worker: edgeApp})
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	return &claims[0], nil
 }

@@ -5,6 +5,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,28 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 				fail("no cancel hit a %s event: the soak did not exercise it", strings.TrimPrefix(fig, "cancelled_"))
 			}
 		}
+		// Each limit bound: a claim made its declared Max live.
+		for _, l := range []struct {
+			scope, name string
+			max         int
+		}{{history.ScopeKind, txKind, txLimit}, {history.ScopeQueue, bulkQueue, bulkLimit}, {history.ScopeKind, edgeKind, edgeLimit}} {
+			if !slices.ContainsFunc(v.Limits, func(x history.LimitSeen) bool {
+				return x.Scope == l.scope && x.Name == l.name && x.Max == l.max && x.Full > 0
+			}) {
+				fail("no claim of %s %s made %d attempts live, its limit: the soak did not reach it", l.scope, l.name, l.max)
+			}
+		}
+	}
+	var limits []string
+	for _, l := range v.Limits {
+		limits = append(limits, fmt.Sprintf("%s %s under %d: %d claims, at most %d live, %d reached it",
+			l.Scope, l.Name, l.Max, l.Claims, l.MostLive, l.Full))
+	}
+	s.mu.Lock()
+	settings, slowRenewals, slowMissed := len(s.limits), s.slowRenewals, s.slowMissed
+	s.mu.Unlock()
+	if s.brk == "" && slowRenewals == 0 {
+		fail("no slow renewal was made (%d failed): the soak did not exercise a renewal committed after its lease's end", slowMissed)
 	}
 
 	t.Logf("soak phases: %v", &s.phases)
@@ -97,6 +120,7 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		cancels, v.Figures["cancelled_inprogress"], v.Figures["cancelled_waiting"], v.Figures["cancelled_ready"], v.Figures["cancelled_ran_on_ms"],
 		pauses, v.Figures["ticks_missed"],
 		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned, sum.RerunsFromAbandonedOutcomes, splits)
+	t.Logf("soak limits (%d settings; slow renewals %d, failed %d): %s", settings, slowRenewals, slowMissed, strings.Join(limits, "; "))
 	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
 		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
 		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))

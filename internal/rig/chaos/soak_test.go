@@ -80,7 +80,8 @@ type soak struct {
 	admin   *sql.DB       // the test's checks and fixtures
 	store   *lease.Store  // the enqueuer's, through pgx: every batch by INSERT
 	copier  *lease.Store  // the enqueuer's other, through lib/pq: every batch by COPY
-	ops     *lease.Store  // the operator's: cancels, pauses
+	ops     *lease.Store  // the operator's: cancels, pauses, limits
+	edge    *lease.Store  // the slow renewals' (limits_test.go), as a worker of its own
 	front   *pgtest.Proxy // the long run's: the test's own sessions reach the primary through it
 	runsDir string        // the workers' runs files
 	cancel  context.CancelFunc
@@ -103,6 +104,9 @@ type soak struct {
 	enqueues        []history.Enqueue
 	cancels         []history.Cancel
 	pauses          []history.Pause
+	limits          []history.Limit
+	slowRenewals    int // slow renewals made (limits_test.go)
+	slowMissed      int // slow renewals that failed: refused, or a statement failed
 	faultWindows    []history.Fault
 	settled         time.Time // when the drain began
 	phases          phases
@@ -170,6 +174,8 @@ func TestSoak(t *testing.T) {
 	load.Go(func() { s.enqueueLoop(ctx, injected) })
 	load.Go(func() { s.cancelLoop(ctx, injected) })
 	load.Go(func() { s.pauseLoop(ctx, injected) })
+	load.Go(func() { s.limitLoop(ctx, injected) })
+	load.Go(func() { s.slowRenewalLoop(ctx, injected) })
 	s.inject(ctx)
 	close(injected)
 	load.Wait()
@@ -242,8 +248,9 @@ func (s *soak) tracef(format string, args ...any) {
 	}
 }
 
-// setup creates the schema, the sink, the effects and the audit, starts
-// the long run's standby, and starts the workers.
+// setup creates the schema, the sink, the effects and the audit,
+// declares the limits, starts the long run's standby, and starts the
+// workers.
 func (s *soak) setup(ctx context.Context) error {
 	pgx := pgtest.Drivers[0].New()
 	front := server.DSN()
@@ -286,6 +293,13 @@ func (s *soak) setup(ctx context.Context) error {
 	if s.ops, err = lease.New(opsDB, pgx, lease.Options{Schema: soakSchema}); err != nil {
 		return err
 	}
+	edgeDB, err := open(edgeApp)
+	if err != nil {
+		return err
+	}
+	if s.edge, err = lease.New(edgeDB, pgx, lease.Options{Schema: soakSchema}); err != nil {
+		return err
+	}
 	pq := pgtest.Drivers[1].New()
 	copyDB, err := openWith(pq, enqueuerApp)
 	if err != nil {
@@ -299,6 +313,9 @@ func (s *soak) setup(ctx context.Context) error {
 	}
 	if err := createTables(ctx, s.admin, s.store); err != nil {
 		return err
+	}
+	if err := s.declareLimits(ctx); err != nil {
+		return fmt.Errorf("declare the limits: %w", err)
 	}
 	if s.cfg.failovers > 0 {
 		standby, err := pgserver.StartStandby(ctx, server, serverOptions())
@@ -399,7 +416,7 @@ func (s *soak) cleanupOnce() {
 		}
 		s.admin.Close()
 	}
-	for _, st := range []*lease.Store{s.store, s.copier, s.ops} {
+	for _, st := range []*lease.Store{s.store, s.copier, s.ops, s.edge} {
 		if st != nil {
 			st.DB().Close()
 		}
