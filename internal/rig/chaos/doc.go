@@ -43,6 +43,8 @@
 //   - snoozy: snoozes one to three times (leasework.Snooze), fails once,
 //     then succeeds, under a retry policy that caps attempts at 3;
 //   - tick: the schedule's firings;
+//   - edge: writes a receipt; under a limit of one, for the slow renewals
+//     (below);
 //   - a probe kind per worker, for the recovery checks.
 //
 // Payloads ask the plain and tx handlers to succeed, to fail for good, to
@@ -60,6 +62,19 @@
 // later. A canceller cancels running chain heads most, and other running,
 // waiting, not yet due and finished events. The bulk queue is paused and
 // resumed now and then.
+//
+// Concurrency limits are declared before the workers start, small enough
+// to bind: the tx kind at 2 live attempts (48 handler slots of the four
+// workers serve it), the bulk queue at 3 (16 serve it), the edge kind at
+// 1. While the faults are done, the tx kind's limit is lowered to 1 now
+// and then, for a while, and raised again; each setting is recorded with
+// its call's and its return's times. Now and then the test holds the edge kind's slot with a claim of
+// its own (as a worker named soak-edge: the event enqueued and claimed in
+// one transaction), enqueues two more events of the kind, and renews its
+// claim 400ms before the lease runs out, its commit held 1.2s by a
+// deferred trigger, as a slow synchronous standby would hold it: the
+// claims made meanwhile see the lease over in their snapshot, and the
+// holder's row locked. Then it releases its claim (a slow renewal).
 //
 // # The faults
 //
@@ -107,17 +122,24 @@
 // (effects); a cancelled attempt's effect never commits (cancels); one
 // firing per schedule tick (ticks); snoozes never spend a budget
 // (snoozes); retries wait the delay asked or the policy's (retries); no
-// claim of a paused queue (pauses). A history with violations is written
-// to the temporary directory, and the run says where.
+// claim of a paused queue (pauses); no claim makes more attempts of a
+// limited kind or queue live in the database than the limit in force for
+// it (limits: the live attempts counted at each claim, from its write to
+// the write that ends each or its lease's end). A history with violations
+// is written to the temporary directory, and the run says where.
 //
 // Besides: every event enqueued before the drain finishes, every worker
 // picks up a probe well within PollInterval (30s) by NOTIFY after the last
 // fault, stops with status 0 on SIGTERM within a bound, and none exited by
-// itself, panicked or hung; and every property checked something. The run
-// ends with its figures and, last, the history's verdict:
+// itself, panicked or hung; every property checked something, each limit
+// was reached, and a slow renewal was made. The run ends with its
+// figures (for each limit and each Max it had, the claims checked, the
+// most attempts live and the claims that reached it) and, last, the
+// history's verdict:
 //
+//	soak limits (… settings; slow renewals …, failed …): kind tx under 1: … claims, at most 1 live, … reached it; kind tx under 2: …; queue bulk under 3: …; kind edge under 1: …
 //	soak: seed=… events=… kill=… stop=… terminate=… blackhole=… restart=… failover=… duplicates=… reruns=… (outside faults …) stale_rejected=… pickup_after_restart=…
-//	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=…
+//	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=… limits=…
 //
 // # Deliberate breaks
 //
@@ -127,8 +149,11 @@
 // names one: steal-leases (owners), claim-waiting, cancel-releases and
 // keys-listed-reversed (key_order), cancel-finished (terminal), tx-split
 // (effects, cancels), tick-per-worker (ticks), snooze-spends (snoozes),
-// retry-doubled (retries), pause-ignored (pauses), floors-only (terminal). Such a run passes when
-// the history shows the break's properties violated, and prints the
+// retry-doubled (retries), pause-ignored (pauses), floors-only (terminal),
+// limit-off-by-one and limit-ignores-holder-lease (limits; the second
+// takes the slot of a holder whose lease ran out without the holder
+// row's lock, and only the slow renewals catch it). Such a run passes
+// when the history shows the break's properties violated, and prints the
 // violations.
 //
 // # Platforms

@@ -16,8 +16,9 @@ import (
 )
 
 // The soak's concurrency limits (lease.Store.SetLimit), declared before
-// the workers start, small enough to bind: the four workers have 32
-// handler slots that serve the tx kind, and 16 that serve the bulk queue.
+// the workers start, small enough to bind: the four workers have 48
+// handler slots that serve the tx kind (8 of the default queue and 4 of
+// the bulk queue each), and 16 that serve the bulk queue.
 // While the faults are done, the tx kind's limit is lowered to
 // txLimitLowered now and then, for a while, and raised again.
 const (

@@ -113,8 +113,13 @@ func (c *checker) checkLimit(scope, name string, sets []Limit) {
 			s.Full++
 		}
 		if n > a.allowed {
-			others := make([]string, 0, n-1)
-			for _, x := range live[:n-1] {
+			const shown = 4
+			var others []string
+			for i, x := range live[:n-1] {
+				if i == shown {
+					others = append(others, fmt.Sprintf("and %d more", n-1-shown))
+					break
+				}
 				others = append(others, fmt.Sprintf("row %d generation %d by %s, live %s to %s",
 					x.r.id, x.claim.New.Generation, x.claim.Writer, ts(x.start), ts(x.end)))
 			}
