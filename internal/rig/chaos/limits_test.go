@@ -122,6 +122,13 @@ func (s *soak) slowRenewalLoop(ctx context.Context, injected <-chan struct{}) {
 		case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
 		}
 		err := s.slowRenewal(ctx, n)
+		if errors.Is(err, errSlotBusy) && s.trace {
+			var holders string
+			_ = s.admin.QueryRowContext(ctx, `SELECT string_agg(id || ' ' || event_id || ' ' || COALESCE(worker, '') || ' until ' || lease_until::text
+				|| CASE WHEN cancelled_at IS NULL THEN '' ELSE ' cancelled' END, '; ')
+				FROM `+s.store.QualifiedTable()+` WHERE kind = $1 AND status = 'INPROGRESS'`, edgeKind).Scan(&holders)
+			err = fmt.Errorf("%w: %s", err, holders)
+		}
 		s.mu.Lock()
 		switch {
 		case err == nil:
@@ -181,31 +188,51 @@ func (s *soak) slowRenewal(ctx context.Context, n int) error {
 }
 
 // enqueueAndClaim enqueues event id of the edge kind, and claims it (or
-// another event of the kind waiting) as edgeApp in the same transaction.
-// It returns nil when the kind's slot was held, and records the enqueue.
-func (s *soak) enqueueAndClaim(ctx context.Context, id string) (claim *leasework.Claim, err error) {
-	invoked := time.Now()
-	defer func() {
-		s.record(history.Enqueue{Invoked: invoked, Returned: time.Now(), Acked: err == nil,
-			Events: []history.Event{{EventID: id, Kind: edgeKind}}})
-	}()
+// another event of the kind waiting) as edgeApp in the same transaction,
+// which commits only with a claim: it is rolled back and made again, a
+// few times, while the slot is held. Every claim statement of a worker
+// that serves the kind locks the slot while it runs (a slot another claim
+// has locked counts as held), so a free slot is often found held. It
+// returns nil when the slot was held at every try, and records the
+// enqueue that committed, or whose commit failed.
+func (s *soak) enqueueAndClaim(ctx context.Context, id string) (*leasework.Claim, error) {
+	for try := 1; try <= edgeClaimTries; try++ {
+		claim, err := s.tryEnqueueAndClaim(ctx, id)
+		if err != nil || claim != nil {
+			return claim, err
+		}
+		if !sleep(ctx, edgeClaimGap) {
+			return nil, ctx.Err()
+		}
+	}
+	return nil, nil
+}
+
+// The tries of enqueueAndClaim, and the pause between two.
+const (
+	edgeClaimTries = 20
+	edgeClaimGap   = 25 * time.Millisecond
+)
+
+func (s *soak) tryEnqueueAndClaim(ctx context.Context, id string) (*leasework.Claim, error) {
 	tx, err := s.edge.DB().BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
+	invoked := time.Now()
 	if _, err := s.edge.Enqueue(ctx, tx, lease.Event{EventID: id, Kind: edgeKind, MaxAttempts: maxAttempts}); err != nil {
 		return nil, err
 	}
 	claims, err := s.edge.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: 1, Lease: edgeLease, Kinds: []string{edgeKind}, Worker: edgeApp})
+	if err != nil || len(claims) == 0 {
+		return nil, err
+	}
+	err = tx.Commit()
+	s.record(history.Enqueue{Invoked: invoked, Returned: time.Now(), Acked: err == nil,
+		Events: []history.Event{{EventID: id, Kind: edgeKind}}})
 	if err != nil {
 		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, err
-	}
-	if len(claims) == 0 {
-		return nil, nil
 	}
 	return &claims[0], nil
 }

@@ -255,9 +255,11 @@ func (s *soak) pickTarget(ctx context.Context, target cancelTarget, choice uint6
 	if strings.Contains(target.where, "$1") {
 		args = append(args, []byte(payloadHold))
 	}
-	// Never a probe: the recovery checks wait for each.
+	// Never a probe: the recovery checks wait for each; nor the slow
+	// renewals' kind: a cancel of the test's own claim would leave its
+	// renewal refused (limits_test.go).
 	rows, err := s.admin.QueryContext(qctx, `SELECT id, event_id FROM `+s.store.QualifiedTable()+`
-		WHERE `+target.where+` AND kind NOT LIKE 'probe-%' ORDER BY id DESC LIMIT 20`, args...)
+		WHERE `+target.where+` AND kind NOT LIKE 'probe-%' AND kind <> '`+edgeKind+`' ORDER BY id DESC LIMIT 20`, args...)
 	if err != nil {
 		return 0, "", err
 	}
