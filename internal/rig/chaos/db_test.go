@@ -16,10 +16,14 @@ import (
 // sink (the plain handlers' receipts), the effects of the Transactional
 // handlers and the audit of every committed write to an events row.
 const (
-	soakSchema   = "soak"
-	sinkTable    = `"soak"."sink"`
-	effectsTable = `"soak"."effects"`
-	auditTable   = `"soak"."audit"`
+	soakSchema     = "soak"
+	sinkTable      = `"soak"."sink"`
+	effectsTable   = `"soak"."effects"`
+	auditTable     = `"soak"."audit"`
+	slotAuditTable = `"soak"."slot_audit"`
+	// slotsTable is the lease store's table of its limits' slots
+	// (migration 17), named after the events table.
+	slotsTable = `"soak"."events_limit_slots"`
 )
 
 // Application names of the test's own sessions; a worker's is its id.
@@ -57,6 +61,11 @@ func withApp(dsn, app string) (string, error) {
 // and for one row in the order they committed (the second writer of a row
 // waits for the first's commit before its own write). What the writes mean
 // is the history checker's business (internal/rig/history).
+//
+// The limits' slots (the lease store's own table) have an audit of the
+// same shape (slot_audit), which the checker does not read: a history with
+// violations is written with it beside it, to tell which claim took which
+// slot (see checkHistory).
 //
 // One more trigger slows the commit of the slow renewals (limits_test.go):
 // deferred to the commit of a renewal written as edgeApp, it sleeps
@@ -116,6 +125,25 @@ func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 				AND OLD.status = 'INPROGRESS' AND NEW.status = 'INPROGRESS' AND OLD.generation = NEW.generation
 				AND OLD.lease_until IS DISTINCT FROM NEW.lease_until)
 			EXECUTE FUNCTION "soak"."slow_commit"()`,
+		`CREATE TABLE ` + slotAuditTable + ` (
+			id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			op      text        NOT NULL,
+			writer  text        NOT NULL,
+			txid    bigint      NOT NULL,
+			stmt_at timestamptz NOT NULL,
+			at      timestamptz NOT NULL,
+			old     jsonb,
+			new     jsonb
+		)`,
+		`CREATE FUNCTION "soak"."slot_audit"() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO ` + slotAuditTable + ` (op, writer, txid, stmt_at, at, old, new)
+			VALUES (TG_OP, current_setting('application_name'), txid_current(), statement_timestamp(), clock_timestamp(),
+				CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) END, CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) END);
+			RETURN NULL;
+		END $$`,
+		`CREATE TRIGGER soak_slot_audit AFTER INSERT OR UPDATE OR DELETE ON ` + slotsTable + `
+			FOR EACH ROW EXECUTE FUNCTION "soak"."slot_audit"()`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("create the sink, the effects and the audit: %w", err)

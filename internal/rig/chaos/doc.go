@@ -74,7 +74,8 @@
 // claim 400ms before the lease runs out, its commit held 1.2s by a
 // deferred trigger, as a slow synchronous standby would hold it: the
 // claims made meanwhile see the lease over in their snapshot, and the
-// holder's row locked. Then it releases its claim (a slow renewal).
+// holder's row locked. Then it releases its claim (a slow renewal). One
+// more is made after the last fault, so that every run makes one.
 //
 // # The faults
 //
@@ -126,7 +127,9 @@
 // limited kind or queue live in the database than the limit in force for
 // it (limits: the live attempts counted at each claim, from its write to
 // the write that ends each or its lease's end). A history with violations
-// is written to the temporary directory, and the run says where.
+// is written to the temporary directory, and the run says where; beside
+// it, the audit of the limits' slots (which the checker does not read),
+// for the diagnosis of a limits violation: which slot each claim took.
 //
 // Besides: every event enqueued before the drain finishes, every worker
 // picks up a probe well within PollInterval (30s) by NOTIFY after the last

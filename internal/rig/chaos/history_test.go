@@ -79,6 +79,33 @@ func writeHistory(path string, h *history.History) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
+// writeSlotAudit writes the audit of the limits' slots to path, a JSON
+// object a line, in order, and returns how many it wrote. The checker does
+// not read it: with the history's claims (their transactions), it tells
+// which slot each claim took, for the diagnosis of a limits violation.
+func (s *soak) writeSlotAudit(ctx context.Context, path string) (int, error) {
+	rows, err := s.admin.QueryContext(ctx, `SELECT json_build_object('seq', id, 'op', op, 'writer', writer, 'txid', txid,
+		'stmt', stmt_at, 'at', at, 'old', old, 'new', new)::text FROM `+slotAuditTable+` ORDER BY id`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var b strings.Builder
+	n := 0
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return 0, err
+		}
+		b.WriteString(line + "\n")
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	return n, os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
 // readRuns reads a worker's runs file: each start with its end, if any.
 func readRuns(path, worker string) ([]history.Run, error) {
 	f, err := os.Open(path)
@@ -218,6 +245,12 @@ func (s *soak) checkHistory(ctx context.Context) (history.Verdict, bool) {
 			t.Errorf("soak seed=%d: writing the history: %v", s.seed, err)
 		} else {
 			t.Logf("the history is in %s (%d writes, %d runs)", path, len(h.Writes), len(h.Runs))
+		}
+		slots := strings.TrimSuffix(path, ".json") + "-slots.jsonl"
+		if n, err := s.writeSlotAudit(ctx, slots); err != nil {
+			t.Logf("writing the audit of the limits' slots: %v", err)
+		} else {
+			t.Logf("the audit of the limits' slots is in %s (%d writes)", slots, n)
 		}
 	}
 	var report strings.Builder

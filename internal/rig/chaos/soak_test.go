@@ -105,7 +105,8 @@ type soak struct {
 	cancels         []history.Cancel
 	pauses          []history.Pause
 	limits          []history.Limit
-	slowRenewals    int // slow renewals made (limits_test.go)
+	slowTries       int // slow renewals begun (limits_test.go)
+	slowRenewals    int // slow renewals made
 	slowMissed      int // slow renewals that failed: refused, or a statement failed
 	faultWindows    []history.Fault
 	settled         time.Time // when the drain began
@@ -184,6 +185,9 @@ func TestSoak(t *testing.T) {
 	}
 	if t.Failed() {
 		return
+	}
+	if err := s.lastSlowRenewal(ctx); err != nil {
+		t.Fatalf("soak seed=%d: %v", seed, err)
 	}
 	faulted := time.Since(start)
 	phases.mark("faults")
