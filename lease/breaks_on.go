@@ -50,12 +50,12 @@ func breakQueries(q *queries) {
 		// The claim admits one attempt more than a limit allows: with
 		// every slot held, one row without a slot, which no later claim
 		// counts either.
-		q.claim = mustReplace(q.claim, "LEAST(f.n, GREATEST(0, l.max_live - (", "LEAST(f.n + 1, GREATEST(0, l.max_live + 1 - (")
+		q.claim = mustReplace(q.claim, "SELECT scope, name, cardinality(slots) AS n FROM free", "SELECT scope, name, cardinality(slots) + 1 AS n FROM free")
 	case "limit-ignores-holder-lease":
-		// A slot whose holder's lease ran out in the claim's snapshot is
-		// taken without the holder row's lock: a renewal that commits
-		// during the claim is missed, and the renewed attempt runs on
-		// beside the one that took its slot.
+		// A slot whose holder's lease ran out in the snapshot of a claim
+		// without floors (a sweep) is taken without the holder row's
+		// lock: a renewal that commits during the claim is missed, and
+		// the renewed attempt runs on beside the one that took its slot.
 		q.claim = mustReplace(q.claim, "    ORDER BY h.id\n    FOR UPDATE SKIP LOCKED\n), free AS (", "    ORDER BY h.id\n), free AS (")
 	}
 }
