@@ -67,8 +67,10 @@
 // to bind: the tx kind at 2 live attempts (48 handler slots of the four
 // workers serve it), the bulk queue at 3 (16 serve it), the edge kind at
 // 1. While the faults are done, the tx kind's limit is lowered to 1 now
-// and then, for a while, and raised again; each setting is recorded with
-// its call's and its return's times. Now and then the test holds the edge kind's slot with a claim of
+// and then, for a while, and raised again once the attempts claimed
+// before the lowering have ended (a raise while one of them runs lets the
+// store admit more than any limit set: see limitLoop); each setting is
+// recorded with its call's and its return's times. Now and then the test holds the edge kind's slot with a claim of
 // its own (as a worker named soak-edge: the event enqueued and claimed in
 // one transaction), enqueues two more events of the kind, and renews its
 // claim 400ms before the lease runs out, its commit held 1.2s by a
@@ -126,7 +128,8 @@
 // claim of a paused queue (pauses); no claim makes more attempts of a
 // limited kind or queue live in the database than the limit in force for
 // it (limits: the live attempts counted at each claim, from its write to
-// the write that ends each or its lease's end). A history with violations
+// the write that ends each or its lease's end; after a lowering, those
+// claimed before it may run beside, up to the old limit). A history with violations
 // is written to the temporary directory, and the run says where; beside
 // it, the audit of the limits' slots (which the checker does not read),
 // for the diagnosis of a limits violation: which slot each claim took.

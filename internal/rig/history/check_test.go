@@ -728,15 +728,31 @@ var bad = []struct {
 		b.handle(l[0], "w2", 70)
 		return b
 	}},
-	{"a claim under a lowered limit while the attempts admitted before run on", Limits, "made 2 attempts live, above its limit of 1", func() *builder {
+	{"two claims under a lowered limit of 1 beside an attempt claimed before", Limits, "made 3 attempts live, above its limit of 1 and the 1 attempts claimed before it was lowered (at most 2 allowed)", func() *builder {
 		b := newBuilder()
 		b.limit(ScopeKind, lim, 2, 0)
-		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim}, ev{id: "l3", kind: lim})
 		b.claim(l[0], "w1", 10)
 		b.limit(ScopeKind, lim, 1, 20)
-		b.claim(l[1], "w2", 30) // under the new limit of 1, with l1 live
-		for i, w := range []string{"w1", "w2"} {
-			b.run(l[i], w, 31, 32, ResultOK, 0)
+		b.claim(l[1], "w2", 30) // beside l1, which may run outside the limit
+		b.claim(l[2], "w3", 35) // a second one under the limit of 1
+		for i, w := range []string{"w1", "w2", "w3"} {
+			b.run(l[i], w, 36, 37, ResultOK, 0)
+			b.finish(l[i], 40+i, Done)
+		}
+		return b
+	}},
+	{"a limit lowered and raised again: more live than the old limit", Limits, "made 3 attempts live, above its limit of 2 and the 1 attempts claimed before it was lowered (at most 2 allowed)", func() *builder {
+		b := newBuilder()
+		b.limit(ScopeKind, lim, 2, 0)
+		l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim}, ev{id: "l3", kind: lim})
+		b.claim(l[0], "w1", 10)
+		b.limit(ScopeKind, lim, 1, 20)
+		b.limit(ScopeKind, lim, 2, 25)
+		b.claim(l[1], "w2", 30)
+		b.claim(l[2], "w3", 35) // l1 still live: 3, above every limit set
+		for i, w := range []string{"w1", "w2", "w3"} {
+			b.run(l[i], w, 36, 37, ResultOK, 0)
 			b.finish(l[i], 40+i, Done)
 		}
 		return b
@@ -897,31 +913,37 @@ func TestLimitEdges(t *testing.T) {
 			b.finish(l[1], 10+2*lease+2, Done)
 			b.handle(l[0], "w2", 10+2*lease+5)
 		}},
-		{"a lowered limit: the attempts admitted before run on, the next claim waits for them", func(b *builder, early bool) {
+		{"a lowered limit: the attempts claimed before run on beside the claims under it", func(b *builder, early bool) {
 			b.limit(ScopeKind, lim, 3, 0)
-			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim}, ev{id: "l3", kind: lim}, ev{id: "l4", kind: lim})
+			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim}, ev{id: "l3", kind: lim},
+				ev{id: "l4", kind: lim}, ev{id: "l5", kind: lim})
 			for i, w := range []string{"w1", "w2", "w3"} {
 				b.claim(l[i], w, 10+i)
 			}
 			b.limit(ScopeKind, lim, 1, 20)
-			for i, w := range []string{"w1", "w2", "w3"} {
-				b.run(l[i], w, 30, 31, ResultOK, 0)
-				b.finish(l[i], 40+i, Done)
-			}
-			b.claim(l[3], "w1", 42)
+			b.run(l[0], "w1", 30, 31, ResultOK, 0)
+			b.finish(l[0], 40, Done)
+			b.claim(l[3], "w1", 40) // beside l2 and l3, outside the limit now
+			b.run(l[3], "w1", 41, 42, ResultOK, 0)
+			b.finish(l[3], 50, Done)
+			b.claim(l[4], "w4", 50)
 			shift(b, early)
-			b.run(l[3], "w1", 43, 44, ResultOK, 0)
-			b.finish(l[3], 45, Done)
+			b.run(l[4], "w4", 51, 52, ResultOK, 0)
+			b.finish(l[4], 53, Done)
+			for i, w := range []string{"w2", "w3"} {
+				b.run(l[1+i], w, 54, 55, ResultOK, 0)
+				b.finish(l[1+i], 56+i, Done)
+			}
 		}},
-		{"a claim whose statement began before a lowering returned keeps the limit before", func(b *builder, early bool) {
-			b.limit(ScopeKind, lim, 2, 0)
+		{"a claim whose write came after a raise was called may keep it", func(b *builder, early bool) {
+			b.limit(ScopeKind, lim, 1, 0)
 			l := b.enqueue(5, ev{id: "l1", kind: lim}, ev{id: "l2", kind: lim})
 			b.claim(l[0], "w1", 10)
-			b.limit(ScopeKind, lim, 1, 20) // called at 20, returned at 21
-			w := b.claim(l[1], "w2", 22)
-			w.Stmt = b.at(21)
+			b.limit(ScopeKind, lim, 2, 20) // called at 20, returned at 21
+			w := b.claim(l[1], "w2", 20)
+			w.Stmt = b.at(19)
 			if early {
-				w.Stmt = b.at(21).Add(time.Microsecond) // it began after: the new limit binds it
+				w.At = b.at(20).Add(-time.Microsecond) // its write came before the call: the limit of 1 bound it
 			}
 			for i, w := range []string{"w1", "w2"} {
 				b.run(l[i], w, 30, 31, ResultOK, 0)

@@ -68,12 +68,13 @@
 //   - limits: no claim of a kind or a queue under a concurrency limit makes
 //     more attempts of it live than the limit in force for the claim: the
 //     last setting that returned before the claim's statement began (the
-//     larger of two while a setting was under way), so that a lowered
-//     limit lets the attempts admitted before it run on, and admits none
-//     until fewer than its new Max are live. An attempt is live here in
-//     the database, not in its handler: from its claim's write to the
-//     earliest of the write that ends it (any write that takes its row off
-//     its generation or out of INPROGRESS) and the end of its lease (the
-//     last lease_until its generation got; a write that moves it into the
-//     past, the expiry fixture, ends it at that write).
+//     larger of two while a setting was under way). A lowered limit lets
+//     the attempts claimed before it run on outside it: those live at a
+//     claim are allowed beyond its limit, but never beyond the largest
+//     limit in force since the first of them was claimed. An attempt is
+//     live here in the database, not in its handler: from its claim's
+//     write to the earliest of the write that ends it (any write that
+//     takes its row off its generation or out of INPROGRESS) and the end
+//     of its lease (the last lease_until its generation got; a write that
+//     moves it into the past, the expiry fixture, ends it at that write).
 package history

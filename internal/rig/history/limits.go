@@ -15,7 +15,10 @@ type LimitSeen struct {
 	Max         int
 	Claims      int // claims checked against Max
 	MostLive    int // the most attempts live at one of those claims, itself included
-	Full        int // claims that made Max attempts live: the limit was reached
+	Full        int // claims that made at least Max attempts live: the limit was reached
+	// Outside is the most attempts live beyond Max at one of those claims
+	// that a lowered limit had left outside it (see checkLimit).
+	Outside int
 }
 
 // attempt is one claim under a limit and its life in the database.
@@ -23,7 +26,10 @@ type attempt struct {
 	r          *row
 	claim      *Write
 	start, end time.Time // [start, end)
-	allowed    int       // the most live attempts its claim may admit
+	max        int       // the limit in force for its claim
+	// lowered: attempts whose claim wrote before it may run outside the
+	// limit (a lowering took their slots); zero when no lowering did.
+	lowered time.Time
 }
 
 // checkLimits checks every concurrency limit the test set.
@@ -48,8 +54,8 @@ func (c *checker) checkLimits() {
 	}
 }
 
-// checkLimit checks one limit: no claim of its kind or queue admitted an
-// attempt while the limit in force for it had as many live already.
+// checkLimit checks one limit: no claim of its kind or queue made more
+// attempts live than the limit in force for it allowed.
 //
 // An attempt is live in the database over [start, end) of its span (see
 // row.span). The ends are exclusive, and the starts are late enough,
@@ -62,9 +68,12 @@ func (c *checker) checkLimits() {
 // the intervals are, if anything, longer at their start and shorter at
 // their end than the database's, and the order between them is kept.
 //
-// The count is taken at each claim, so a lowered limit is checked as the
-// database keeps it: attempts admitted before it run on, and no claim
-// admits another until fewer than the new Max are live.
+// The count is taken at each claim. A lowered limit binds the claims after
+// it, but the attempts that held slots past its new Max run on outside
+// it: until they end, up to the old Max may be live. So the attempts live
+// at a claim whose own claim wrote before the last lowering (which may be
+// those outside) are allowed beyond Max, but never beyond the largest Max
+// in force since the first of them was claimed.
 func (c *checker) checkLimit(scope, name string, sets []Limit) {
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Invoked.Before(sets[j].Invoked) })
 	var atts []*attempt
@@ -73,7 +82,7 @@ func (c *checker) checkLimit(scope, name string, sets []Limit) {
 			continue
 		}
 		for _, cl := range r.claims {
-			allowed, bound := limitFor(sets, cl)
+			most, lowered, bound := limitFor(sets, cl)
 			if !bound {
 				continue // claimed before the limit surely was in force: it may hold no slot
 			}
@@ -81,7 +90,7 @@ func (c *checker) checkLimit(scope, name string, sets []Limit) {
 			if !end.After(start) {
 				continue // never live: owners reports a lease given already over
 			}
-			atts = append(atts, &attempt{r: r, claim: cl, start: start, end: end, allowed: allowed})
+			atts = append(atts, &attempt{r: r, claim: cl, start: start, end: end, max: most, lowered: lowered})
 		}
 	}
 	sort.SliceStable(atts, func(i, j int) bool {
@@ -102,17 +111,31 @@ func (c *checker) checkLimit(scope, name string, sets []Limit) {
 		live = append(kept, a)
 		n := len(live)
 		c.v.Checked[Limits]++
-		s := seen[a.allowed]
+		allowed, outside, since := a.max, 0, time.Time{}
+		for _, x := range live[:n-1] {
+			if x.claim.At.Before(a.lowered) {
+				if outside++; since.IsZero() || x.claim.At.Before(since) {
+					since = x.claim.At
+				}
+			}
+		}
+		if outside > 0 {
+			allowed = min(a.max+outside, max(a.max, maxInForce(sets, since, a.claim.At.Add(time.Microsecond))))
+		}
+		s := seen[a.max]
 		if s == nil {
-			s = &LimitSeen{Scope: scope, Name: name, Max: a.allowed}
-			seen[a.allowed] = s
+			s = &LimitSeen{Scope: scope, Name: name, Max: a.max}
+			seen[a.max] = s
 		}
 		s.Claims++
 		s.MostLive = max(s.MostLive, n)
-		if n == a.allowed {
+		if n >= a.max {
 			s.Full++
 		}
-		if n > a.allowed {
+		if n > a.max && n <= allowed {
+			s.Outside = max(s.Outside, n-a.max)
+		}
+		if n > allowed {
 			const shown = 4
 			var others []string
 			for i, x := range live[:n-1] {
@@ -123,8 +146,12 @@ func (c *checker) checkLimit(scope, name string, sets []Limit) {
 				others = append(others, fmt.Sprintf("row %d generation %d by %s, live %s to %s",
 					x.r.id, x.claim.New.Generation, x.claim.Writer, ts(x.start), ts(x.end)))
 			}
-			c.fail(Limits, a.r, "%s %q: the claim by %s at %s (generation %d, live to %s) made %d attempts live, above its limit of %d: %s",
-				scope, name, a.claim.Writer, ts(a.start), a.claim.New.Generation, ts(a.end), n, a.allowed, strings.Join(others, "; "))
+			why := fmt.Sprintf("its limit of %d", a.max)
+			if outside > 0 {
+				why += fmt.Sprintf(" and the %d attempts claimed before it was lowered (at most %d allowed)", outside, allowed)
+			}
+			c.fail(Limits, a.r, "%s %q: the claim by %s at %s (generation %d, live to %s) made %d attempts live, above %s: %s",
+				scope, name, a.claim.Writer, ts(a.start), a.claim.New.Generation, ts(a.end), n, why, strings.Join(others, "; "))
 		}
 	}
 	maxes := make([]int, 0, len(seen))
@@ -137,24 +164,51 @@ func (c *checker) checkLimit(scope, name string, sets []Limit) {
 	}
 }
 
-// limitFor returns the most live attempts claim cl may admit under a
-// limit's settings (made one after another, in order), and whether the
-// limit surely bound it. A setting binds a claim whose statement began
-// after the setting returned; one that returned later (or never) but was
-// invoked before the claim's write may have committed before the claim's
+// limitFor returns the limit in force for claim cl under a limit's
+// settings (made one after another, in order), whether the limit surely
+// bound it, and the time before which a claimed attempt may run outside
+// the limit: the return of the last lowering that may bind cl (zero when
+// none did). A setting binds a claim whose statement began after the
+// setting returned; one that returned later (or never) but was invoked
+// before the claim's write may have committed before the claim's
 // snapshot, or not: the claim may keep either, and the larger is allowed.
 // (The write's clock reads microseconds: one is added, so that a setting
 // invoked within the microsecond of the write counts as maybe.)
-func limitFor(sets []Limit, cl *Write) (allowed int, bound bool) {
-	for _, l := range sets {
+func limitFor(sets []Limit, cl *Write) (most int, lowered time.Time, bound bool) {
+	maybe := cl.At.Add(time.Microsecond)
+	for i, l := range sets {
 		switch {
 		case !l.Returned.IsZero() && l.Returned.Before(cl.Stmt):
-			allowed, bound = l.Max, true
-		case bound && l.Invoked.Before(cl.At.Add(time.Microsecond)):
-			allowed = max(allowed, l.Max)
+			most, bound = l.Max, true
+		case bound && l.Invoked.Before(maybe):
+			most = max(most, l.Max)
+		default:
+			continue
+		}
+		if i > 0 && l.Max < sets[i-1].Max {
+			lowered = l.Returned
+			if lowered.IsZero() || lowered.After(maybe) {
+				lowered = maybe
+			}
 		}
 	}
-	return allowed, bound
+	return most, lowered, bound
+}
+
+// maxInForce returns the largest Max of the settings in force at some time
+// from from to to: the one in force at from, and those made since.
+func maxInForce(sets []Limit, from, to time.Time) int {
+	most := 0
+	for _, l := range sets {
+		switch {
+		case l.Invoked.After(to):
+		case !l.Returned.IsZero() && !l.Returned.After(from):
+			most = l.Max // in force at from, unless a later one returned before it too
+		default:
+			most = max(most, l.Max)
+		}
+	}
+	return most
 }
 
 // span returns the interval [start, end) over which the attempt claim cl
