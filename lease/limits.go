@@ -65,8 +65,11 @@ type LimitChange struct {
 // setLimitSQL declares or changes limit ($1, $2) to $3 live attempts, set
 // by $4: the limit's row and the change in the audit, with the limit as
 // it was. addSlotsSQL and dropSlotsSQL then make its slots 0 to $3 - 1,
-// no more: an attempt that held a slot past a lowered limit runs on
-// without one.
+// and remove the free ones past them. A slot past a lowered limit that an
+// attempt holds stays, held, until that attempt ends: claims take only
+// the slots below the limit, and a raise finds it held. (Removing it let
+// a raise make it free again while its holder still ran: a limit lowered
+// from 2 to 1 and raised to 2 had 3 attempts live.)
 const setLimitSQL = `
 WITH old AS (
     SELECT max_live FROM {{schema}}.{{name "limits"}} WHERE scope = $1 AND name = $2 FOR UPDATE
@@ -90,7 +93,7 @@ ON CONFLICT DO NOTHING`
 
 const dropSlotsSQL = `
 DELETE FROM {{schema}}.{{name "limit_slots"}}
-WHERE key >= $1::bigint * 100000 + $2 AND key < ($1::bigint + 1) * 100000`
+WHERE key >= $1::bigint * 100000 + $2 AND key < ($1::bigint + 1) * 100000 AND holder IS NULL`
 
 // clearLimitSQL removes limit ($1, $2), its slots with it, and writes the
 // change in the audit, by $3. Idle workers are woken on the table's
@@ -154,12 +157,13 @@ func checkLimitName(op, scope, name string) error {
 // A limit binds claims, not attempts already running: a claim whose
 // statement began before the change keeps the limit as it was, and the
 // attempts running when a limit is first declared hold no slot of it.
-// A lowered limit binds new claims at once, but the attempts that held
-// its slots past the new Max run on outside it: until they end, up to
-// the old Max may be live. Either way the excess lasts no longer than
-// those attempts (at most their lease, unless they renew it). A raised
-// limit admits more at once and wakes no one: idle workers see it at
-// their next poll or wakeup.
+// A lowered limit binds new claims at once, but the attempts that hold
+// its slots past the new Max keep them, and run on, until they end: until
+// then, up to the old Max may be live. Either way the excess lasts no
+// longer than those attempts (at most their lease, unless they renew it).
+// A raised limit admits more at once (a slot past the old Max still held
+// stays held) and wakes no one: idle workers see it at their next poll or
+// wakeup.
 //
 // The completions that hand a key's next event to their own worker (see
 // Order per key in the package doc) hand over none that a limit covers:

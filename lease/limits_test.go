@@ -409,3 +409,27 @@ func logLive(t *testing.T, s *lease.Store) {
 		t.Logf("live: row %d at generation %d, kind_slot %d, slots held %s", id, gen, kindSlot, slots.String)
 	}
 }
+
+// A slot past a lowered limit stays held by its attempt: a raise does not
+// make it free while that attempt runs. (Removing it let a limit lowered
+// from 2 to 1 and raised to 2 again have 3 attempts live.)
+func TestRaiseAfterLowerFindsTheSlotsHeld(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 2})
+		pgtest.EnqueueN(t, s, 5, "a")
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 2 {
+			t.Fatalf("claim took %d; want 2", len(got))
+		}
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 2})
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
+			t.Fatalf("claim after lowering to 1 and raising to 2, 2 attempts live, took %d; want 0", len(got))
+		}
+		limits, err := s.Limits(ctx)
+		if err != nil || len(limits) != 1 || limits[0].Live != 2 {
+			t.Fatalf("Limits = %+v, %v; want 2 live of 2", limits, err)
+		}
+	})
+}
