@@ -126,6 +126,14 @@ WHERE status = 'INPROGRESS' AND lease_until > now()`,
 			}
 		})
 	}
+	e.claimersDone(&wg, reader, tally, errs, &done, total)
+	e.wantAllDone(total)
+}
+
+// claimersDone waits for the claimers of a property, stops its reader,
+// and reports their errors, the rows left unfinished, and what the reader
+// and the tally saw.
+func (e *env) claimersDone(wg *sync.WaitGroup, reader *liveReader, tally *liveTally, errs chan error, done *atomic.Int64, total int64) {
 	wg.Wait()
 	reader.stop()
 	close(errs)
@@ -138,6 +146,11 @@ WHERE status = 'INPROGRESS' AND lease_until > now()`,
 	e.t.Logf("the reader counted %d times, at most %v live; the tally reached %v", reader.samples, reader.most, tally.most)
 	reader.report(e)
 	tally.report(e)
+}
+
+// wantAllDone stops the property if it failed, and otherwise checks that
+// every one of its total rows ended DONE.
+func (e *env) wantAllDone(total int64) {
 	if e.t.Failed() {
 		e.t.FailNow()
 	}
@@ -549,29 +562,11 @@ WHERE kind = $1 AND status = 'INPROGRESS' AND lease_until > now()`,
 			}
 		})
 	}
-	wg.Wait()
-	reader.stop()
-	close(errs)
-	for err := range errs {
-		e.t.Error(err)
-	}
-	if n := done.Load(); n < total {
-		e.t.Errorf("the claimers stopped with %d of the %d rows completed", n, total)
-	}
-	e.t.Logf("the reader counted %d times, at most %v live; the tally reached %v", reader.samples, reader.most, tally.most)
-	reader.report(e)
-	tally.report(e)
+	e.claimersDone(&wg, reader, tally, errs, &done, total)
 	if len(violations) > 0 {
 		e.t.Errorf("order per key under a limit violated:\n%s", strings.Join(violations, "\n"))
 	}
-	if e.t.Failed() {
-		e.t.FailNow()
-	}
-	st, err := e.fix.Stats(e.ctx)
-	wantOK(e.t, "stats", err)
-	if st.Rows[leasework.StatusDone] != total || sumRows(st) != total {
-		e.t.Fatalf("after the claimers: %+v; want all %d rows DONE", st.Rows, total)
-	}
+	e.wantAllDone(total)
 
 	// Turns alone: kind b hands over, kind a does not.
 	evs := e.enqueue(
