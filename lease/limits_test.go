@@ -320,7 +320,13 @@ func TestConcurrentClaimsKeepTheLimit(t *testing.T) {
 		}
 		count := "SELECT count(*) FROM " + s.QualifiedTable() + " WHERE kind = 'a' AND status = 'INPROGRESS' AND lease_until > now()"
 		var samples, most int
+		// A liveness bound, generous for a busy machine: the claimers
+		// may stall without an error (a claim that always finds nothing).
+		bound := time.Now().Add(3 * time.Minute)
 		for done.Load() < rows {
+			if time.Now().After(bound) {
+				t.Fatalf("waited 3 minutes for the 8 claimers to complete the %d rows; %d completed", rows, done.Load())
+			}
 			var n int
 			if err := s.DB().QueryRowContext(ctx, count).Scan(&n); err != nil {
 				t.Fatal(err)
