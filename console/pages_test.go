@@ -363,7 +363,7 @@ func TestQueuesPageBeforeTheLimits(t *testing.T) {
 // before them (migration 17) lacks them.
 func dropLimitTables(t *testing.T, st *lease.Store) {
 	t.Helper()
-	for _, suffix := range []string{"limit_changes", "limit_slots", "limits"} {
+	for _, suffix := range []string{"limit_changes", "limit_releases", "limit_slots", "limits"} {
 		q := "DROP TABLE " + lease.QuoteIdent(st.Schema()) + "." + lease.QuoteIdent(st.Table()+"_"+suffix)
 		if _, err := st.DB().ExecContext(context.Background(), q); err != nil {
 			t.Fatal(err)

@@ -86,10 +86,12 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 			"GRANT SELECT, UPDATE, DELETE ON " + s.QualifiedTable() + " TO " + worker,
 			// The claim reads whether its queue is paused.
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_queues") + " TO " + worker,
-			// The claim reads the concurrency limits and takes their
-			// slots; an attempt's end gives its slots back.
+			// The claim reads the concurrency limits, counts its places
+			// in their slots and the places given back; an attempt's end
+			// gives its places back.
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limits") + " TO " + worker,
 			"GRANT SELECT, UPDATE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limit_slots") + " TO " + worker,
+			"GRANT SELECT, INSERT, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limit_releases") + " TO " + worker,
 		} {
 			if _, err := ownerDB.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)

@@ -52,11 +52,12 @@ func breakQueries(q *queries) {
 		// counts either.
 		q.claim = mustReplace(q.claim, "SELECT scope, name, cardinality(slots) AS n FROM free", "SELECT scope, name, cardinality(slots) + 1 AS n FROM free")
 	case "limit-ignores-holder-lease":
-		// A slot whose holder's lease ran out in the snapshot of a claim
-		// without floors (a sweep) is taken without the holder row's
-		// lock: a renewal that commits during the claim is missed, and
-		// the renewed attempt runs on beside the one that took its slot.
-		q.claim = mustReplace(q.claim, "    ORDER BY h.id\n    FOR UPDATE SKIP LOCKED\n), free AS (", "    ORDER BY h.id\n), free AS (")
+		// The place of a holder whose lease ran out in the snapshot of a
+		// claim without floors (a sweep) is taken without the holder
+		// row's lock: a renewal that commits during the claim is missed,
+		// and the renewed attempt runs on beside the one that took its
+		// place.
+		q.claim = mustReplace(q.claim, "    LIMIT $1\n    FOR UPDATE SKIP LOCKED\n), stale_places AS (", "    LIMIT $1\n), stale_places AS (")
 	}
 }
 

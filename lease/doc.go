@@ -177,13 +177,17 @@
 //
 // [Store.SetLimit] declares a limit: at most N live attempts of a kind
 // ([ScopeKind], in every queue) or of a queue ([ScopeQueue]), across every
-// worker. The claim statement keeps it: a limit of N has N slot rows, and
-// each row claimed under a limit takes a free one, locked SKIP LOCKED, in
-// the claim's own statement. An attempt is live, and holds its slot, from
-// its claim until it ends (any outcome, a release, a delete) or its lease
-// runs out: a killed or paused owner's slot is taken by the next claim
-// once its lease has run out, and its late writes are refused by the
-// guard, as every stale owner's. A kind at its limit is skipped, not
+// worker. The claim statement keeps it: a limit is kept in 16 slot rows,
+// each a share of it that counts the attempts claimed in it, and a claim
+// locks the ones it takes room from, SKIP LOCKED, in its own statement.
+// An attempt is live, and holds its place, from its claim until it ends
+// (any outcome, a release, a delete) or its lease runs out: a killed or
+// paused owner's place goes to its row's next attempt, or to another row
+// at a sweep, once its lease has run out, and its late writes are refused
+// by the guard, as every stale owner's. An attempt that ends gives its
+// place back by a row of the releases table, written in the statement
+// that ends it, which the next claim of the slot counts. A kind at its
+// limit is skipped, not
 // waited for: the claim takes other kinds' rows past it, and reports it
 // ([Store.ClaimHeldBack]). See [Limit] for what a limit does not promise.
 //

@@ -43,7 +43,7 @@ type Limit struct {
 // LimitInfo is a limit as [Store.Limits] reads it.
 type LimitInfo struct {
 	Limit
-	// Live is how many attempts hold a slot of the limit now: claimed
+	// Live is how many attempts are counted under the limit now: claimed
 	// under it, not ended, their lease not run out.
 	Live int
 	// SetAt is when the limit was last set, by the database clock; SetBy
@@ -64,12 +64,10 @@ type LimitChange struct {
 
 // setLimitSQL declares or changes limit ($1, $2) to $3 live attempts, set
 // by $4: the limit's row and the change in the audit, with the limit as
-// it was. addSlotsSQL and dropSlotsSQL then make its slots 0 to $3 - 1,
-// and remove the free ones past them. A slot past a lowered limit that an
-// attempt holds stays, held, until that attempt ends: claims take only
-// the slots below the limit, and a raise finds it held. (Removing it let
-// a raise make it free again while its holder still ran: a limit lowered
-// from 2 to 1 and raised to 2 had 3 attempts live.)
+// it was. sharesSQL then gives its 16 slots their shares of $3. The
+// attempts a slot counts stay counted when its share shrinks: a slot past
+// its share admits no one until enough of them end, and a raise finds
+// them counted still.
 const setLimitSQL = `
 WITH old AS (
     SELECT max_live FROM {{schema}}.{{name "limits"}} WHERE scope = $1 AND name = $2 FOR UPDATE
@@ -84,38 +82,41 @@ WITH old AS (
 )
 SELECT (SELECT max_live FROM old), (SELECT id FROM set)`
 
-// addSlotsSQL and dropSlotsSQL run after setLimitSQL in its transaction:
-// the slots' foreign key needs the limit's row first.
-const addSlotsSQL = `
-INSERT INTO {{schema}}.{{name "limit_slots"}} (key, limit_id, slot)
-SELECT $1::bigint * 100000 + g, $1, g FROM generate_series(0, $2::integer - 1) AS g
-ON CONFLICT DO NOTHING`
+// sharesSQL runs after setLimitSQL in its transaction (the slots' foreign
+// key needs the limit's row first): slot g of limit $1 gets $2 / 16, and
+// one more when g < $2 mod 16.
+const sharesSQL = `
+INSERT INTO {{schema}}.{{name "limit_slots"}} AS s (key, limit_id, slot, cap)
+SELECT $1::bigint * 100000 + g, $1, g, $2::integer / 16 + (g < $2::integer % 16)::integer
+FROM generate_series(0, 15) AS g
+ON CONFLICT (key) DO UPDATE SET cap = EXCLUDED.cap`
 
-const dropSlotsSQL = `
-DELETE FROM {{schema}}.{{name "limit_slots"}}
-WHERE key >= $1::bigint * 100000 + $2 AND key < ($1::bigint + 1) * 100000 AND holder IS NULL`
-
-// clearLimitSQL removes limit ($1, $2), its slots with it, and writes the
-// change in the audit, by $3. Idle workers are woken on the table's
-// channel ($4) with an empty payload, "look again".
+// clearLimitSQL removes limit ($1, $2), its slots with it and their
+// releases not yet counted, and writes the change in the audit, by $3.
+// Idle workers are woken on the table's channel ($4) with an empty
+// payload, "look again".
 const clearLimitSQL = `
 WITH gone AS (
-    DELETE FROM {{schema}}.{{name "limits"}} WHERE scope = $1 AND name = $2 RETURNING max_live
+    DELETE FROM {{schema}}.{{name "limits"}} WHERE scope = $1 AND name = $2 RETURNING max_live, id
 ), audit AS (
     INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by)
     SELECT $1, $2, max_live, NULL, $3 FROM gone
+), releases AS (
+    DELETE FROM {{schema}}.{{name "limit_releases"}} AS r
+    WHERE r.key >= (SELECT id FROM gone)::bigint * 100000 AND r.key < (SELECT id FROM gone)::bigint * 100000 + 16
 )
 SELECT count(*) FROM gone, pg_notify($4, '')`
 
-// limitsSQL reads every limit with its live attempts: the slots whose
-// holder is at the slot's generation, INPROGRESS, its lease running. Each
-// holder is read by primary key.
+// limitsSQL reads every limit with its live attempts: the rows counted in
+// one of its slots, INPROGRESS, their lease running, read through the
+// index of such rows (migration 18).
 const limitsSQL = `
 SELECT l.scope, l.name, l.max_live, l.set_at, l.set_by,
-    (SELECT count(*) FROM {{schema}}.{{name "limit_slots"}} AS s
-     JOIN {{table}} AS h ON h.id = s.holder
-     WHERE s.key >= l.id::bigint * 100000 AND s.key < (l.id::bigint + 1) * 100000 AND h.generation = s.holder_gen
-       AND h.status = 'INPROGRESS' AND h.lease_until > statement_timestamp())
+    (SELECT count(*) FROM {{table}} AS h
+     WHERE h.status = 'INPROGRESS' AND (h.kind_slot IS NOT NULL OR h.queue_slot IS NOT NULL)
+       AND h.lease_until > statement_timestamp()
+       AND CASE l.scope WHEN 'kind' THEN h.kind_slot ELSE h.queue_slot END
+           BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15)
 FROM {{schema}}.{{name "limits"}} AS l
 ORDER BY l.scope, l.name`
 
@@ -156,18 +157,18 @@ func checkLimitName(op, scope, name string) error {
 //
 // A limit binds claims, not attempts already running: a claim whose
 // statement began before the change keeps the limit as it was, and the
-// attempts running when a limit is first declared hold no slot of it.
-// A lowered limit binds new claims at once, but the attempts that hold
-// its slots past the new Max keep them, and run on, until they end: until
-// then, up to the old Max may be live. Either way the excess lasts no
-// longer than those attempts (at most their lease, unless they renew it).
-// A raised limit admits more at once (a slot past the old Max still held
-// stays held) and wakes no one: idle workers see it at their next poll or
-// wakeup.
+// attempts running when a limit is first declared (or declared again
+// after ClearLimit) are not counted under it. A lowered limit binds new
+// claims at once, but the attempts running past the new Max keep their
+// places, and run on, until they end: until then, up to the old Max may be
+// live. Either way the excess lasts no longer than those attempts (at
+// most their lease, unless they renew it). A raised limit admits more at
+// once (the attempts running stay counted) and wakes no one: idle workers
+// see it at their next poll or wakeup.
 //
 // The completions that hand a key's next event to their own worker (see
 // Order per key in the package doc) hand over none that a limit covers:
-// a claim takes it, with its slot.
+// a claim takes it, with its place.
 func (s *Store) SetLimit(ctx context.Context, l Limit, by string) (old int, err error) {
 	if err := checkLimitName("set limit", l.Scope, l.Name); err != nil {
 		return 0, err
@@ -188,10 +189,7 @@ func (s *Store) SetLimit(ctx context.Context, l Limit, by string) (old int, err 
 	if err := tx.QueryRowContext(ctx, s.q.setLimit, l.Scope, l.Name, l.Max, by).Scan(&was, &id); err != nil {
 		return 0, s.wrapErr("set limit", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.q.addSlots, id, l.Max); err != nil {
-		return 0, s.wrapErr("set limit", err)
-	}
-	if _, err := tx.ExecContext(ctx, s.q.dropSlots, id, l.Max); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.shares, id, l.Max); err != nil {
 		return 0, s.wrapErr("set limit", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -204,8 +202,8 @@ func (s *Store) SetLimit(ctx context.Context, l Limit, by string) (old int, err 
 }
 
 // ClearLimit removes the limit of scope and name, written to the audit
-// as set by by, and reports whether there was one. The attempts that held
-// its slots run on; claims that begin after it returns no longer keep it,
+// as set by by, and reports whether there was one. The attempts counted
+// under it run on; claims that begin after it returns no longer keep it,
 // and idle workers are woken to claim what it held back.
 func (s *Store) ClearLimit(ctx context.Context, scope, name, by string) (bool, error) {
 	if err := checkLimitName("clear limit", scope, name); err != nil {

@@ -134,9 +134,10 @@ func TestQueueLimitBoundsClaims(t *testing.T) {
 	})
 }
 
-// A slot whose holder's lease ran out is free: a killed owner holds it no
-// longer than its lease. Here the holder cannot be claimed again (its
-// budget is spent), so the slot goes to the next row.
+// A place whose holder's lease ran out is free: a killed owner holds it
+// no longer than its lease. Here the holder cannot be claimed again (its
+// budget is spent): the claim that ends it FAILED gives its place back as
+// it commits, and the next claim takes the next row.
 func TestSlotFreesWhenItsLeaseRunsOut(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		s := pgtest.Store(t, drv, lease.Options{})
@@ -154,11 +155,8 @@ func TestSlotFreesWhenItsLeaseRunsOut(t *testing.T) {
 		if err := leasetest.ExpireLease(ctx, s, first[0].ID); err != nil {
 			t.Fatal(err)
 		}
-		if got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); strings.Join(got, ",") != "second" {
-			t.Fatalf("claim after first's lease ran out = %v; want second", got)
-		}
-		if _, err := s.Write(ctx, lease.Complete(first[0].Ref())); !errors.Is(err, leasework.ErrLeaseLost) {
-			t.Errorf("first's late completion: %v; want ErrLeaseLost", err)
+		if got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); len(got) != 0 {
+			t.Fatalf("claim that ends first = %v; want nothing (first's place is given back at its commit)", got)
 		}
 		row, err := s.Get(ctx, first[0].ID)
 		if err != nil {
@@ -166,6 +164,12 @@ func TestSlotFreesWhenItsLeaseRunsOut(t *testing.T) {
 		}
 		if row.Status != leasework.StatusFailed {
 			t.Errorf("first is %s; want FAILED (its lease ran out on its last attempt)", row.Status)
+		}
+		if got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); strings.Join(got, ",") != "second" {
+			t.Fatalf("claim after first ended = %v; want second", got)
+		}
+		if _, err := s.Write(ctx, lease.Complete(first[0].Ref())); !errors.Is(err, leasework.ErrLeaseLost) {
+			t.Errorf("first's late completion: %v; want ErrLeaseLost", err)
 		}
 	})
 }
@@ -350,13 +354,13 @@ func TestConcurrentClaimsKeepTheLimit(t *testing.T) {
 	})
 }
 
-// A claim under limits reads each slot's holder through the primary key,
+// A claim under limits reads the expired holders through their index,
 // whatever the plan and however much history the table holds: with 50,000
-// finished rows and 40 live attempts holding the slots of a kind, the
+// finished rows and 40 live attempts holding the places of a kind, the
 // claim's generic and custom plans read no table sequentially, and the
 // statement takes what the limits leave (the queue's limit of 60, less the
 // 40 held: 20 rows of the other kind).
-func TestClaimUnderLimitsReadsHoldersByPrimaryKey(t *testing.T) {
+func TestClaimUnderLimitsReadsNoTableSequentially(t *testing.T) {
 	s := pgtest.Store(t, drv, lease.Options{})
 	ctx := context.Background()
 	if err := leasetest.InsertFinished(ctx, s, 50000); err != nil {
@@ -385,8 +389,8 @@ func TestClaimUnderLimitsReadsHoldersByPrimaryKey(t *testing.T) {
 		if strings.Contains(plan, "Seq Scan") {
 			t.Errorf("%s: the claim under limits reads a table sequentially:\n%s", mode, plan)
 		}
-		if !strings.Contains(plan, "Index Scan using events_pkey on events h") {
-			t.Errorf("%s: the claim does not read the slots' holders by primary key:\n%s", mode, plan)
+		if !strings.Contains(plan, "Index Scan using events_limit_holders_idx on events h") {
+			t.Errorf("%s: the claim does not read the expired holders through their index:\n%s", mode, plan)
 		}
 		if !strings.Contains(strings.SplitN(plan, "\n", 2)[0], "rows=20 loops=1") {
 			t.Errorf("%s: the claim did not take 20 rows:\n%s", mode, plan)
@@ -394,11 +398,11 @@ func TestClaimUnderLimitsReadsHoldersByPrimaryKey(t *testing.T) {
 	}
 }
 
-// logLive logs the live attempts of kind a with the slots each holds, to
-// tell a failure of the limit apart.
+// logLive logs the live attempts of kind a with the slot each is counted
+// in, and the slots' counts, to tell a failure of the limit apart.
 func logLive(t *testing.T, s *lease.Store) {
-	rows, err := s.DB().Query("SELECT e.id, e.generation, COALESCE(e.kind_slot, -1), (SELECT string_agg(sl.key || ' at ' || sl.holder_gen, ', ') FROM " +
-		lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_limit_slots") + " AS sl WHERE sl.holder = e.id) FROM " + s.QualifiedTable() +
+	rows, err := s.DB().Query("SELECT e.id, e.generation, COALESCE(e.kind_slot, -1), (SELECT string_agg(sl.key || ': ' || sl.used || ' of ' || sl.cap, ', ') FROM " +
+		lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_limit_slots") + " AS sl WHERE sl.key = e.kind_slot) FROM " + s.QualifiedTable() +
 		" AS e WHERE e.kind = 'a' AND e.status = 'INPROGRESS' AND e.lease_until > now()")
 	if err != nil {
 		t.Log(err)
@@ -412,7 +416,7 @@ func logLive(t *testing.T, s *lease.Store) {
 			t.Log(err)
 			return
 		}
-		t.Logf("live: row %d at generation %d, kind_slot %d, slots held %s", id, gen, kindSlot, slots.String)
+		t.Logf("live: row %d at generation %d, kind_slot %d, slot %s", id, gen, kindSlot, slots.String)
 	}
 }
 

@@ -214,7 +214,10 @@ func schemaState(t *testing.T, s *lease.Store) string {
 		 FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid WHERE c.relnamespace = $1::regnamespace ORDER BY 1`,
 		`SELECT pg_get_triggerdef(g.oid) FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid
 		 WHERE c.relnamespace = $1::regnamespace AND NOT g.tgisinternal ORDER BY 1`,
-		`SELECT p.proname || ' ' || md5(replace(p.prosrc, $1, '<schema>')) || ' ' || p.prosecdef || ' ' || COALESCE(array_to_string(p.proconfig, ','), '')
+		// A function's text names the schema, and the setting in which a
+		// transaction lists its keyed rows, named after the table.
+		`SELECT p.proname || ' ' || md5(replace(replace(p.prosrc, $1, '<schema>'), '` + lease.KeysListed(s) + `', '<keys listed>'))
+		 || ' ' || p.prosecdef || ' ' || COALESCE(array_to_string(p.proconfig, ','), '')
 		 FROM pg_proc p WHERE p.pronamespace = $1::regnamespace ORDER BY 1`,
 	} {
 		rows, err := s.DB().Query(q, s.Schema())

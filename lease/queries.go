@@ -44,8 +44,36 @@ const lockedCTE = lockStep + `
 // id first), so that the release triggers, whose condition reads the
 // mark as each row is written (migration 16), queue nothing for them.
 const markingLockedCTE = `locked AS (
-    SELECT o.id, set_config('leasework.keys_passed', 'on', true)` + lockRows + `
+    SELECT o.id, set_config('leasework.keys_passed', 'on', true), set_config('leasework.slots_passed', 'on', true)` + lockRows + `
 )`
+
+// givingPlacesBack are the CTEs of a completion that gives back itself
+// the places its rows held under concurrency limits (migration 17), after
+// done: one release per slot, of the slots still there, and one
+// notification per kind of those rows, that idle workers claim what they
+// free. The lock step (markingLockedCTE) marks the transaction
+// (leasework.slots_passed) before any row is written, so that the release
+// trigger, whose condition reads the mark as each row is written, skips
+// them. woken is one row, read by the statement's last SELECT, so that it
+// runs.
+const givingPlacesBack = `, released AS (
+    INSERT INTO {{schema}}.{{name "limit_releases"}} (key, n)
+    SELECT u.key, count(*) FROM (SELECT kind_slot AS key FROM done WHERE kind_slot IS NOT NULL
+                                 UNION ALL
+                                 SELECT queue_slot FROM done WHERE queue_slot IS NOT NULL) AS u
+    WHERE u.key = ANY (ARRAY(SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
+                             WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM done WHERE kind_slot IS NOT NULL
+                                                      UNION ALL
+                                                      SELECT queue_slot FROM done WHERE queue_slot IS NOT NULL))))
+    GROUP BY u.key
+), woken AS MATERIALIZED (
+    SELECT count(pg_notify({{channel}}, k.kind)) AS n
+    FROM (SELECT DISTINCT kind FROM done WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL) AS k
+)`
+
+// doneColumns are the columns a completion's step returns, after its own,
+// for the CTEs that follow it.
+const doneColumns = `, o.key, o.kind, o.kind_slot, o.queue_slot`
 
 // lockStep is lockedCTE without its end, so that renewSQL can add SKIP
 // LOCKED.
@@ -210,176 +238,232 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
     o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
     o.snoozes, (SELECT yes FROM held_back) AND (SELECT yes FROM held_whole) = 1`
 
-// limitsCTEs are the claim's reads of the concurrency limits it keeps
-// (migration 17): what each admits now (usable) and the most rows the
-// claim may take (room). A limit of N has N slot rows; each slot this
-// claim takes it locks first, SKIP LOCKED, so two claims never take one
-// slot and none waits for another. A slot is free when it has no holder
-// (open: read through the slots' primary key from a slot drawn at random,
-// no more than the claim may take). When a limit has fewer of those than
-// the claim may take, its held slots are walked (stale), each holder read
-// by primary key: a slot
-// is free when its holder was claimed again or ended since its claim
-// (ended), or when its holder's lease ran out at the slot's generation,
-// which lapsed reads again under the holder's own lock: a renewal
-// committed after this statement's snapshot then shows, and a late write
-// of the owner waits for this claim and finds its lease over (invariant
-// 16). A holder the statement cannot see holds its slot: it may have been
-// enqueued and claimed after the snapshot. A claim reading an older
-// snapshot sees a holder taken since at a lower generation, never a
-// higher one, and takes its slot for a held one: the generation only
-// grows. With no limit declared for the claim's queue or kinds, nothing
-// but the limits' primary key is read.
+// slotsCTEs are the claim's reads of the concurrency limits it keeps
+// (migration 17) before it reads any row: the limits of its queue and of
+// the kinds it claims (limited), and the slots it takes room from (open),
+// each locked, SKIP LOCKED, so that no two claims count in one slot at
+// once and none waits for another; the releases of those slots it counts
+// now (returned); and each slot's room (rooms): its share, less the
+// attempts counted in it, plus those releases. The slot's count is read
+// under its lock, as last committed; a release committed after this
+// statement's snapshot is left to a later claim. With no limit declared
+// for the claim's queue or kinds, nothing but the limits' primary key is
+// read.
 const slotsCTEs = `limited AS (
-    -- The limits of the claim's queue and of the kinds it claims (every
-    -- kind's when it claims any kind), each with the range of its slots'
-    -- keys and a slot drawn at random, from which this claim reads its
-    -- free slots: the held ones, most of them the lowest, are not read
-    -- first.
-    SELECT l.scope, l.name, l.id, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + l.max_live AS past,
-        l.id::bigint * 100000 + floor(random() * l.max_live)::bigint AS start
+    -- Each limit with the range of its slots' keys, a slot drawn at
+    -- random from which this claim looks for room (the claims of many
+    -- workers do not all lock the same ones), and how many slots it locks
+    -- at most: enough for its Limit at the room each has on average (the
+    -- slots' counts read in the snapshot, unlocked), and one more.
+    SELECT l.scope, l.name, l.id, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + 16 AS past,
+        l.id::bigint * 100000 + floor(random() * 16)::bigint AS start,
+        LEAST(16, ceil($1::numeric * 16 / GREATEST(l.max_live - (
+            SELECT COALESCE(sum(s.used), 0) FROM {{schema}}.{{name "limit_slots"}} AS s
+            WHERE s.key >= l.id::bigint * 100000 AND s.key < l.id::bigint * 100000 + 16), 1))::integer + 1) AS want
     FROM {{schema}}.{{name "limits"}} AS l
     WHERE (l.scope = 'queue' AND l.name = $5)
        OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
 ), open AS (
-    SELECT l.scope, l.name, f.key FROM limited AS l
+    -- The slots with room, or with releases to count, from the one drawn.
+    SELECT l.scope, l.name, f.key, f.cap, f.used FROM limited AS l
     CROSS JOIN LATERAL (
         SELECT * FROM (
-            SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
-            WHERE s.key >= l.start AND s.key < l.past AND s.holder IS NULL
-            ORDER BY s.key
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED) AS above
-        UNION ALL
-        SELECT * FROM (
-            SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
-            WHERE s.key >= l.first AND s.key < l.start AND s.holder IS NULL
-            ORDER BY s.key
-            LIMIT $1
-            FOR UPDATE SKIP LOCKED) AS below
-        LIMIT $1) AS f
+            SELECT * FROM (
+                SELECT s.key, s.cap, s.used FROM {{schema}}.{{name "limit_slots"}} AS s
+                WHERE s.key >= l.start AND s.key < l.past
+                  AND (s.used < s.cap OR ` + hasReleases + `)
+                ORDER BY s.key
+                LIMIT l.want
+                FOR UPDATE SKIP LOCKED) AS above
+            UNION ALL
+            SELECT * FROM (
+                SELECT s.key, s.cap, s.used FROM {{schema}}.{{name "limit_slots"}} AS s
+                WHERE s.key >= l.first AND s.key < l.start
+                  AND (s.used < s.cap OR ` + hasReleases + `)
+                ORDER BY s.key
+                LIMIT l.want
+                FOR UPDATE SKIP LOCKED) AS below) AS u
+        LIMIT l.want) AS f
+), returned AS (
+    -- The places given back in the slots locked, counted now: named by
+    -- the slots' keys, a range of the releases' primary key each.
+    DELETE FROM {{schema}}.{{name "limit_releases"}} AS r
+    WHERE r.key = ANY (ARRAY(SELECT key FROM open))
+    RETURNING r.key, r.n
+), rooms AS (
+    SELECT o.scope, o.name, o.key,
+        COALESCE((SELECT sum(r.n) FROM returned AS r WHERE r.key = o.key), 0)::integer AS back,
+        GREATEST(o.cap - o.used + COALESCE((SELECT sum(r.n) FROM returned AS r WHERE r.key = o.key), 0), 0)::integer AS room
+    FROM open AS o
 )`
 
-// limitsCTEs follow expired: the slots its rows hold, whose leases ran
-// out (own); in a sweep, the held slots that are free (stale); and what
-// each limit admits (usable, room).
-const limitsCTEs = `own AS (
-    -- The slots of the expired leases this claim took: free, their
-    -- holders' leases over (read again under their locks, in expired).
-    SELECT l.scope, l.name, s.key FROM {{schema}}.{{name "limit_slots"}} AS s, limited AS l
-    WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM expired WHERE kind_slot IS NOT NULL
-                             UNION ALL
-                             SELECT queue_slot FROM expired WHERE queue_slot IS NOT NULL))
-      AND l.id = s.key / 100000 AND s.key < l.past
-      AND EXISTS (SELECT 1 FROM expired AS e WHERE e.id = s.holder AND e.generation = s.holder_gen)
-    ORDER BY s.key
-    FOR UPDATE OF s SKIP LOCKED
-), stale AS (
-    SELECT l.scope, l.name, f.key, f.holder, f.holder_gen, f.ended FROM limited AS l
-    CROSS JOIN LATERAL (
-        SELECT s.key, s.holder, s.holder_gen,
-            EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
-                AND (h.generation > s.holder_gen OR (h.generation = s.holder_gen AND h.status <> 'INPROGRESS'))) AS ended
-        FROM {{schema}}.{{name "limit_slots"}} AS s
-        WHERE s.key >= l.first AND s.key < l.past AND s.holder IS NOT NULL
-          AND EXISTS (SELECT 1 FROM {{table}} AS h WHERE h.id = s.holder
-                AND (h.generation > s.holder_gen
-                     OR (h.generation = s.holder_gen AND (h.status <> 'INPROGRESS' OR h.lease_until <= statement_timestamp()))))
-          AND $7::bigint = 0 AND s.key <> ALL (ARRAY(SELECT key FROM own))
-        ORDER BY s.key
-        LIMIT GREATEST($1 - (SELECT count(*) FROM open AS o WHERE o.scope = l.scope AND o.name = l.name)
-                           - (SELECT count(*) FROM own AS o WHERE o.scope = l.scope AND o.name = l.name), 0)
-        FOR UPDATE SKIP LOCKED) AS f
-), lapsed AS (
-    SELECT h.id, h.generation FROM {{table}} AS h
-    WHERE h.id = ANY (ARRAY(SELECT holder FROM stale WHERE NOT ended))
-      AND h.status = 'INPROGRESS' COLLATE "C" AND h.lease_until <= statement_timestamp()
-    ORDER BY h.id
+// hasReleases says whether slot s has releases not yet counted: one probe
+// of the releases' primary key (a scalar subquery, never hashed over the
+// whole table).
+const hasReleases = `(SELECT true FROM {{schema}}.{{name "limit_releases"}} AS r WHERE r.key = s.key LIMIT 1) IS NOT NULL`
+
+// limitsCTEs follow expired: in a sweep, the attempts counted under a
+// limit whose lease ran out that this claim cannot take back (stale), and
+// what each limit admits (free, usable, room).
+const limitsCTEs = `stale AS (
+    -- Only a claim without floors ($7 = 0: a sweep) reads them, when a
+    -- limit's slots had less room than its Limit: another queue's, or of a
+    -- kind it does not claim, not on their last attempt, not cancelled
+    -- (this claim's or their own queue's claims end those, and give their
+    -- places back then). Each is read again under its own lock: a renewal
+    -- committed after this statement's snapshot shows, and the row is
+    -- skipped; a late write of its owner waits for this claim and finds
+    -- its lease over (invariant 16).
+    SELECT h.id, h.kind, h.queue, h.kind_slot, h.queue_slot FROM {{table}} AS h
+    WHERE h.status = 'INPROGRESS' AND (h.kind_slot IS NOT NULL OR h.queue_slot IS NOT NULL)
+      AND h.lease_until <= statement_timestamp() AND $7::bigint = 0
+      AND h.attempt < h.max_attempts AND h.cancelled_at IS NULL
+      AND h.id <> ALL (ARRAY(SELECT id FROM expired))
+      AND EXISTS (SELECT 1 FROM limited AS l
+                  WHERE (SELECT COALESCE(sum(r.room), 0) FROM rooms AS r WHERE r.scope = l.scope AND r.name = l.name) < $1)
+    ORDER BY h.lease_until
+    LIMIT $1
     FOR UPDATE SKIP LOCKED
+), stale_places AS (
+    SELECT l.scope, l.name, h.id, CASE WHEN l.scope = 'kind' THEN h.kind_slot ELSE h.queue_slot END AS key
+    FROM stale AS h, limited AS l
+    WHERE (l.scope = 'kind' AND l.name = h.kind AND h.kind_slot >= l.first AND h.kind_slot < l.past)
+       OR (l.scope = 'queue' AND l.name = h.queue AND h.queue_slot >= l.first AND h.queue_slot < l.past)
 ), free AS (
-    -- Each limit's free slots this claim locked, their keys in an array:
-    -- the i-th row claimed under the limit takes the i-th.
-    SELECT l.scope, l.name, ARRAY(
-        SELECT u.key FROM (SELECT scope, name, key FROM open
-                           UNION ALL
-                           SELECT scope, name, key FROM own
-                           UNION ALL
-                           SELECT s.scope, s.name, s.key FROM stale AS s
-                           WHERE s.ended OR (s.holder, s.holder_gen) IN (SELECT id, generation FROM lapsed)) AS u
-        WHERE u.scope = l.scope AND u.name = l.name
-        ORDER BY u.key) AS slots
+    -- Each limit's free places, for the rows claimed that need one: the
+    -- i-th row takes the i-th, its slot's key, and holder the row it is
+    -- taken from (0: the slot's room). Room first: a stale holder keeps
+    -- its place unless it is needed.
+    SELECT l.scope, l.name, l.first, l.past,
+        ARRAY(SELECT u.key FROM (
+                  SELECT r.key, 0::bigint AS holder, g AS n FROM rooms AS r, generate_series(1, LEAST(r.room, $1::integer)) AS g
+                  WHERE r.scope = l.scope AND r.name = l.name
+                  UNION ALL
+                  SELECT p.key, p.id, 0 FROM stale_places AS p WHERE p.scope = l.scope AND p.name = l.name) AS u
+              ORDER BY u.holder, u.key, u.n
+              LIMIT $1) AS slots,
+        ARRAY(SELECT u.holder FROM (
+                  SELECT r.key, 0::bigint AS holder, g AS n FROM rooms AS r, generate_series(1, LEAST(r.room, $1::integer)) AS g
+                  WHERE r.scope = l.scope AND r.name = l.name
+                  UNION ALL
+                  SELECT p.key, p.id, 0 FROM stale_places AS p WHERE p.scope = l.scope AND p.name = l.name) AS u
+              ORDER BY u.holder, u.key, u.n
+              LIMIT $1) AS holders
     FROM limited AS l
 ), usable AS (
-    -- What each limit admits: the free slots this claim locked.
+    -- What each limit admits, besides the expired leases this claim takes
+    -- back that keep their places.
     SELECT scope, name, cardinality(slots) AS n FROM free
+), carried AS (
+    -- The expired leases that keep their places: counted in a slot of the
+    -- limit of their kind or of this queue, a slot within its share (not
+    -- one a lowered limit left counting more: there, a new attempt waits
+    -- for a place as any row does).
+    SELECT e.id,
+        EXISTS (SELECT 1 FROM free AS f, {{schema}}.{{name "limit_slots"}} AS s
+                WHERE f.scope = 'kind' AND f.name = e.kind AND e.kind_slot >= f.first AND e.kind_slot < f.past
+                  AND s.key = e.kind_slot AND s.used <= s.cap) AS kind,
+        EXISTS (SELECT 1 FROM free AS f, {{schema}}.{{name "limit_slots"}} AS s
+                WHERE f.scope = 'queue' AND e.queue_slot >= f.first AND e.queue_slot < f.past
+                  AND s.key = e.queue_slot AND s.used <= s.cap) AS queue
+    FROM expired AS e
 ), room AS (
     -- The most rows the claim takes: its Limit, and its queue's limit.
-    SELECT LEAST($1::bigint, (SELECT n FROM usable WHERE scope = 'queue')) AS n
+    SELECT LEAST($1::bigint, (SELECT n FROM usable WHERE scope = 'queue')
+                             + (SELECT count(*) FROM carried WHERE queue)) AS n
 )`
 
 // admitCTEs keep each kind's limit among the rows found (expired, then
-// ready), give each row claimed under a limit one free slot of it (held),
-// and say whether a limit kept this claim from rows it would otherwise
-// have taken (held_back): its queue's limit cut its Limit, or a kind's
-// limit kept rows of the kind from it. Those are skipped, so a READY row
-// due earlier than a row claimed, or an expired lease older than one
-// taken back, may be left.
+// ready), give each row claimed under a limit a place in one of its slots
+// (slotted, counted), and say whether a limit kept this claim from rows it
+// would otherwise have taken (held_back): its queue's limit cut its Limit,
+// or a kind's limit kept rows of the kind from it. Those are skipped, so a
+// READY row due earlier than a row claimed, or an expired lease older
+// than one taken back, may be left.
 const admitCTEs = `candidates AS (
-    SELECT c.id, c.kind, c.generation, row_number() OVER (ORDER BY c.part, c.level, c.at, c.id) AS ord
-    FROM (SELECT id, kind, generation, 0 AS part, 0 AS level, lease_until AS at FROM expired
+    SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot,
+        COALESCE((SELECT k.kind FROM carried AS k WHERE k.id = c.id), false) AS carry_kind,
+        COALESCE((SELECT k.queue FROM carried AS k WHERE k.id = c.id), false) AS carry_queue,
+        row_number() OVER (ORDER BY c.part, c.level, c.at, c.id) AS ord
+    FROM (SELECT id, kind, generation, kind_slot, queue_slot, 0 AS part, 0 AS level, lease_until AS at FROM expired
           UNION ALL
-          SELECT id, kind, generation, 1, level, next_attempt_at FROM ready) AS c
+          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at FROM ready) AS c
 ), ranked AS (
-    SELECT c.id, c.kind, c.generation, c.ord, row_number() OVER (PARTITION BY c.kind ORDER BY c.ord) AS in_kind
+    -- in_kind: a row's place among its kind's rows that need one.
+    SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.carry_kind ORDER BY c.ord) AS in_kind
     FROM candidates AS c
 ), admitted AS (
-    SELECT r.id, r.kind, r.generation, r.in_kind, row_number() OVER (ORDER BY r.ord) AS in_queue
+    SELECT r.*, row_number() OVER (PARTITION BY r.carry_queue ORDER BY r.ord) AS in_queue
     FROM ranked AS r
-    WHERE r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
+    WHERE r.carry_kind
+       OR r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
 ), taken AS (
     -- The expired leases are read before the queue's limit is known.
-    SELECT * FROM admitted WHERE in_queue <= (SELECT n FROM room)
+    SELECT * FROM admitted AS a
+    WHERE a.carry_queue OR a.in_queue <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'queue'), a.in_queue)
 ), slotted AS (
-    -- The slots each row claimed takes: the i-th row of a kind under its
-    -- kind's limit takes the i-th free slot of it, the i-th row claimed
-    -- the i-th of its queue's.
-    SELECT t.id, GREATEST(t.generation + 1, ` + timelineFloor + `) AS gen,
-        (SELECT f.slots[t.in_kind] FROM free AS f WHERE f.scope = 'kind' AND f.name = t.kind) AS kind_slot,
-        (SELECT f.slots[t.in_queue] FROM free AS f WHERE f.scope = 'queue') AS queue_slot
+    -- The places each row claimed takes: its own, when it keeps it; else
+    -- the i-th row of a kind the i-th free place of its kind's limit, the
+    -- i-th row of the queue the i-th of the queue's; and the rows those
+    -- are taken from (0: a slot's room).
+    SELECT t.id,
+        CASE WHEN t.carry_kind THEN t.kind_slot
+             ELSE (SELECT f.slots[t.in_kind] FROM free AS f WHERE f.scope = 'kind' AND f.name = t.kind) END AS kind_slot,
+        CASE WHEN t.carry_kind THEN NULL
+             ELSE (SELECT f.holders[t.in_kind] FROM free AS f WHERE f.scope = 'kind' AND f.name = t.kind) END AS kind_from,
+        CASE WHEN t.carry_queue THEN t.queue_slot
+             ELSE (SELECT f.slots[t.in_queue] FROM free AS f WHERE f.scope = 'queue') END AS queue_slot,
+        CASE WHEN t.carry_queue THEN NULL
+             ELSE (SELECT f.holders[t.in_queue] FROM free AS f WHERE f.scope = 'queue') END AS queue_from
     FROM taken AS t
     -- None under no limit: nothing after it reads a row.
     WHERE EXISTS (SELECT 1 FROM limited)
-), holders AS (
-    -- Each slot taken, by key, with its row and the row's new generation.
-    SELECT jsonb_object_agg(u.key::text, jsonb_build_array(u.id, u.gen)) AS m
-    FROM (SELECT kind_slot AS key, id, gen FROM slotted WHERE kind_slot IS NOT NULL
-          UNION ALL
-          SELECT queue_slot, id, gen FROM slotted WHERE queue_slot IS NOT NULL) AS u
+), counted AS (
+    -- Each slot's count changes by the places taken from its room, less
+    -- the releases counted now.
+    SELECT u.key, sum(u.d)::integer AS d FROM (
+        SELECT kind_slot AS key, 1 AS d FROM slotted WHERE kind_from = 0
+        UNION ALL
+        SELECT queue_slot, 1 FROM slotted WHERE queue_from = 0
+        UNION ALL
+        SELECT key, -back FROM rooms WHERE back > 0) AS u
+    GROUP BY u.key
+    HAVING sum(u.d) <> 0
 ), held AS (
-    -- The slots taken are named by an array of their keys: a primary-key
-    -- scan, whatever the plan. Each looks its holder up in holders (a
-    -- binary search in a JSON object).
+    -- The slots counted in are named by an array of their keys: a
+    -- primary-key scan, whatever the plan; each looks its change up in a
+    -- JSON object (a binary search).
     UPDATE {{schema}}.{{name "limit_slots"}} AS s
-    SET holder = ((SELECT m FROM holders) -> s.key::text ->> 0)::bigint,
-        holder_gen = ((SELECT m FROM holders) -> s.key::text ->> 1)::bigint
-    WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM slotted WHERE kind_slot IS NOT NULL
-                             UNION ALL
-                             SELECT queue_slot FROM slotted WHERE queue_slot IS NOT NULL))
+    SET used = s.used + ((SELECT jsonb_object_agg(c.key::text, c.d) FROM counted AS c) ->> s.key::text)::integer
+    WHERE s.key = ANY (ARRAY(SELECT key FROM counted))
     RETURNING s.key
+), moved AS (
+    -- The stale holders whose places were taken are counted no longer.
+    UPDATE {{table}} AS o
+    SET kind_slot = CASE WHEN o.id = ANY (ARRAY(SELECT kind_from FROM slotted WHERE kind_from > 0)) THEN NULL ELSE o.kind_slot END,
+        queue_slot = CASE WHEN o.id = ANY (ARRAY(SELECT queue_from FROM slotted WHERE queue_from > 0)) THEN NULL ELSE o.queue_slot END
+    WHERE o.id = ANY (ARRAY(SELECT kind_from FROM slotted WHERE kind_from > 0
+                            UNION ALL
+                            SELECT queue_from FROM slotted WHERE queue_from > 0))
+    RETURNING o.id
 ), slot_map AS (
-    -- The rows' slots by row id, for the UPDATE below to look up: none
+    -- The rows' places by row id, for the UPDATE below to look up: none
     -- when no limit applies.
     SELECT jsonb_object_agg(id::text, jsonb_build_array(kind_slot, queue_slot)) AS m
     FROM slotted
     WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL
 ), held_whole AS (
-    -- Every slot taken was written: the statement fails (division by
-    -- zero) rather than claim a row under a limit without its slot. A
-    -- slot this claim locked cannot go away (a lowered limit's delete
-    -- waits for the lock); a slot not written is a fault of the
-    -- statement, and the claim must not commit past it.
-    SELECT 1 / ((SELECT count(*) FROM held)
-                = (SELECT count(kind_slot) + count(queue_slot) FROM slotted))::integer AS yes
+    -- Every slot whose count changes was written, and every stale holder
+    -- whose place was taken: the statement fails (division by zero)
+    -- rather than claim a row under a limit uncounted. A slot this claim
+    -- locked cannot go away (a cleared limit's delete waits for the lock);
+    -- a slot not written is a fault of the statement, and the claim must
+    -- not commit past it.
+    SELECT 1 / ((SELECT count(*) FROM held) = (SELECT count(*) FROM counted)
+                AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT u.id) FROM (
+                    SELECT kind_from AS id FROM slotted WHERE kind_from > 0
+                    UNION ALL
+                    SELECT queue_from FROM slotted WHERE queue_from > 0) AS u))::integer AS yes
 ), held_back AS (
     SELECT (SELECT n FROM room) < $1
         OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)
@@ -542,9 +626,9 @@ RETURNING o.id, o.generation, 'DONE'::text AS status`
 // see everything that transaction finished.
 func passingKeysOn(step string) string {
 	return `
-WITH ` + markingLockedCTE + `, done AS (` + step + `, o.key),
-passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key)) FROM done AS k)
-SELECT d.id, d.generation, d.status FROM done AS d, passed`
+WITH ` + markingLockedCTE + `, done AS (` + step + doneColumns + `),
+passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key)) FROM done AS k)` + givingPlacesBack + `
+SELECT d.id, d.generation, d.status FROM done AS d, passed, woken`
 }
 
 // takingTurns is passingKeysOn for a worker that takes the turns it
@@ -559,14 +643,14 @@ SELECT d.id, d.generation, d.status FROM done AS d, passed`
 // claim's columns in the claim statement's order, from the id on.
 func takingTurns(step string) string {
 	return `
-WITH ` + markingLockedCTE + `, done AS (` + step + `, o.key),
+WITH ` + markingLockedCTE + `, done AS (` + step + doneColumns + `)` + givingPlacesBack + `,
 taken AS MATERIALIZED (
     SELECT t.* FROM {{schema}}.{{name "take_turns"}}((SELECT array_agg(d.key) FROM done AS d),
         $3, $4, $5::text[], $6, $7) AS t)
 SELECT false, d.id, d.generation, d.status, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::integer,
     NULL::integer, NULL::timestamptz, NULL::bytea, NULL::text, NULL::text, NULL::smallint, NULL::timestamptz,
     NULL::text, NULL::integer
-FROM done AS d
+FROM done AS d, woken
 UNION ALL
 SELECT true, t.id, t.generation, t.status, t.event_id, t.kind, COALESCE(t.key, ''), t.payload, t.attempt,
     t.max_attempts, t.lease_until, t.progress, COALESCE(t.last_error, ''), t.queue, t.priority, t.next_attempt_at,
@@ -811,7 +895,7 @@ type queries struct {
 	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
-	setLimit, addSlots, dropSlots, clearLimit, limits, limitChanges string
+	setLimit, shares, clearLimit, limits, limitChanges string
 }
 
 func (s *Store) renderQueries() queries {
@@ -848,8 +932,7 @@ func (s *Store) renderQueries() queries {
 		resume:               s.render(resumeSQL),
 		queues:               s.render(queuesSQL),
 		setLimit:             s.render(setLimitSQL),
-		addSlots:             s.render(addSlotsSQL),
-		dropSlots:            s.render(dropSlotsSQL),
+		shares:               s.render(sharesSQL),
 		clearLimit:           s.render(clearLimitSQL),
 		limits:               s.render(limitsSQL),
 		limitChanges:         s.render(limitChangesSQL),

@@ -190,7 +190,7 @@ func maxOf(n *int) int {
 func TestLimitsBeforeTheirMigration(t *testing.T) {
 	t.Parallel()
 	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
-	for _, suffix := range []string{"limit_changes", "limit_slots", "limits"} {
+	for _, suffix := range []string{"limit_changes", "limit_releases", "limit_slots", "limits"} {
 		q := "DROP TABLE " + lease.QuoteIdent(st.Schema()) + "." + lease.QuoteIdent(st.Table()+"_"+suffix)
 		if _, err := st.DB().ExecContext(context.Background(), q); err != nil {
 			t.Fatal(err)

@@ -4,35 +4,39 @@
 --
 -- A limit is a row of the limits table, changed by the store's SetLimit
 -- and ClearLimit (the CLI and the console call them), each change written
--- to the limit_changes table with who made it. Each limit has N slot rows
--- (limit_slots), and each live attempt under the limit holds one slot: the
--- slot names the row and the generation its claim gave it. The claim
--- statement takes a slot with FOR UPDATE SKIP LOCKED, so two claims never
--- take the same one and no claim waits for another, and never more than
--- N minus the slots still held.
---
--- A slot is free when it has no holder; when its holder has been claimed
--- again since (a higher generation) or has ended at that generation; or
--- when its holder's lease ran out at that generation, seen again under
--- the holder row's own lock, so that a renewal that commits during the
--- claim is not missed (invariant 16: a dead or paused owner holds a slot
--- only until its lease runs out; its late writes are then refused by the
--- guard). A holder the claim cannot see (deleted, or committed after the
--- claim's snapshot) holds its slot: the generation only grows, so a claim
--- reading an older snapshot takes a slot taken since for a busy one.
+-- to the limit_changes table with who made it. A limit is kept in 16
+-- slots (limit_slots), each a share of it: slot i of a limit of N allows
+-- N / 16 attempts, one more for the first N mod 16, and counts the
+-- attempts it holds (used). A claim locks the slots it takes room from,
+-- FOR UPDATE SKIP LOCKED, from a slot drawn at random and no more than it
+-- needs, and adds what it took: two claims never count in one slot at
+-- once, no claim waits for another, and a slot never holds more than its
+-- share. The events table's kind_slot and queue_slot name the slot each
+-- live attempt is counted in.
 --
 -- An attempt that ends (DONE, FAILED, DISCARDED, retried, snoozed,
--- released, requeued, or deleted at completion) gives its slots back in
--- the statement that ends it, by the trigger below, and wakes idle
--- workers of its kind at commit. The events table's kind_slot and
--- queue_slot columns name the slots a row was given, so that the trigger
--- finds them by primary key, and rows under no limit never call it. No
--- index of the slots reads their holder: a slot's updates change no
--- indexed column, and stay on its page (HOT) when it has room.
+-- released, requeued, or deleted) gives its place back by a row of
+-- limit_releases, written in the statement that ends it (by the store's
+-- own completions, one row per slot and statement; by the trigger below
+-- otherwise), and wakes idle workers of its kind at commit. The claim
+-- that next locks the slot deletes its releases and counts them free.
+-- Ending an attempt so locks nothing shared: a completion in a handler's
+-- own transaction waits for no one, and holds up no one until it commits.
+-- A claim whose snapshot misses a release committed since leaves it to
+-- the next: it never counts a place free that is not.
+--
+-- An attempt whose lease ran out is counted no longer (invariant 16: a
+-- dead or paused owner holds its place only until its lease runs out; its
+-- late writes are then refused by the guard). A claim that takes such a
+-- row back keeps its place for it; a claim without floors (a sweep) also
+-- takes the place of one it cannot take back (another queue's, a kind it
+-- does not claim), read again under the row's own lock, so that a renewal
+-- that commits during the claim is seen: the row's kind_slot or
+-- queue_slot is cleared and the place goes to a row this claim takes.
 --
 -- A completion that takes its key's next event (take_turns, migration 15)
 -- takes none that a limit covers: such an event becomes READY, and a
--- claim takes it with its slots.
+-- claim takes it with its places.
 --
 -- Safe while workers run? The new tables and the functions lock nothing
 -- of the events table. The step runs in one transaction: ADD COLUMN with
@@ -57,16 +61,26 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limits"}} (
 );
 
 -- Slot i of the limit of id L has the key L * 100000 + i: a claim names
--- the slots it takes, and an attempt's end the slots it gives back, by
--- one column, as the events table's rows are named by id.
+-- the slots it counts in, and a row the slot it holds a place of, by one
+-- column, as the events table's rows are named by id. A slot's used never
+-- falls below zero: a release counted twice would fail the claim that
+-- counts it rather than admit one attempt too many.
 CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_slots"}} (
-    key        bigint  PRIMARY KEY,
-    limit_id   integer NOT NULL REFERENCES {{schema}}.{{name "limits"}} (id) ON DELETE CASCADE,
-    slot       integer NOT NULL,
-    holder     bigint,
-    holder_gen bigint,
-    CHECK (key = limit_id::bigint * 100000 + slot AND slot BETWEEN 0 AND 99999)
+    key      bigint  PRIMARY KEY,
+    limit_id integer NOT NULL REFERENCES {{schema}}.{{name "limits"}} (id) ON DELETE CASCADE,
+    slot     integer NOT NULL,
+    cap      integer NOT NULL CHECK (cap >= 0),
+    used     integer NOT NULL DEFAULT 0 CHECK (used >= 0),
+    CHECK (key = limit_id::bigint * 100000 + slot AND slot BETWEEN 0 AND 15)
 ) WITH (fillfactor = 50);
+
+-- Places given back and not yet counted: n of slot key's.
+CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_releases"}} (
+    key bigint  NOT NULL,
+    id  bigint  GENERATED ALWAYS AS IDENTITY,
+    n   integer NOT NULL CHECK (n > 0),
+    PRIMARY KEY (key, id)
+);
 
 CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_changes"}} (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -78,30 +92,39 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{name "limit_changes"}} (
     set_by  text    NOT NULL DEFAULT ''
 );
 
--- The keys of the slots a claim gave the row, of its kind's limit and of
--- its queue's: its end gives them back through the slots' primary key.
+-- The keys of the slots the row's live attempt is counted in, of its
+-- kind's limit and of its queue's.
 ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS kind_slot bigint,
     ADD COLUMN IF NOT EXISTS queue_slot bigint;
 
+-- The trigger's function: a release of each slot the attempt is counted
+-- in, if the slot is still there (a cleared limit's are not).
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "release_slots"}}() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE {{schema}}.{{name "limit_slots"}} SET holder = NULL, holder_gen = NULL
-    WHERE key IN (OLD.kind_slot, OLD.queue_slot) AND holder = OLD.id AND holder_gen = OLD.generation;
+    INSERT INTO {{schema}}.{{name "limit_releases"}} (key, n)
+    SELECT s.key, 1 FROM {{schema}}.{{name "limit_slots"}} AS s
+    WHERE s.key IN (OLD.kind_slot, OLD.queue_slot);
     PERFORM pg_notify({{channel}}, OLD.kind);
     RETURN NULL;
 END
 $$;
 
+-- The store's own completions give their places back themselves, in one
+-- statement that commits alone, and mark it (leasework.slots_passed)
+-- before they write a row: the condition, read as each row is written,
+-- skips those rows.
 DROP TRIGGER IF EXISTS {{name "release_slots"}} ON {{table}};
 CREATE TRIGGER {{name "release_slots"}} AFTER UPDATE ON {{table}}
     FOR EACH ROW WHEN ((OLD.kind_slot IS NOT NULL OR OLD.queue_slot IS NOT NULL)
-                       AND OLD.status = 'INPROGRESS' AND NEW.status <> 'INPROGRESS')
+                       AND OLD.status = 'INPROGRESS' AND NEW.status <> 'INPROGRESS'
+                       AND current_setting('leasework.slots_passed', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION {{schema}}.{{name "release_slots"}}();
 
 DROP TRIGGER IF EXISTS {{name "release_slots_delete"}} ON {{table}};
 CREATE TRIGGER {{name "release_slots_delete"}} AFTER DELETE ON {{table}}
-    FOR EACH ROW WHEN ((OLD.kind_slot IS NOT NULL OR OLD.queue_slot IS NOT NULL) AND OLD.status = 'INPROGRESS')
+    FOR EACH ROW WHEN ((OLD.kind_slot IS NOT NULL OR OLD.queue_slot IS NOT NULL) AND OLD.status = 'INPROGRESS'
+                       AND current_setting('leasework.slots_passed', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION {{schema}}.{{name "release_slots"}}();
 
 -- take_turns of migration 15, taking no event that a limit covers.
