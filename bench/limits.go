@@ -107,7 +107,7 @@ func limits(ctx context.Context, e *env) ([]table, error) {
 	}
 	loose.notes = append(loose.notes,
 		fmt.Sprintf("goal: with limits declared that do not bind, ≥ %.1f× the rate without, through each driver: %s", limitsGoal, strings.Join(goal, ", ")),
-		fmt.Sprintf("%s events per run; %d rounds; the limits: the events' kind and their queue, each ≤ %s live (every claim reads them and takes a slot of each)",
+		fmt.Sprintf("%s events per run; %d rounds; the limits: the events' kind and their queue, each ≤ %s live (every event claimed is counted under each)",
 			thousands(float64(jobs)), rounds, thousands(lease.MaxLimit)),
 		settleNote(e),
 		fmt.Sprintf("leasework defaults: framework.Config with only Schema and Logger set (Concurrency %d), one worker", framework.DefaultConcurrency),
@@ -145,7 +145,7 @@ func limits(ctx context.Context, e *env) ([]table, error) {
 	}
 	use.notes = append(use.notes,
 		fmt.Sprintf("goal: the mean of the live attempts ≥ %.0f%% of the limit: %s", 100*boundGoal, strings.Join(useGoal, ", ")),
-		fmt.Sprintf("use: the live attempts (Store.Limits: slots held by an attempt whose lease runs) sampled every %v while %s events ran, their mean ÷ %d; an attempt holds its slot from its claim until its outcome is written",
+		fmt.Sprintf("use: the live attempts (Store.Limits: the attempts counted under the limit whose lease runs) sampled every %v while %s events ran, their mean ÷ %d; an attempt holds its place from its claim until its outcome is written",
 			boundSample, thousands(float64(boundJobs)), boundMax),
 		"most live seen: the largest sample; never above the limit",
 	)

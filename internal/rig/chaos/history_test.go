@@ -156,6 +156,7 @@ func rowColumns(side string) string {
 		f("status", "text"), f("generation", "bigint"), f("attempt", "int"), f("max_attempts", "int"),
 		f("lease_until", "timestamptz"), f("next_attempt_at", "timestamptz"), f("worker", "text"),
 		f("key_seq", "bigint"), f("last_error", "text"), f("cancelled_at", "timestamptz"), // cancelled_at: from migration 11 on
+		f("kind_slot", "bigint"), f("queue_slot", "bigint"), // from migration 17 on
 	}, ", ")
 }
 
@@ -167,18 +168,19 @@ type image struct {
 	attempt, maxAttempts                 sql.NullInt32
 	leaseUntil, nextAttempt, cancelledAt sql.NullTime
 	worker, lastError                    sql.NullString
-	keySeq                               sql.NullInt64
+	keySeq, kindSlot, queueSlot          sql.NullInt64
 }
 
 func (m *image) dest() []any {
 	return []any{&m.id, &m.eventID, &m.kind, &m.key, &m.queue, &m.status, &m.generation, &m.attempt, &m.maxAttempts,
-		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt}
+		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt, &m.kindSlot, &m.queueSlot}
 }
 
 func (m *image) state() history.State {
 	return history.State{Status: m.status.String, Generation: m.generation.Int64, Attempt: int(m.attempt.Int32),
 		MaxAttempts: int(m.maxAttempts.Int32), LeaseUntil: m.leaseUntil.Time, NextAttempt: m.nextAttempt.Time,
-		Worker: m.worker.String, KeySeq: m.keySeq.Int64, LastError: m.lastError.String, CancelledAt: m.cancelledAt.Time}
+		Worker: m.worker.String, KeySeq: m.keySeq.Int64, LastError: m.lastError.String, CancelledAt: m.cancelledAt.Time,
+		KindSlot: m.kindSlot.Int64, QueueSlot: m.queueSlot.Int64}
 }
 
 // readAudit reads every audit row, in order.

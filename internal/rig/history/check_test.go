@@ -165,6 +165,16 @@ func good() *builder {
 	b.run(l[2], "w3", 1021, 1022, ResultOK, 0)
 	b.finish(l[2], 1023, Done)
 
+	// A sweep takes the place of a killed owner's attempt once its lease
+	// ran out.
+	sw := b.enqueue(1100, ev{id: "sw1"})
+	b.claim(sw[0], "w7", 1101)
+	b.write(sw[0], "w7", 1102, func(s *State) { s.KindSlot = 7 }) // as a claim counts it
+	b.run(sw[0], "w7", 1103, -1, "", 0)
+	b.h.Processes["w7"] = Process{Exited: b.at(1104)}
+	b.write(sw[0], "w1", 1101+lease, func(s *State) { s.KindSlot = 0 })
+	b.handle(sw[0], "w1", 1101+lease+1)
+
 	// A schedule's firings.
 	b.firing(1000, "w1")
 	b.firing(2000, "w2")
@@ -224,6 +234,16 @@ var bad = []struct {
 		b.claim(r, "w1", 10)
 		b.run(r, "w1", 11, 80, ResultOK, 0)
 		b.handle(r, "w2", 50) // w1's lease runs until 110
+		return b
+	}},
+	{"a place taken while the lease runs", Owners, "took the places of generation 1 under its limits", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "e"})[0]
+		b.claim(r, "w1", 10)
+		b.write(r, "w1", 11, func(s *State) { s.QueueSlot = 3 })
+		b.write(r, "w2", 50, func(s *State) { s.QueueSlot = 0 }) // w1's lease runs until 110
+		b.run(r, "w1", 12, 60, ResultOK, 0)
+		b.finish(r, 61, Done)
 		return b
 	}},
 	{"a stale owner's write accepted", Owners, "not the claimant", func() *builder {

@@ -167,6 +167,12 @@ type State struct {
 	// acknowledged stop) or its lease ends (a claim then ends it); both
 	// end it DISCARDED at a new generation.
 	CancelledAt time.Time
+	// KindSlot and QueueSlot name the slots of the kind's and the queue's
+	// limits the row's attempt is counted in (zero: none). A claim
+	// without floors (a sweep) may clear them on a row whose lease ran
+	// out, and count its place for a row it takes: no other write changes
+	// them but a claim.
+	KindSlot, QueueSlot int64
 }
 
 // The results of a [Run]: what the handler returned.

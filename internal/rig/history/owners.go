@@ -182,6 +182,14 @@ func (c *checker) ownerWrite(r *row, w *Write, op bool) {
 		}
 		r.outcome[o.Generation] = w
 		return
+	case !op && placeTaken(o, n):
+		// A sweep may take the places of an attempt only once its lease
+		// has run out: until then the attempt is live, and counts.
+		if o.LeaseUntil.After(w.Stmt) {
+			c.fail(Owners, r, "audit %d: %s took the places of generation %d under its limits at %s, while %s's lease ran until %s",
+				w.Seq, w.Writer, o.Generation, ts(w.Stmt), o.Worker, ts(o.LeaseUntil))
+		}
+		return
 	case op:
 		// The expiry fixture moves lease_until, and nothing else; a
 		// cancel's mark sets cancelled_at and the last error.
@@ -290,5 +298,16 @@ func describe(s State) string {
 func sameState(a, b State) bool {
 	return a.Status == b.Status && a.Generation == b.Generation && a.Attempt == b.Attempt &&
 		a.MaxAttempts == b.MaxAttempts && a.LeaseUntil.Equal(b.LeaseUntil) && a.NextAttempt.Equal(b.NextAttempt) &&
-		a.Worker == b.Worker && a.KeySeq == b.KeySeq && a.LastError == b.LastError && a.CancelledAt.Equal(b.CancelledAt)
+		a.Worker == b.Worker && a.KeySeq == b.KeySeq && a.LastError == b.LastError && a.CancelledAt.Equal(b.CancelledAt) &&
+		a.KindSlot == b.KindSlot && a.QueueSlot == b.QueueSlot
+}
+
+// placeTaken says whether n is o with one or both of its limits' places
+// cleared, and nothing else changed: a sweep that took the places of an
+// attempt whose lease ran out.
+func placeTaken(o, n State) bool {
+	cleared := o
+	cleared.KindSlot, cleared.QueueSlot = n.KindSlot, n.QueueSlot
+	return sameState(n, cleared) && !sameState(n, o) &&
+		(n.KindSlot == 0 || n.KindSlot == o.KindSlot) && (n.QueueSlot == 0 || n.QueueSlot == o.QueueSlot)
 }
