@@ -42,7 +42,7 @@ var breaks = map[string]libraryBreak{
 
 	"keys-listed-reversed": {"the commit-time step puts a transaction's keyed rows in line last inserted first", []string{history.KeyOrder}},
 	"limit-off-by-one":     {"the claim admits one attempt more than a concurrency limit allows, without a slot", []string{history.Limits}},
-	"limit-ignores-holder-lease": {"the claim takes the slot of a holder whose lease ran out in its snapshot without locking the holder's row: a renewal committed meanwhile is missed",
+	"limit-ignores-holder-lease": {"the claim takes the place of a holder whose lease ran out in its snapshot without locking the holder's row: a renewal committed meanwhile is missed",
 		[]string{history.Limits}},
 }
 
