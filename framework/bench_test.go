@@ -74,12 +74,13 @@ func BenchmarkPickupLatency(b *testing.B) {
 // completion promotes the key's next event. "keep-keys=10" spreads them
 // over 10 hot keys: at most 10 events can run at once, each waiting for
 // the one before it to be written DONE. "slots=100" is the zero
-// configuration with 100 slots. jobs/claim is the mean claim batch;
+// configuration with 100 slots. "limits" declares a kind limit and a
+// queue limit of 10,000 that never bind. jobs/claim is the mean claim batch;
 // client-cpu-µs/job the benchmark process's CPU time per event, the
 // runtime's and the driver's overhead.
 func BenchmarkThroughput(b *testing.B) {
 	for _, d := range pgtest.Drivers {
-		for _, mode := range []string{"zero-config", "delete-at-completion", "keep-keys=1000", "keep-keys=10", "slots=100"} {
+		for _, mode := range []string{"zero-config", "delete-at-completion", "keep-keys=1000", "keep-keys=10", "slots=100", "limits"} {
 			b.Run(d.Name+"/"+mode, func(b *testing.B) {
 				s := pgtest.Store(b, d.New(), lease.Options{})
 				for i := 0; i < b.N; i += 1000 {
@@ -94,6 +95,14 @@ func BenchmarkThroughput(b *testing.B) {
 						}
 					}
 					pgtest.Enqueue(b, s, events...)
+				}
+				if mode == "limits" {
+					for _, l := range []lease.Limit{{Scope: lease.ScopeKind, Name: "k", Max: lease.MaxLimit},
+						{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: lease.MaxLimit}} {
+						if _, err := s.SetLimit(context.Background(), l, "bench"); err != nil {
+							b.Fatal(err)
+						}
+					}
 				}
 				cfg := framework.Config{Schema: s.Schema(), Table: s.Table(), Logger: discard}
 				switch mode {

@@ -329,31 +329,27 @@ const limitsCTEs = `stale AS (
     FROM stale AS h, limited AS l
     WHERE (l.scope = 'kind' AND l.name = h.kind AND h.kind_slot >= l.first AND h.kind_slot < l.past)
        OR (l.scope = 'queue' AND l.name = h.queue AND h.queue_slot >= l.first AND h.queue_slot < l.past)
-), free AS (
-    -- Each limit's free places, for the rows claimed that need one: the
-    -- i-th row takes the i-th, its slot's key, and holder the row it is
-    -- taken from (0: the slot's room). Room first: a stale holder keeps
+), units AS (
+    -- Each limit's free places, for the rows claimed that need one, as
+    -- ranges of their positions: each slot's room, then the place of each
+    -- stale holder (holder: the row it is taken from; 0 for a slot's
+    -- room). The i-th row that needs a place under the limit takes one of
+    -- the range (lo, hi] that holds i. Room first: a stale holder keeps
     -- its place unless it is needed.
+    SELECT u.scope, u.name, u.key, u.holder,
+        sum(u.n) OVER (PARTITION BY u.scope, u.name ORDER BY u.holder, u.key) - u.n AS lo,
+        sum(u.n) OVER (PARTITION BY u.scope, u.name ORDER BY u.holder, u.key) AS hi
+    FROM (SELECT scope, name, key, 0::bigint AS holder, room AS n FROM rooms WHERE room > 0
+          UNION ALL
+          SELECT scope, name, key, id, 1 FROM stale_places) AS u
+), free AS (
     SELECT l.scope, l.name, l.first, l.past,
-        ARRAY(SELECT u.key FROM (
-                  SELECT r.key, 0::bigint AS holder, g AS n FROM rooms AS r, generate_series(1, LEAST(r.room, $1::integer)) AS g
-                  WHERE r.scope = l.scope AND r.name = l.name
-                  UNION ALL
-                  SELECT p.key, p.id, 0 FROM stale_places AS p WHERE p.scope = l.scope AND p.name = l.name) AS u
-              ORDER BY u.holder, u.key, u.n
-              LIMIT $1) AS slots,
-        ARRAY(SELECT u.holder FROM (
-                  SELECT r.key, 0::bigint AS holder, g AS n FROM rooms AS r, generate_series(1, LEAST(r.room, $1::integer)) AS g
-                  WHERE r.scope = l.scope AND r.name = l.name
-                  UNION ALL
-                  SELECT p.key, p.id, 0 FROM stale_places AS p WHERE p.scope = l.scope AND p.name = l.name) AS u
-              ORDER BY u.holder, u.key, u.n
-              LIMIT $1) AS holders
+        LEAST(COALESCE((SELECT max(u.hi) FROM units AS u WHERE u.scope = l.scope AND u.name = l.name), 0), $1::bigint) AS n
     FROM limited AS l
 ), usable AS (
     -- What each limit admits, besides the expired leases this claim takes
     -- back that keep their places.
-    SELECT scope, name, cardinality(slots) AS n FROM free
+    SELECT scope, name, n FROM free
 ), carried AS (
     -- The expired leases that keep their places: counted in a slot of the
     -- limit of their kind or of this queue, a slot within its share (not
@@ -382,12 +378,12 @@ const limitsCTEs = `stale AS (
 // than one taken back, may be left.
 const admitCTEs = `candidates AS (
     SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot,
-        COALESCE((SELECT k.kind FROM carried AS k WHERE k.id = c.id), false) AS carry_kind,
-        COALESCE((SELECT k.queue FROM carried AS k WHERE k.id = c.id), false) AS carry_queue,
+        COALESCE(k.kind, false) AS carry_kind, COALESCE(k.queue, false) AS carry_queue,
         row_number() OVER (ORDER BY c.part, c.level, c.at, c.id) AS ord
     FROM (SELECT id, kind, generation, kind_slot, queue_slot, 0 AS part, 0 AS level, lease_until AS at FROM expired
           UNION ALL
           SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at FROM ready) AS c
+    LEFT JOIN carried AS k ON k.id = c.id
 ), ranked AS (
     -- in_kind: a row's place among its kind's rows that need one.
     SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.carry_kind ORDER BY c.ord) AS in_kind
@@ -401,23 +397,23 @@ const admitCTEs = `candidates AS (
     -- The expired leases are read before the queue's limit is known.
     SELECT * FROM admitted AS a
     WHERE a.carry_queue OR a.in_queue <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'queue'), a.in_queue)
-), slotted AS (
-    -- The places each row claimed takes: its own, when it keeps it; else
-    -- the i-th row of a kind the i-th free place of its kind's limit, the
-    -- i-th row of the queue the i-th of the queue's; and the rows those
-    -- are taken from (0: a slot's room).
+), placed AS (
+    -- The place each row claimed takes under each limit, as [slot key,
+    -- row it is taken from]: its own, when it keeps it; else the i-th row
+    -- of a kind the i-th free place of its kind's limit, the i-th row of
+    -- the queue the i-th of the queue's.
     SELECT t.id,
-        CASE WHEN t.carry_kind THEN t.kind_slot
-             ELSE (SELECT f.slots[t.in_kind] FROM free AS f WHERE f.scope = 'kind' AND f.name = t.kind) END AS kind_slot,
-        CASE WHEN t.carry_kind THEN NULL
-             ELSE (SELECT f.holders[t.in_kind] FROM free AS f WHERE f.scope = 'kind' AND f.name = t.kind) END AS kind_from,
-        CASE WHEN t.carry_queue THEN t.queue_slot
-             ELSE (SELECT f.slots[t.in_queue] FROM free AS f WHERE f.scope = 'queue') END AS queue_slot,
-        CASE WHEN t.carry_queue THEN NULL
-             ELSE (SELECT f.holders[t.in_queue] FROM free AS f WHERE f.scope = 'queue') END AS queue_from
+        CASE WHEN t.carry_kind THEN ARRAY[t.kind_slot, NULL]
+             ELSE (SELECT ARRAY[u.key, u.holder] FROM units AS u
+                   WHERE u.scope = 'kind' AND u.name = t.kind AND t.in_kind > u.lo AND t.in_kind <= u.hi) END AS k,
+        CASE WHEN t.carry_queue THEN ARRAY[t.queue_slot, NULL]
+             ELSE (SELECT ARRAY[u.key, u.holder] FROM units AS u
+                   WHERE u.scope = 'queue' AND t.in_queue > u.lo AND t.in_queue <= u.hi) END AS q
     FROM taken AS t
     -- None under no limit: nothing after it reads a row.
     WHERE EXISTS (SELECT 1 FROM limited)
+), slotted AS (
+    SELECT id, k[1] AS kind_slot, k[2] AS kind_from, q[1] AS queue_slot, q[2] AS queue_from FROM placed
 ), counted AS (
     -- Each slot's count changes by the places taken from its room, less
     -- the releases counted now.
