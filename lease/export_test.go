@@ -126,3 +126,9 @@ func RowStatements(s *Store) map[string]Statement {
 // KeysListed is the setting in which a transaction lists the keyed rows it
 // inserted into s's table (migration 14).
 func KeysListed(s *Store) string { return s.keysListed() }
+
+// WhyStatement returns the read of Store.WhyNotRunning: $1 the row id.
+func WhyStatement(s *Store) Statement { return Statement{s.wq.why, "bigint"} }
+
+// LimitsSQL returns the read of Store.Limits; it has no parameters.
+func LimitsSQL(s *Store) string { return s.q.limits }

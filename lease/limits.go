@@ -46,6 +46,12 @@ type LimitInfo struct {
 	// Live is how many attempts are counted under the limit now: claimed
 	// under it, not ended, their lease not run out.
 	Live int
+	// HeldBack counts the READY rows of the limit's kind (in every queue)
+	// or queue (of every kind) that are due now while the limit is full:
+	// no share of it has room for one more live attempt. They wait for a
+	// place; 0 when the limit has room. A row counts whatever else holds
+	// it too (its queue paused, say).
+	HeldBack int64
 	// SetAt is when the limit was last set, by the database clock; SetBy
 	// who set it, as the caller of [Store.SetLimit] said.
 	SetAt time.Time
@@ -107,17 +113,68 @@ WITH gone AS (
 )
 SELECT count(*) FROM gone, pg_notify($4, '')`
 
-// limitsSQL reads every limit with its live attempts: the rows counted in
+// limitLiveSQL is a limit l's live attempts (live): the rows counted in
 // one of its slots, INPROGRESS, their lease running, read through the
-// index of such rows (migration 18).
+// index of such rows (migration 18), once for the limit; and the room of
+// its shares (room): each slot's share less the live attempts counted in
+// it, none for a slot past its share (a lowered limit's). The limit is
+// full, and holds its rows back, when room is 0. An attempt whose lease
+// ran out gives no room to a claim with floors until a sweep (a claim
+// without) takes its place, which the worker runs every second.
+const limitLiveSQL = `
+    SELECT COALESCE(sum(p.n), 0) AS live, COALESCE(sum(GREATEST(s.cap - COALESCE(p.n, 0), 0)), 0) AS room
+    FROM {{schema}}.{{name "limit_slots"}} AS s
+    LEFT JOIN (` + liveBySlot + `
+          AND u.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15
+        GROUP BY u.key) AS p ON p.key = s.key
+    WHERE s.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15`
+
+// liveBySlot is the start of a count of the live attempts per slot key
+// (u.key), of both a row's slots, through the index of the rows counted
+// under a limit (migration 18): its predicate spelled out.
+const liveBySlot = `
+        SELECT u.key, count(*) AS n
+        FROM {{table}} AS h
+        CROSS JOIN LATERAL (VALUES (h.kind_slot), (h.queue_slot)) AS u(key)
+        WHERE h.status = 'INPROGRESS' AND (h.kind_slot IS NOT NULL OR h.queue_slot IS NOT NULL)
+          AND h.lease_until > statement_timestamp() AND u.key IS NOT NULL`
+
+// limitsSQL reads every limit with its live attempts and, when it is
+// full, the due READY rows it holds back; 0 when it has room.
+//
+// The live attempts are counted per slot in one read of the index of the
+// rows counted under a limit (live), for every limit at once, then per
+// limit with the room of its shares, as in limitLiveSQL. The due rows are
+// counted once for the statement, by queue and kind (due), and only when
+// a limit is full: one read of the READY index, whose entries hold the
+// due time, so that rows not yet due are passed over in the index, and
+// the finished history is never read.
+//
+// Nothing is read per limit: the planner guesses hundreds of limits for a
+// table never analyzed, and a read per limit multiplied by that guess
+// can give the statement an estimated cost at which the server compiles
+// it (JIT), for half a second at each call.
 const limitsSQL = `
-SELECT l.scope, l.name, l.max_live, l.set_at, l.set_by,
-    (SELECT count(*) FROM {{table}} AS h
-     WHERE h.status = 'INPROGRESS' AND (h.kind_slot IS NOT NULL OR h.queue_slot IS NOT NULL)
-       AND h.lease_until > statement_timestamp()
-       AND CASE l.scope WHEN 'kind' THEN h.kind_slot ELSE h.queue_slot END
-           BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15)
+WITH due AS MATERIALIZED (
+    SELECT queue, kind, count(*) AS n FROM {{table}}
+    WHERE status = 'READY' AND next_attempt_at <= statement_timestamp()
+    GROUP BY queue, kind
+), live AS (` + liveBySlot + `
+    GROUP BY u.key
+), counted AS (
+    SELECT s.limit_id, COALESCE(sum(p.n), 0) AS live, sum(GREATEST(s.cap - COALESCE(p.n, 0), 0)) AS room
+    FROM {{schema}}.{{name "limit_slots"}} AS s
+    LEFT JOIN live AS p ON p.key = s.key
+    GROUP BY s.limit_id
+)
+SELECT l.scope, l.name, l.max_live, l.set_at, l.set_by, COALESCE(v.live, 0),
+    CASE
+        WHEN COALESCE(v.room, l.max_live) > 0 THEN 0
+        WHEN l.scope = 'queue' THEN (SELECT COALESCE(sum(d.n), 0) FROM due AS d WHERE d.queue = l.name)
+        ELSE (SELECT COALESCE(sum(d.n), 0) FROM due AS d WHERE d.kind = l.name)
+    END::bigint
 FROM {{schema}}.{{name "limits"}} AS l
+LEFT JOIN counted AS v ON v.limit_id = l.id
 ORDER BY l.scope, l.name`
 
 // limitChangesSQL reads the latest $1 changes, latest first.
@@ -220,7 +277,11 @@ func (s *Store) ClearLimit(ctx context.Context, scope, name, by string) (bool, e
 }
 
 // Limits returns every limit declared, by scope and name, with its live
-// attempts now.
+// attempts now and the due rows it holds back ([LimitInfo].HeldBack), in
+// one statement. It reads the live attempts counted under every limit
+// through their index, and, when a limit is full, the READY index once,
+// counting every due row of the table (the rows not yet due are passed
+// over in the index): call it at metrics-scrape rates, not per job.
 func (s *Store) Limits(ctx context.Context) ([]LimitInfo, error) {
 	rows, err := s.db.QueryContext(ctx, s.q.limits)
 	if err != nil {
@@ -230,7 +291,7 @@ func (s *Store) Limits(ctx context.Context) ([]LimitInfo, error) {
 	var out []LimitInfo
 	for rows.Next() {
 		var l LimitInfo
-		if err := rows.Scan(&l.Scope, &l.Name, &l.Max, &l.SetAt, &l.SetBy, &l.Live); err != nil {
+		if err := rows.Scan(&l.Scope, &l.Name, &l.Max, &l.SetAt, &l.SetBy, &l.Live, &l.HeldBack); err != nil {
 			return nil, s.wrapErr("limits", err)
 		}
 		out = append(out, l)

@@ -66,6 +66,7 @@ type Store struct {
 	channel    string
 	q          queries
 	cq         copyStatements
+	wq         whyStatements
 }
 
 // New returns a Store for the table named by opts in the database behind db.
@@ -102,6 +103,7 @@ func New(db *sql.DB, drv leasework.Driver, opts Options) (*Store, error) {
 	}
 	s.q = s.renderQueries()
 	s.cq = s.renderCopyStatements()
+	s.wq = s.renderWhy()
 	return s, nil
 }
 

@@ -1,0 +1,260 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/errprefix"
+)
+
+// A ReasonKind says what keeps a row from running, in [Reason].Kind. Its
+// values are stable: scripts and dashboards may branch on them.
+type ReasonKind string
+
+// The reasons a row is not running.
+const (
+	// ReasonLimit: a READY row, due, whose kind's or queue's concurrency
+	// limit is full (see [LimitInfo].HeldBack). It starts when an
+	// attempt under the limit ends, or the limit is raised or cleared.
+	ReasonLimit ReasonKind = "limit"
+	// ReasonPaused: its queue is paused ([Store.PauseQueue]): a READY
+	// row, a WAITING row, or a row whose lease ran out, none of which is
+	// claimed until the queue is resumed.
+	ReasonPaused ReasonKind = "paused"
+	// ReasonKey: a WAITING row, behind its key's head (see Order per key
+	// in the package doc). It runs once the head and the rows before it
+	// have finished; a FAILED head holds the key until it is requeued or
+	// discarded.
+	ReasonKey ReasonKind = "key"
+	// ReasonNotDue: a READY row whose next attempt is later (a retry
+	// backing off, a snooze, an event enqueued to run later).
+	ReasonNotDue ReasonKind = "not_due"
+)
+
+// maxAhead bounds how many of the rows waiting before a WAITING row
+// [Store.WhyNotRunning] counts: the LIMIT of whySQL.
+const maxAhead = 1000
+
+// Reason is one thing that keeps a row from running, as
+// [Store.WhyNotRunning] reads it: Kind, a sentence for an operator
+// (Text), and the figures behind it, each set for the kinds it names.
+type Reason struct {
+	Kind ReasonKind
+	// Text says it in one sentence, with the figures below, for example
+	// "held by concurrency limit kind:send-email (5/5 live): it starts
+	// when one of those attempts ends, or the limit is raised or
+	// cleared".
+	Text string
+
+	// Limit is the full limit, and Live its live attempts, for
+	// ReasonLimit.
+	Limit Limit
+	Live  int
+	// Queue is the row's queue, for ReasonPaused; PausedAt when it was
+	// paused.
+	Queue    string
+	PausedAt time.Time
+	// Key is the row's key, HeadID and HeadStatus its head (READY,
+	// INPROGRESS or FAILED; HeadID 0 when the key has none just now: it
+	// is being passed on), and Ahead the rows waiting before this one,
+	// counted up to 1000 (1000 means at least that many), for ReasonKey.
+	Key        string
+	HeadID     int64
+	HeadStatus leasework.Status
+	Ahead      int
+	// DueAt is when the row comes due, by the database clock, and DueIn
+	// how long from the database's now, for ReasonNotDue. A due time of
+	// infinity (written before the schema refused it) is a zero DueAt.
+	DueAt time.Time
+	DueIn time.Duration
+}
+
+// whySQL reads row $1 and, by the primary keys of the queues and limits
+// tables and the indexes of order per key, what keeps it from running:
+// its queue's pause; for a READY row, each limit of its kind and queue
+// with its live attempts and the room of its shares (limitLiveSQL: the
+// index of the rows counted under a limit); for a WAITING row, its key's
+// head (the live-key index, as keyHeadSQL) and the rows waiting before it
+// (the waiting index, up to maxAhead). The reads a status does not need
+// are not made.
+const whySQL = `
+SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
+    o.next_attempt_at > statement_timestamp(),
+    CASE WHEN isfinite(o.next_attempt_at) THEN o.next_attempt_at END,
+    o.lease_until <= statement_timestamp(),
+    statement_timestamp(), p.paused_at,
+    kl.max_live, kl.live, kl.room, ql.max_live, ql.live, ql.room,
+    hd.id, hd.status, ah.n
+FROM {{table}} AS o
+LEFT JOIN {{schema}}.{{name "queues"}} AS p ON p.queue = o.queue
+LEFT JOIN LATERAL (
+    SELECT l.max_live, v.live, v.room FROM {{schema}}.{{name "limits"}} AS l
+    CROSS JOIN LATERAL (` + limitLiveSQL + `) AS v
+    WHERE l.scope = 'kind' AND l.name = o.kind AND o.status = 'READY') AS kl ON true
+LEFT JOIN LATERAL (
+    SELECT l.max_live, v.live, v.room FROM {{schema}}.{{name "limits"}} AS l
+    CROSS JOIN LATERAL (` + limitLiveSQL + `) AS v
+    WHERE l.scope = 'queue' AND l.name = o.queue AND o.status = 'READY') AS ql ON true
+LEFT JOIN LATERAL (
+    SELECT h.id, h.status FROM {{table}} AS h
+    WHERE h.key = o.key AND h.status IN ('READY', 'INPROGRESS', 'FAILED') AND h.key IS NOT NULL
+      AND o.status = 'WAITING'
+    ORDER BY h.key_seq NULLS FIRST, h.id
+    LIMIT 1) AS hd ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {{table}} AS w
+        WHERE w.key = o.key AND w.status = 'WAITING' AND w.key_seq < o.key_seq
+          AND o.status = 'WAITING'
+        LIMIT 1000) AS a) AS ah ON true
+WHERE o.id = $1`
+
+// whyStatements are the statements of why.go, rendered for the store.
+type whyStatements struct {
+	why string
+}
+
+func (s *Store) renderWhy() whyStatements {
+	return whyStatements{why: s.render(whySQL)}
+}
+
+// WhyNotRunning returns every reason row id is not running now, read in
+// one statement by the database clock, in this order: its queue paused
+// ([ReasonPaused]); its key's head before it, for a WAITING row
+// ([ReasonKey]); not due yet, for a READY row ([ReasonNotDue]); its
+// kind's, then its queue's concurrency limit full, for a READY row that
+// is due ([ReasonLimit]).
+//
+// It returns an empty list for a row nothing in the database holds back:
+// a READY row due and under no full limit, or an INPROGRESS row whose
+// lease ran out, in a running queue (the next claim of a worker serving
+// its kind and queue takes it); and for a running row (INPROGRESS, its
+// lease running: the lease deadline is [Row].LeaseUntil) and a finished
+// one (DONE, FAILED, DISCARDED: [Store.Requeue] and [Store.Discard] are
+// the repairs of a FAILED row). It does not know which workers run: a
+// row of a kind or queue no worker serves has no reason here.
+//
+// A row that does not exist is [ErrNotFound]. On a table whose schema
+// predates the concurrency limits (migration 17) it fails, naming the
+// missing table.
+func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
+	var (
+		status, kind, queue, key string
+		later                    bool
+		lapsed                   sql.NullBool
+		dueAt, pausedAt          sql.NullTime
+		now                      time.Time
+		kindMax, kindLive, kindRoom,
+		queueMax, queueLive, queueRoom sql.NullInt64
+		headID     sql.NullInt64
+		headStatus sql.NullString
+		ahead      sql.NullInt64
+	)
+	err := s.db.QueryRowContext(ctx, s.wq.why, id).Scan(&status, &kind, &queue, &key, &later, &dueAt, &lapsed, &now, &pausedAt,
+		&kindMax, &kindLive, &kindRoom, &queueMax, &queueLive, &queueRoom, &headID, &headStatus, &ahead)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("lease: why row %d is not running: %w", id, errprefix.Trim("lease: ", ErrNotFound))
+	}
+	if err != nil {
+		return nil, s.wrapErr(fmt.Sprintf("why row %d is not running", id), err)
+	}
+	reasons := []Reason{}
+	st := leasework.Status(status)
+	idle := st == leasework.StatusReady || st == leasework.StatusWaiting ||
+		(st == leasework.StatusInProgress && lapsed.Valid && lapsed.Bool)
+	if idle && pausedAt.Valid {
+		reasons = append(reasons, Reason{Kind: ReasonPaused, Queue: queue, PausedAt: pausedAt.Time,
+			Text: fmt.Sprintf("queue %s is paused (since %s): none of its events is claimed until it is resumed",
+				queue, formatReasonTime(pausedAt.Time))})
+	}
+	if st == leasework.StatusWaiting {
+		r := Reason{Kind: ReasonKey, Key: key, Ahead: int(ahead.Int64)}
+		if headID.Valid {
+			r.HeadID, r.HeadStatus = headID.Int64, leasework.Status(headStatus.String)
+		}
+		r.Text = keyText(r)
+		reasons = append(reasons, r)
+	}
+	if st != leasework.StatusReady {
+		return reasons, nil
+	}
+	if later {
+		r := Reason{Kind: ReasonNotDue}
+		if dueAt.Valid {
+			r.DueAt, r.DueIn = dueAt.Time, dueAt.Time.Sub(now)
+			r.Text = fmt.Sprintf("not due until %s (in %s, by the database clock)", formatReasonTime(r.DueAt), formatWait(r.DueIn))
+		} else {
+			r.Text = "not due ever: its due time is infinity, which the schema refuses since migration 10; cancel it, or set its due time"
+		}
+		return append(reasons, r), nil
+	}
+	for _, l := range []struct {
+		scope, name      string
+		most, live, room sql.NullInt64
+	}{
+		{ScopeKind, kind, kindMax, kindLive, kindRoom},
+		{ScopeQueue, queue, queueMax, queueLive, queueRoom},
+	} {
+		if !l.most.Valid || l.room.Int64 > 0 {
+			continue
+		}
+		r := Reason{Kind: ReasonLimit, Limit: Limit{Scope: l.scope, Name: l.name, Max: int(l.most.Int64)}, Live: int(l.live.Int64)}
+		r.Text = limitText(r)
+		reasons = append(reasons, r)
+	}
+	return reasons, nil
+}
+
+// limitText is the sentence of a ReasonLimit.
+func limitText(r Reason) string {
+	head := fmt.Sprintf("held by concurrency limit %s:%s (%d/%d live)", r.Limit.Scope, r.Limit.Name, r.Live, r.Limit.Max)
+	switch {
+	case r.Limit.Max == 0:
+		return head + ": the limit is 0, so none of its attempts starts until it is raised or cleared"
+	case r.Live > r.Limit.Max:
+		return head + ": the limit was lowered below the attempts that run; it starts once enough of them have ended, or the limit is raised or cleared"
+	}
+	return head + ": it starts when one of those attempts ends, or the limit is raised or cleared"
+}
+
+// keyText is the sentence of a ReasonKey.
+func keyText(r Reason) string {
+	s := fmt.Sprintf("waiting for key %q", r.Key)
+	switch {
+	case r.HeadID == 0:
+		s += ", which has no live head just now: the key is passing to its next event"
+	case r.HeadStatus == leasework.StatusFailed:
+		s += fmt.Sprintf(", held by its head, event %d, FAILED: it holds the key until it is requeued or discarded", r.HeadID)
+	default:
+		s += fmt.Sprintf(": its head, event %d, is %s", r.HeadID, r.HeadStatus)
+	}
+	switch {
+	case r.Ahead >= maxAhead:
+		s += fmt.Sprintf("; at least %d more events wait before this one", maxAhead)
+	case r.Ahead == 1:
+		s += "; 1 more event waits before this one"
+	case r.Ahead > 1:
+		s += fmt.Sprintf("; %d more events wait before this one", r.Ahead)
+	}
+	return s
+}
+
+// formatReasonTime is a time in a reason's text: UTC, to the second.
+func formatReasonTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+// formatWait is a wait in a reason's text: to the second under two days,
+// then in days and hours.
+func formatWait(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "under a second"
+	case d < 48*time.Hour:
+		return d.Round(time.Second).String()
+	}
+	days := d / (24 * time.Hour)
+	return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour)/time.Hour)
+}

@@ -1,0 +1,465 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
+	"github.com/leasework/leasework/internal/rig/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// why reads the reasons row id is not running, failing the test on error.
+func why(t *testing.T, s *lease.Store, id int64) []lease.Reason {
+	t.Helper()
+	rs, err := s.WhyNotRunning(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs == nil {
+		t.Fatalf("WhyNotRunning(%d) returned a nil list; want a list, empty when nothing holds the row", id)
+	}
+	return rs
+}
+
+// texts are the reasons' sentences.
+func texts(rs []lease.Reason) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Text
+	}
+	return out
+}
+
+// wantNoReason fails the test unless nothing holds row id back.
+func wantNoReason(t *testing.T, s *lease.Store, id int64, what string) {
+	t.Helper()
+	if rs := why(t, s, id); len(rs) != 0 {
+		t.Errorf("%s: reasons %q; want none", what, texts(rs))
+	}
+}
+
+// A due READY row is held by its kind's limit once the limit is full, and
+// by its queue's as well, each named with its live attempts; not while
+// the limit has room, nor once an attempt under it has ended. A running
+// row has no reason.
+func TestWhyALimitHoldsARow(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 2})
+		in := pgtest.EnqueueN(t, s, 3, "send-email")
+		wantNoReason(t, s, in[2].ID, "a due row under a limit with room")
+
+		claims, _ := claimAll(t, s, lease.ClaimRequest{Limit: 2, Kinds: []string{"send-email"}})
+		if len(claims) != 2 || claims[0].ID != in[0].ID || claims[1].ID != in[1].ID {
+			t.Fatalf("claimed %+v; want the first two rows", claims)
+		}
+		wantNoReason(t, s, in[0].ID, "a running row")
+		rs := why(t, s, in[2].ID)
+		want := lease.Reason{Kind: lease.ReasonLimit, Limit: lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 2}, Live: 2,
+			Text: "held by concurrency limit kind:send-email (2/2 live): it starts when one of those attempts ends, or the limit is raised or cleared"}
+		if len(rs) != 1 || rs[0] != want {
+			t.Fatalf("reasons of the third row = %+v; want %+v", rs, want)
+		}
+
+		// The queue held as well (a limit of 0): both reasons, kind first.
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 0})
+		rs = why(t, s, in[2].ID)
+		if len(rs) != 2 || rs[0] != want || rs[1].Kind != lease.ReasonLimit ||
+			rs[1].Limit != (lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 0}) || rs[1].Live != 0 ||
+			rs[1].Text != "held by concurrency limit queue:default (0/0 live): the limit is 0, so none of its attempts starts until it is raised or cleared" {
+			t.Fatalf("reasons under a full kind limit and a queue held = %q (%+v); want the kind's, then the queue's", texts(rs), rs)
+		}
+		if _, err := s.ClearLimit(context.Background(), lease.ScopeQueue, lease.DefaultQueue, "test"); err != nil {
+			t.Fatal(err)
+		}
+
+		// Lowered below its live attempts: it says so.
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 1})
+		rs = why(t, s, in[2].ID)
+		if len(rs) != 1 || rs[0].Live != 2 || rs[0].Limit.Max != 1 ||
+			rs[0].Text != "held by concurrency limit kind:send-email (2/1 live): the limit was lowered below the attempts that run; it starts once enough of them have ended, or the limit is raised or cleared" {
+			t.Fatalf("reasons under a lowered limit = %q; want it held, 2/1 live", texts(rs))
+		}
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 2})
+
+		// One attempt ends: the limit has room, nothing holds the row.
+		write(t, s, lease.Complete(claims[0].Ref()))
+		wantNoReason(t, s, in[2].ID, "a due row once an attempt under its limit ended")
+		wantNoReason(t, s, in[0].ID, "a DONE row")
+
+		// A lease that ran out frees its slot: nothing holds the row.
+		more, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1, Kinds: []string{"send-email"}})
+		if len(more) != 1 || more[0].ID != in[2].ID {
+			t.Fatalf("claimed %+v; want the third row", more)
+		}
+		extra := pgtest.EnqueueN(t, s, 1, "send-email")
+		if rs := why(t, s, extra[0].ID); len(rs) != 1 || rs[0].Kind != lease.ReasonLimit {
+			t.Fatalf("a row behind a full limit: reasons %q; want the limit", texts(rs))
+		}
+		if err := leasetest.ExpireLease(context.Background(), s, more[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		wantNoReason(t, s, extra[0].ID, "a due row whose limit's holder's lease ran out")
+		wantNoReason(t, s, more[0].ID, "an INPROGRESS row whose lease ran out, in a running queue")
+	})
+}
+
+// A paused queue holds its READY rows, its WAITING rows and its rows whose
+// lease ran out, but not its running ones; a row not yet due says when it
+// comes due, by the database clock; reasons come in their documented
+// order.
+func TestWhyAPausedQueueAndAFutureRow(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		in := pgtest.Enqueue(t, s,
+			lease.Event{Kind: "k", Queue: "bulk"},
+			lease.Event{Kind: "k", Queue: "bulk"},
+			lease.Event{Kind: "k", Queue: "bulk", RunAt: time.Now().Add(time.Hour)},
+			lease.Event{Kind: "k", RunAt: time.Now().Add(90 * time.Minute)},
+		)
+		claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "bulk"})
+		if err != nil || len(claims) != 1 || claims[0].ID != in[0].ID {
+			t.Fatalf("claim = %+v, %v; want the first row", claims, err)
+		}
+		if _, err := s.PauseQueue(ctx, "bulk"); err != nil {
+			t.Fatal(err)
+		}
+		qs, err := s.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var paused time.Time
+		for _, q := range qs {
+			if q.Name == "bulk" {
+				paused = q.Paused
+			}
+		}
+		if paused.IsZero() {
+			t.Fatalf("queues %+v: bulk not paused", qs)
+		}
+		pausedText := "queue bulk is paused (since " + paused.UTC().Format("2006-01-02 15:04:05Z") + "): none of its events is claimed until it is resumed"
+
+		rs := why(t, s, in[1].ID)
+		if len(rs) != 1 || rs[0] != (lease.Reason{Kind: lease.ReasonPaused, Queue: "bulk", PausedAt: rs[0].PausedAt, Text: pausedText}) || !rs[0].PausedAt.Equal(paused) {
+			t.Fatalf("reasons of a due row of a paused queue = %+v; want %q", rs, pausedText)
+		}
+		wantNoReason(t, s, in[0].ID, "a running row of a paused queue")
+		if err := leasetest.ExpireLease(ctx, s, in[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if rs := why(t, s, in[0].ID); len(rs) != 1 || rs[0].Text != pausedText {
+			t.Errorf("reasons of a row of a paused queue whose lease ran out = %q; want %q", texts(rs), pausedText)
+		}
+
+		// Paused and not due: both, the pause first.
+		row, err := s.Get(ctx, in[2].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = why(t, s, in[2].ID)
+		if len(rs) != 2 || rs[0].Text != pausedText || rs[1].Kind != lease.ReasonNotDue || !rs[1].DueAt.Equal(row.NextAttemptAt) {
+			t.Fatalf("reasons of a future row of a paused queue = %+v; want the pause, then not due at %v", rs, row.NextAttemptAt)
+		}
+		// The wait is from the database's now: under the hour asked for,
+		// and not by more than this test's own run (a generous bound).
+		if rs[1].DueIn > time.Hour || rs[1].DueIn < 50*time.Minute {
+			t.Errorf("DueIn = %v; want just under an hour", rs[1].DueIn)
+		}
+		wantText := fmt.Sprintf("not due until %s (in %s, by the database clock)",
+			row.NextAttemptAt.UTC().Format("2006-01-02 15:04:05Z"), rs[1].DueIn.Round(time.Second))
+		if rs[1].Text != wantText {
+			t.Errorf("text %q; want %q", rs[1].Text, wantText)
+		}
+
+		// Resumed: nothing holds the due row, the future row is not due.
+		if _, err := s.ResumeQueue(ctx, "bulk"); err != nil {
+			t.Fatal(err)
+		}
+		wantNoReason(t, s, in[1].ID, "a due row of a resumed queue")
+		if rs := why(t, s, in[2].ID); len(rs) != 1 || rs[0].Kind != lease.ReasonNotDue {
+			t.Errorf("reasons of a future row of a resumed queue = %q; want not due only", texts(rs))
+		}
+		if rs := why(t, s, in[3].ID); len(rs) != 1 || rs[0].Kind != lease.ReasonNotDue || !strings.HasPrefix(rs[0].Text, "not due until ") {
+			t.Errorf("reasons of a future row = %q; want not due", texts(rs))
+		}
+
+		// Due now: nothing holds it.
+		if err := leasetest.MakeDue(ctx, s, in[3].ID); err != nil {
+			t.Fatal(err)
+		}
+		wantNoReason(t, s, in[3].ID, "a row made due")
+
+		if _, err := s.WhyNotRunning(ctx, 1<<40); !errors.Is(err, lease.ErrNotFound) {
+			t.Errorf("a row that does not exist: %v; want ErrNotFound", err)
+		}
+	})
+}
+
+// A WAITING row names its key, its head with the head's status, and the
+// rows waiting before it; a FAILED head is said to hold the key until it
+// is requeued or discarded. The head itself has no reason.
+func TestWhyAWaitingKey(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		in := pgtest.Enqueue(t, s,
+			lease.Event{Kind: "k", Key: "order-7"},
+			lease.Event{Kind: "k", Key: "order-7"},
+			lease.Event{Kind: "k", Key: "order-7"},
+		)
+		head := fmt.Sprint(in[0].ID)
+		wantNoReason(t, s, in[0].ID, "a key's head, due")
+		rs := why(t, s, in[1].ID)
+		want := lease.Reason{Kind: lease.ReasonKey, Key: "order-7", HeadID: in[0].ID, HeadStatus: leasework.StatusReady,
+			Text: `waiting for key "order-7": its head, event ` + head + `, is READY`}
+		if len(rs) != 1 || rs[0] != want {
+			t.Fatalf("reasons of the second row = %+v; want %+v", rs, want)
+		}
+		rs = why(t, s, in[2].ID)
+		if len(rs) != 1 || rs[0].Ahead != 1 || rs[0].HeadID != in[0].ID ||
+			rs[0].Text != `waiting for key "order-7": its head, event `+head+`, is READY; 1 more event waits before this one` {
+			t.Fatalf("reasons of the third row = %+v; want behind the head and one more", rs)
+		}
+
+		claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute})
+		if err != nil || len(claims) != 1 || claims[0].ID != in[0].ID {
+			t.Fatalf("claim = %+v, %v; want the head only", claims, err)
+		}
+		if rs := why(t, s, in[1].ID); len(rs) != 1 || rs[0].HeadStatus != leasework.StatusInProgress ||
+			rs[0].Text != `waiting for key "order-7": its head, event `+head+`, is INPROGRESS` {
+			t.Errorf("reasons behind a running head = %q", texts(rs))
+		}
+		write(t, s, lease.Fail(claims[0].Ref(), "boom"))
+		rs = why(t, s, in[1].ID)
+		if len(rs) != 1 || rs[0].HeadStatus != leasework.StatusFailed ||
+			rs[0].Text != `waiting for key "order-7", held by its head, event `+head+`, FAILED: it holds the key until it is requeued or discarded` {
+			t.Errorf("reasons behind a FAILED head = %q", texts(rs))
+		}
+		wantNoReason(t, s, in[0].ID, "a FAILED head")
+
+		// Its queue paused as well: the pause first.
+		if _, err := s.PauseQueue(ctx, lease.DefaultQueue); err != nil {
+			t.Fatal(err)
+		}
+		if rs := why(t, s, in[2].ID); len(rs) != 2 || rs[0].Kind != lease.ReasonPaused || rs[1].Kind != lease.ReasonKey || rs[1].Ahead != 1 {
+			t.Errorf("reasons of a waiting row of a paused queue = %q; want the pause, then the key", texts(rs))
+		}
+	})
+}
+
+// Limits counts the due READY rows each full limit holds back: a kind's
+// in every queue, a queue's of every kind, never rows not yet due nor
+// other kinds' and queues'; and none while a limit has room.
+func TestLimitsCountTheRowsTheyHoldBack(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: "q2", Max: 1})
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "roomy", Max: 5})
+		later := time.Now().Add(time.Hour)
+		pgtest.Enqueue(t, s,
+			// kind a: 3 due in default, 2 due in q2 (one at priority 4),
+			// 1 not yet due.
+			lease.Event{Kind: "a"}, lease.Event{Kind: "a"}, lease.Event{Kind: "a"},
+			lease.Event{Kind: "a", Queue: "q2"}, lease.Event{Kind: "a", Queue: "q2", Priority: 4},
+			lease.Event{Kind: "a", RunAt: later},
+			// queue q2, other kinds: 2 due, 1 not yet due.
+			lease.Event{Kind: "b", Queue: "q2"}, lease.Event{Kind: "b", Queue: "q2", Priority: 9},
+			lease.Event{Kind: "b", Queue: "q2", RunAt: later},
+			// a kind whose limit has room, and a kind under no limit.
+			lease.Event{Kind: "roomy"}, lease.Event{Kind: "b"},
+		)
+		heldBack := func() map[string]int64 {
+			t.Helper()
+			ls, err := s.Limits(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]int64{}
+			for _, l := range ls {
+				out[l.Scope+":"+l.Name] = l.HeldBack
+			}
+			return out
+		}
+		if got := heldBack(); got["kind:a"] != 0 || got["queue:q2"] != 0 || got["kind:roomy"] != 0 {
+			t.Fatalf("held back with every limit empty = %v; want 0 each", got)
+		}
+		// One a in default takes kind a's slot; one b of q2 takes q2's.
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1, Kinds: []string{"a"}}); len(c) != 1 {
+			t.Fatalf("claimed %d of a; want 1", len(c))
+		}
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1, Kinds: []string{"b"}, Queue: "q2"}); len(c) != 1 || c[0].Kind != "b" {
+			t.Fatalf("claimed %+v of q2; want one b", c)
+		}
+		want := map[string]int64{
+			"kind:a":     2 + 2, // due: 2 left in default, 2 in q2
+			"queue:q2":   2 + 1, // due: 2 of a, 1 of b left
+			"kind:roomy": 0,
+		}
+		if got := heldBack(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("held back = %v; want %v", got, want)
+		}
+	})
+}
+
+// explain runs EXPLAIN (options) of query in a transaction it rolls back.
+func explain(t *testing.T, s *lease.Store, options, query string) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, "EXPLAIN ("+options+") "+query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan.String()
+}
+
+// jitAboveCost is PostgreSQL's default jit_above_cost: a statement whose
+// estimated cost reaches it is compiled by the server's JIT, where it has
+// one (half a second for Limits' statement, once, on this machine).
+const jitAboveCost = 100_000
+
+var planCost = regexp.MustCompile(`cost=[\d.]+\.\.([\d.]+)`)
+
+// estimatedCost is the total estimated cost of plan's top node.
+func estimatedCost(t *testing.T, plan string) float64 {
+	t.Helper()
+	m := planCost.FindStringSubmatch(plan)
+	if m == nil {
+		t.Fatalf("no cost in the plan:\n%s", plan)
+	}
+	cost, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cost
+}
+
+// TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan: on a table with
+// 20,000 DONE and 20,000 FAILED rows of history, 20,000 READY rows not
+// yet due and 20,000 running leases under no limit, WhyNotRunning reads
+// its row and what it names (its limits' slots and the attempts counted
+// under a limit; its key's head and the rows before it), with custom and
+// generic plans; and Limits, with a limit full, reads the due READY rows
+// it counts and the attempts counted under a limit, never the rows not
+// yet due (they are passed over in the READY index), the other running
+// leases or the history, and with its limits not full, no READY row at
+// all. (The rows read count every table's: the limits, their slots, the
+// paused queues.) Neither statement's estimated cost reaches the
+// threshold at which the server compiles it (JIT).
+//
+// The attempts counted under a limit are read through their index
+// (migration 18), which the planner prefers to the index of every running
+// lease when the statistics know of the running leases; when they say
+// there are none, it may read that one instead, as the claim's sweep
+// does.
+func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
+	s := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	ctx := context.Background()
+	const history = 20_000
+	if err := leasetest.InsertFinished(ctx, s, history); err != nil {
+		t.Fatal(err)
+	}
+	if err := leasetest.InsertFailed(ctx, s, history); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind, queue, next_attempt_at)
+		SELECT 'later-' || g, 'k', 'q' || (g % 3), statement_timestamp() + interval '1 day'
+		FROM generate_series(1, $1::int) AS g`, history); err != nil {
+		t.Fatal(err)
+	}
+	const due = 30
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "k", Max: 3})
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: "q1", Max: 2})
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "wide", Max: lease.MaxLimit})
+	in := pgtest.EnqueueN(t, s, due, "k")
+	keyed := pgtest.Enqueue(t, s, lease.Event{Kind: "keyed", Key: "x"}, lease.Event{Kind: "keyed", Key: "x"}, lease.Event{Kind: "keyed", Key: "x"})
+	wide := pgtest.EnqueueN(t, s, 1, "wide")
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO `+s.QualifiedTable()+`
+		(event_id, kind, queue, status, generation, attempt, lease_until)
+		SELECT 'running-' || g, 'other', 'busy', 'INPROGRESS', 1, 1, statement_timestamp() + interval '1 hour'
+		FROM generate_series(1, $1::int) AS g`, history); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, "VACUUM (ANALYZE) "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	check := func(what string, limitsMax int, whyMax map[string]int) {
+		t.Helper()
+		for name, c := range map[string]struct {
+			id  int64
+			max int
+		}{
+			"ready row":               {in[due-1].ID, whyMax["ready row"]},
+			"waiting row":             {keyed[2].ID, whyMax["waiting row"]},
+			"row of the widest limit": {wide[0].ID, lease.MaxLimit + 10},
+		} {
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				plan := shortLines(explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", mode, lease.WhyStatement(s), fmt.Sprint(c.id)))
+				if cost := estimatedCost(t, explainPreparedWith(t, conn, "FORMAT TEXT", mode, lease.WhyStatement(s), fmt.Sprint(c.id))); cost >= jitAboveCost {
+					t.Errorf("why, %s, %s, %s: an estimated cost of %.0f: the server compiles the statement (JIT) at each call", what, name, mode, cost)
+				}
+				read, _ := rowsRead(plan)
+				t.Logf("why, %s, %s, %s: %d rows read", what, name, mode, read)
+				if read > c.max || strings.Contains(plan, "Seq Scan on "+s.Table()+" ") {
+					t.Errorf("why, %s, %s, %s: %d rows read; want at most %d, and no sequential read:\n%s", what, name, mode, read, c.max, plan)
+				}
+			}
+		}
+		plan := shortLines(explain(t, s, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", lease.LimitsSQL(s)))
+		if cost := estimatedCost(t, explain(t, s, "FORMAT TEXT", lease.LimitsSQL(s))); cost >= jitAboveCost {
+			t.Errorf("limits, %s: an estimated cost of %.0f: the server compiles the statement (JIT) at each call", what, cost)
+		}
+		read, _ := rowsRead(plan)
+		t.Logf("limits, %s: %d rows read", what, read)
+		if read > limitsMax || strings.Contains(plan, "Seq Scan on "+s.Table()+" ") {
+			t.Errorf("limits, %s: %d rows read; want at most %d, and no sequential read:\n%s", what, read, limitsMax, plan)
+		}
+	}
+	// Room: Limits reads no READY row.
+	// Bounds of a few dozen rows (each limit's 16 slots among them),
+	// against 20,000 of each kind of row that must not be read.
+	check("limits with room", 60, map[string]int{"ready row": 40, "waiting row": 10})
+	if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 3, Kinds: []string{"k"}}); len(c) != 3 {
+		t.Fatalf("claimed %d; want 3", len(c))
+	}
+	// Full: the kind's limit reads its 3 holders and every due READY row
+	// (each read for its kind), the keyed head's too; the queue's limit
+	// has room.
+	if ls, err := s.Limits(ctx); err != nil || len(ls) != 3 || ls[0].Name != "k" || ls[0].HeldBack != due-3 || ls[1].HeldBack != 0 || ls[2].HeldBack != 0 {
+		t.Fatalf("Limits = %+v, %v; want kind k holding back %d, kind wide and queue q1 none", ls, err, due-3)
+	}
+	check("a limit full", 100, map[string]int{"ready row": 40, "waiting row": 10})
+}
