@@ -178,6 +178,9 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	if len(claims) > 0 {
 		q.limited.Store(heldBack)
 	}
+	if heldBack {
+		w.count.claimsHeldBack.Add(1)
+	}
 	returned := time.Now()
 	var dropped []int64
 	for _, c := range claims {

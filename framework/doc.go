@@ -281,8 +281,11 @@
 // outcome: completed, retried, snoozed or failed), and the histograms
 // leasework_queue_wait_seconds (from an attempt's due time to its claim, by
 // the database clock; reclaims are not counted) and leasework_run_seconds
-// (the handler's run). The package registers nothing on a global mux, nor
-// with expvar.
+// (the handler's run); and, read with the table's figures, each
+// concurrency limit's: leasework_limit_live, leasework_limit_max and
+// leasework_limit_held_back (the due rows the full limit holds back),
+// labelled scope and name, with leasework_limits_up. The package
+// registers nothing on a global mux, nor with expvar.
 //
 // For tracing and metrics of your own, [Worker.Observe] adds an
 // [Observer]: told of each claim (its context becomes the handler's, so a

@@ -43,10 +43,17 @@ type Counters struct {
 	RerunsFromAbandonedOutcomes int64
 	HungHandlers                int64 // handlers that had not returned when their claim was given up after their context ended (attempt timeout, shutdown): left to expire
 	RetentionDeleted            int64 // finished rows deleted by the retention loop
+	// ClaimsHeldBack counts, of ClaimQueries, those that a concurrency
+	// limit kept from rows they would otherwise have taken
+	// (lease.Store.ClaimHeldBack), among those that took rows: a claim
+	// that took none reports nothing, so a limit that holds back every
+	// row of a worker's queue does not count here. The limits' own
+	// figures, held-back rows included, are [lease.Store.Limits]'s.
+	ClaimsHeldBack int64
 }
 
 type counters struct {
-	claimQueries, claimErrors, claimed, reclaimed, outcomesReplayed, leasesLost, localLeaseTimeouts,
+	claimQueries, claimErrors, claimsHeldBack, claimed, reclaimed, outcomesReplayed, leasesLost, localLeaseTimeouts,
 	cancelled, panics, outcomeWriteErrors, rerunsFromAbandonedOutcomes, hungHandlers, retentionDeleted atomic.Int64
 	outcomes [numOutcomes]atomic.Int64 // settlements per Outcome (abandoned: of outcomes a handler returned)
 }
@@ -57,6 +64,7 @@ func (w *Worker) Counters() Counters {
 	return Counters{
 		ClaimQueries:                c.claimQueries.Load(),
 		ClaimErrors:                 c.claimErrors.Load(),
+		ClaimsHeldBack:              c.claimsHeldBack.Load(),
 		Claimed:                     c.claimed.Load(),
 		Reclaimed:                   c.reclaimed.Load(),
 		Completed:                   c.outcomes[OutcomeCompleted].Load(),
@@ -88,11 +96,15 @@ func (w *Worker) Stats(ctx context.Context) (lease.Stats, error) {
 
 // MetricsHandler returns an http.Handler that serves the worker's counters,
 // its series per kind and queue (claims, outcomes, and histograms of queue
-// wait and run time), and the table's [Worker.Stats] in the Prometheus
-// text exposition format,
-// for a Prometheus (or OpenTelemetry collector) scrape. It needs no client
-// library. When the database cannot be read within statsTimeout (zero:
-// 5s), the counters are still served and leasework_stats_up is 0.
+// wait and run time), the table's [Worker.Stats], and each concurrency
+// limit's figures ([lease.Store.Limits]: leasework_limit_live,
+// leasework_limit_max and leasework_limit_held_back, labelled by scope and
+// name) in the Prometheus text exposition format, for a Prometheus (or
+// OpenTelemetry collector) scrape. It needs no client library. The stats
+// and the limits are two queries, read within statsTimeout (zero: 5s)
+// together; when one cannot be read, the counters are still served, and
+// leasework_stats_up or leasework_limits_up is 0 (the limits' also on a
+// schema that predates them: see lease.Migrations).
 func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
 	if statsTimeout <= 0 {
 		statsTimeout = 5 * time.Second
@@ -101,9 +113,11 @@ func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), statsTimeout)
 		defer cancel()
 		st, err := w.Stats(ctx)
+		limits, lerr := w.store.Limits(ctx)
 		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		var b strings.Builder
 		w.writeMetrics(&b, st, err == nil)
+		w.writeLimits(&b, limits, lerr == nil)
 		_, _ = rw.Write([]byte(b.String()))
 	})
 }
@@ -122,6 +136,7 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 	}{
 		{"claim_queries", "Claim statements sent.", c.ClaimQueries},
 		{"claim_errors", "Claim statements that failed.", c.ClaimErrors},
+		{"claims_held_back", "Claim statements that took rows and that a concurrency limit kept from more.", c.ClaimsHeldBack},
 		{"claimed", "Claims taken.", c.Claimed},
 		{"reclaimed", "Claims of rows whose previous owner's lease had expired.", c.Reclaimed},
 		{"outcomes_replayed", "Outcome writes found already recorded by an earlier try.", c.OutcomesReplayed},
@@ -156,6 +171,33 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 	metric("leasework_eligible_events", "gauge", "READY rows that are due.", table, st.Eligible)
 	metric("leasework_expired_claims", "gauge", "INPROGRESS rows whose lease has expired.", table, st.ExpiredClaims)
 	metric("leasework_oldest_eligible_age_seconds", "gauge", "How long the oldest claimable event has waited.", table, st.OldestEligibleAge.Seconds())
+}
+
+// writeLimits writes each concurrency limit's gauges, and whether the
+// limits could be read (limitsUp).
+func (w *Worker) writeLimits(b *strings.Builder, limits []lease.LimitInfo, limitsUp bool) {
+	tableName := labelValue(w.store.Schema() + "." + w.store.Table())
+	up := 0
+	if limitsUp {
+		up = 1
+	}
+	fmt.Fprintf(b, "# HELP leasework_limits_up Whether the concurrency limits could be read.\n# TYPE leasework_limits_up gauge\nleasework_limits_up{table=\"%s\"} %d\n", tableName, up)
+	if !limitsUp {
+		return
+	}
+	for _, m := range []struct {
+		name, help string
+		v          func(lease.LimitInfo) int64
+	}{
+		{"live", "Attempts holding a slot of the concurrency limit now.", func(l lease.LimitInfo) int64 { return int64(l.Live) }},
+		{"max", "The most live attempts the concurrency limit allows.", func(l lease.LimitInfo) int64 { return int64(l.Max) }},
+		{"held_back", "Due READY rows the full concurrency limit holds back now; 0 while it has room.", func(l lease.LimitInfo) int64 { return l.HeldBack }},
+	} {
+		fmt.Fprintf(b, "# HELP leasework_limit_%s %s\n# TYPE leasework_limit_%s gauge\n", m.name, m.help, m.name)
+		for _, l := range limits {
+			fmt.Fprintf(b, "leasework_limit_%s{table=\"%s\",scope=\"%s\",name=\"%s\"} %d\n", m.name, tableName, l.Scope, labelValue(l.Name), m.v(l))
+		}
+	}
 }
 
 // labelValue escapes a Prometheus label value.

@@ -166,3 +166,96 @@ func TestUnmigratedTableIsReported(t *testing.T) {
 		t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
 	}
 }
+
+// The metrics give each concurrency limit's figures, read from the
+// database at the scrape: its live attempts, its maximum and the due rows
+// it holds back; and the worker's claims that a limit held back. Without
+// the limits' table, leasework_limits_up is 0 and the rest is served.
+func TestLimitMetrics(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, pgtest.Drivers[0].New())
+	if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "slow", Max: 1}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopeQueue, Name: `q"x`, Max: 7}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The slow rows first: a claim takes one of them, then the fast ones
+	// past the two its limit holds back.
+	pgtest.Enqueue(t, s, lease.Event{Kind: "slow"}, lease.Event{Kind: "slow"}, lease.Event{Kind: "slow"},
+		lease.Event{Kind: "fast"}, lease.Event{Kind: "fast"})
+	w := newWorker(t, s, framework.Config{WorkerID: "w1", Concurrency: 10})
+	release := make(chan struct{})
+	started := make(chan struct{}, 3)
+	register(t, w, "slow", framework.RetryPolicy{}, func(ctx context.Context, _ *leasework.Claim) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	register(t, w, "fast", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
+	stop := start(t, w)
+	defer stop()
+	waitFor(t, "a slow handler started and both fast events completed", func() bool {
+		return len(started) == 1 && w.Counters().Completed == 2
+	})
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		w.MetricsHandler(0).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	body := scrape()
+	held := w.Counters().ClaimsHeldBack
+	if held < 1 {
+		t.Errorf("ClaimsHeldBack = %d; want at least 1: the claim that took the fast events past the held slow ones", held)
+	}
+	table := s.Schema() + ".events"
+	for _, want := range []string{
+		"# TYPE leasework_claims_held_back_total counter\n",
+		fmt.Sprintf(`leasework_claims_held_back_total{worker="w1"} %d`+"\n", held),
+		`leasework_limits_up{table="` + table + `"} 1` + "\n",
+		"# TYPE leasework_limit_live gauge\n",
+		`leasework_limit_live{table="` + table + `",scope="kind",name="slow"} 1` + "\n",
+		`leasework_limit_max{table="` + table + `",scope="kind",name="slow"} 1` + "\n",
+		`leasework_limit_held_back{table="` + table + `",scope="kind",name="slow"} 2` + "\n",
+		`leasework_limit_live{table="` + table + `",scope="queue",name="q\"x"} 0` + "\n",
+		`leasework_limit_max{table="` + table + `",scope="queue",name="q\"x"} 7` + "\n",
+		`leasework_limit_held_back{table="` + table + `",scope="queue",name="q\"x"} 0` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+
+	// The slow events run one at a time, the limit's figures with them.
+	close(release)
+	waitFor(t, "every event completed", func() bool { return w.Counters().Completed == 5 })
+	stop()
+	body = scrape()
+	for _, want := range []string{
+		`leasework_limit_live{table="` + table + `",scope="kind",name="slow"} 0` + "\n",
+		`leasework_limit_held_back{table="` + table + `",scope="kind",name="slow"} 0` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics once every event completed lack %q:\n%s", want, body)
+		}
+	}
+
+	execSQL(t, s, `DROP TABLE `+ident(s.Schema())+`.`+ident(s.Table()+"_limits")+` CASCADE`)
+	body = scrape()
+	for _, want := range []string{
+		`leasework_limits_up{table="` + table + `"} 0` + "\n",
+		`leasework_stats_up{table="` + table + `"} 1` + "\n",
+		`leasework_completed_total{worker="w1"} 5` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics without the limits' table lack %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "leasework_limit_live{") {
+		t.Errorf("metrics without the limits' table give a limit's figures:\n%s", body)
+	}
+}
