@@ -108,7 +108,8 @@
 //
 // # Metrics
 //
-// All instruments have the attributes leasework.kind and leasework.queue.
+// All instruments of the observer have the attributes leasework.kind and
+// leasework.queue.
 // Counters count claims (unit "{claim}"): an outcome counter is added one
 // when the claim's outcome settles as that outcome.
 //
@@ -142,6 +143,25 @@
 // was a lease running out): from the event's due time (its run time, or
 // its retry's, by the database clock) to the claim statement. Both
 // histograms have bucket boundaries from 5ms to an hour.
+//
+// [Instrument] also observes the worker's claim statements that took rows
+// and that a concurrency limit kept from more (framework's
+// Counters.ClaimsHeldBack), as leasework.claims_held_back, an observable
+// counter of unit "{statement}" with the attribute messaging.client.id.
+//
+// [ObserveLimits] observes the concurrency limits of a store's table at
+// each collection, read with lease.Store.Limits in one query, with the
+// attributes leasework.table, leasework.limit.scope ("kind" or "queue")
+// and leasework.limit.name:
+//
+//	name                        type   unit       what it measures
+//	leasework.limit.live        gauge  {attempt}  attempts holding a slot of the limit now
+//	leasework.limit.max         gauge  {attempt}  the most live attempts it allows
+//	leasework.limit.held_back   gauge  {event}    due READY events the full limit holds back; 0 while it has room
+//	leasework.limits.up         gauge  1          1 when the limits could be read, else 0 (leasework.table only)
+//
+// The figures are the table's, the same from every process: observe them
+// in one.
 //
 // # What is not traced
 //

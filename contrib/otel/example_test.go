@@ -109,6 +109,7 @@ func Example() {
 	//       say hello
 	// leasework.claimed 1
 	// leasework.completed 1
+	// leasework.claims_held_back 0
 }
 
 // printTree prints spans as a tree, one name a line, children indented

@@ -1,13 +1,18 @@
 package leaseworkotel
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/lease"
 )
 
 // durationBuckets are the histograms' bucket boundaries, in seconds: the
@@ -70,4 +75,80 @@ func leaseLoss(cause error) string {
 		return "lost"
 	}
 	return ""
+}
+
+// observeWorker observes w's count of claims held back by a limit, read
+// from w.Counters at each collection.
+func observeWorker(w *framework.Worker, opts []Option) error {
+	cfg := newConfig(opts)
+	m := cfg.meter()
+	held, err := m.Int64ObservableCounter("leasework.claims_held_back", metric.WithUnit("{statement}"),
+		metric.WithDescription("Claim statements of the worker that took rows and that a concurrency limit kept from more."))
+	if err != nil {
+		return fmt.Errorf("leasework.claims_held_back: %w", err)
+	}
+	worker := metric.WithAttributes(semconv.MessagingClientID(w.ID()))
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(held, w.Counters().ClaimsHeldBack, worker)
+		return nil
+	}, held)
+	return err
+}
+
+// LimitsTimeout bounds each read of the limits by [ObserveLimits]'s
+// callback, within the collection's own deadline.
+const LimitsTimeout = 5 * time.Second
+
+// ObserveLimits observes, at each collection of the meter provider (see
+// WithMeterProvider), the concurrency limits of store's table, read with
+// [lease.Store.Limits] in one query: for each limit, its live attempts
+// (leasework.limit.live), its maximum (leasework.limit.max) and the due
+// events it holds back while full (leasework.limit.held_back), with the
+// attributes leasework.table, leasework.limit.scope and
+// leasework.limit.name; and leasework.limits.up, 1 when they could be
+// read within [LimitsTimeout], else 0 (the error then goes to otel.Handle,
+// and no limit is observed). The figures are the table's, the same from
+// every process: call it in one of them (or let each process report
+// them, and aggregate by table). Unregister the returned registration to
+// stop.
+func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, error) {
+	if store == nil {
+		return nil, errors.New("leaseworkotel: ObserveLimits: store is nil")
+	}
+	cfg := newConfig(opts)
+	m := cfg.meter()
+	var errs []error
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+		return g
+	}
+	up := gauge("leasework.limits.up", "1", "Whether the concurrency limits could be read: 1, or 0.")
+	live := gauge("leasework.limit.live", "{attempt}", "Attempts holding a slot of the concurrency limit now.")
+	most := gauge("leasework.limit.max", "{attempt}", "The most live attempts the concurrency limit allows.")
+	held := gauge("leasework.limit.held_back", "{event}", "Due READY events the full concurrency limit holds back now; 0 while it has room.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	table := TableKey.String(store.Schema() + "." + store.Table())
+	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, LimitsTimeout)
+		defer cancel()
+		ls, err := store.Limits(ctx)
+		if err != nil {
+			o.ObserveInt64(up, 0, metric.WithAttributes(table))
+			otel.Handle(fmt.Errorf("leaseworkotel: read the concurrency limits: %w", err))
+			return nil
+		}
+		o.ObserveInt64(up, 1, metric.WithAttributes(table))
+		for _, l := range ls {
+			attrs := metric.WithAttributes(table, LimitScopeKey.String(l.Scope), LimitNameKey.String(l.Name))
+			o.ObserveInt64(live, int64(l.Live), attrs)
+			o.ObserveInt64(most, int64(l.Max), attrs)
+			o.ObserveInt64(held, l.HeldBack, attrs)
+		}
+		return nil
+	}, up, live, most, held)
 }
