@@ -20,11 +20,15 @@
 //     worker, lease deadline, next attempt, times, last error) and a
 //     preview of its payload and progress: the first [PreviewBytes], as
 //     text when they are UTF-8 text, otherwise in hex, saying when they are
-//     cut;
+//     cut; and, for a READY, WAITING or INPROGRESS event, why it is not
+//     running ([lease.Store.WhyNotRunning]: each reason's sentence, with a
+//     link to its key's head or to the queues), or, when nothing holds it
+//     back, what takes it;
 //   - the queues ("/queues"), paused or running, with their rows per status;
 //     then the concurrency limits ([lease.Store.Limits]), each with the
 //     attempts live under it of its maximum ("kind send-email 3/5 live"),
-//     when and by whom it was set, and the latest changes of the limits
+//     the due events it holds back while full ([lease.LimitInfo].HeldBack,
+//     a link to its READY events), when and by whom it was set, and the latest changes of the limits
 //     ([lease.Store.LimitChanges]); a queue's own limit is shown in its
 //     row too;
 //   - the held keys ("/keys"): keys whose head event FAILED, with the

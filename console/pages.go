@@ -158,6 +158,11 @@ type eventData struct {
 	Payload, Progress preview
 	Requeue, Discard  bool // whether to show the forms
 	Cancel            bool
+	// Why is what keeps a READY, WAITING or INPROGRESS row from running
+	// (lease.Store.WhyNotRunning); WhyShown whether to say it, WhyFailed
+	// whether it could not be read.
+	Why                 []lease.Reason
+	WhyShown, WhyFailed bool
 }
 
 type metadataPair struct{ Key, Value string }
@@ -209,6 +214,14 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		d.Cancel = c.may(r, Action{Name: ActionCancel, ID: id})
 	case leasework.StatusReady, leasework.StatusWaiting, leasework.StatusInProgress:
 		d.Cancel = c.may(r, Action{Name: ActionCancel, ID: id})
+		d.WhyShown = true
+		d.Why, err = c.store.WhyNotRunning(ctx, id)
+		if err != nil {
+			// The row is shown without it (a schema before the limits
+			// cannot say it).
+			c.log.Error("leasework console: database", "what", "read why the event is not running", "path", r.URL.Path, "err", err)
+			d.WhyFailed = true
+		}
 	}
 	c.render(w, r, PageEvent, fmt.Sprintf("Event %d", id), d)
 }

@@ -181,6 +181,8 @@ func TestEventPage(t *testing.T) {
 		"Metadata tenant acme traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	)
 	lacks(t, p, "Lease until -", "truncated", "Requeue", "Cancel")
+	contains(t, p, "Why it is not running Nothing holds it back: it runs while its lease does (until "+
+		claims[0].LeaseUntil.UTC().Format("2006-01-02 15:04:05Z07:00")+", by the database clock)")
 
 	big := strings.Repeat("é", console.PreviewBytes) // 2 bytes each: twice the cap
 	binary := []byte{0x00, 0x01, 0xff, 0xfe, 'a', 'b'}
@@ -332,9 +334,10 @@ func TestLimitsOnQueuesPage(t *testing.T) {
 
 	p = s.get("queues", http.StatusOK)
 	contains(t, p,
-		"kind send-email 2/3 live "+ls[0].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by bob",
-		"queue bulk 0/0 live held "+ls[1].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by alice",
-		"bulk running; limit 0/0 live held 1 1 0 0 0", // the queue's own row
+		// Columns: limit, live of max, held back, set.
+		"kind send-email 2/3 live 0 "+ls[0].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by bob",
+		"queue bulk 0/0 live held 1 due "+ls[1].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by alice",
+		"bulk running; limit 0/0 live held (1 due held back) 1 1 0 0 0", // the queue's own row
 		"Latest changes of the limits",
 		"kind send-email 5 3 bob", "queue bulk none 0 alice", "kind send-email none 5 alice",
 	)
@@ -345,6 +348,16 @@ func TestLimitsOnQueuesPage(t *testing.T) {
 	if !strings.Contains(p.body, `href="./events?kind=send-email&amp;status=INPROGRESS"`) || !strings.Contains(p.body, `href="./events?queue=bulk&amp;status=INPROGRESS"`) {
 		t.Errorf("the limits do not link to their running events:\n%s", p.body)
 	}
+	if !strings.Contains(p.body, `href="./events?queue=bulk&amp;status=READY"`) || strings.Contains(p.body, `href="./events?kind=send-email&amp;status=READY"`) {
+		t.Errorf("the limit holding events back does not link to them, or the one holding none does:\n%s", p.body)
+	}
+
+	// Full again: the kind's limit holds its READY event back.
+	if _, err := s.store.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 2}, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	p = s.get("queues", http.StatusOK)
+	contains(t, p, "kind send-email 2/2 live 1 due ")
 }
 
 // On a schema from before the limits (it lacks their tables), the queues
@@ -369,4 +382,55 @@ func dropLimitTables(t *testing.T, st *lease.Store) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// An event's page says why it is not running: each reason, in the
+// store's words, with a link to the key's head or to the queues and
+// limits; or, when nothing holds it back, what takes it. A finished
+// event's page says nothing of it, and a schema that cannot say it does
+// not fail the page.
+func TestEventPageSaysWhyItIsNotRunning(t *testing.T) {
+	s := newSite(t, console.Options{})
+	ctx := context.Background()
+	if _, err := s.store.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 1}, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	mail := pgtest.Enqueue(t, s.store, lease.Event{Kind: "send-email"}, lease.Event{Kind: "send-email"})
+	if claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 1 {
+		t.Fatalf("claim under the limit: %d claims, %v; want 1", len(claims), err)
+	}
+	p := s.get(fmt.Sprintf("events/%d", mail[1].ID), http.StatusOK)
+	contains(t, p, "Why it is not running held by concurrency limit kind:send-email (1/1 live): it starts when one of those attempts ends, or the limit is raised or cleared ( queues and limits )")
+	if !strings.Contains(p.body, `<a href="../queues">queues and limits</a>`) {
+		t.Errorf("the limit's reason does not link to the queues page:\n%s", p.body)
+	}
+
+	keyed := pgtest.Enqueue(t, s.store, lease.Event{Kind: "sync", Key: "customer-7"}, lease.Event{Kind: "sync", Key: "customer-7"})
+	p = s.get(fmt.Sprintf("events/%d", keyed[1].ID), http.StatusOK)
+	contains(t, p, fmt.Sprintf(`Why it is not running waiting for key "customer-7": its head, event %d, is READY ( event %d )`, keyed[0].ID, keyed[0].ID))
+	if !strings.Contains(p.body, fmt.Sprintf(`<a href="../events/%d">event %d</a>`, keyed[0].ID, keyed[0].ID)) {
+		t.Errorf("the key's reason does not link to its head:\n%s", p.body)
+	}
+	p = s.get(fmt.Sprintf("events/%d", keyed[0].ID), http.StatusOK)
+	contains(t, p, "Why it is not running Nothing holds it back: the next claim of a worker that serves kind sync in queue default takes it.")
+
+	later := pgtest.Enqueue(t, s.store, lease.Event{Kind: "report", Queue: "bulk", RunAt: time.Now().Add(time.Hour)})[0]
+	if _, err := s.store.PauseQueue(ctx, "bulk"); err != nil {
+		t.Fatal(err)
+	}
+	row, err := s.store.Get(ctx, later.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = s.get(fmt.Sprintf("events/%d", later.ID), http.StatusOK)
+	contains(t, p, "Why it is not running queue bulk is paused (since ",
+		"): none of its events is claimed until it is resumed ( queues and limits ) not due until "+row.NextAttemptAt.UTC().Format("2006-01-02 15:04:05Z")+" (in ")
+
+	done := failedEvent(t, s.store, lease.Event{Kind: "gone"}, "no")
+	p = s.get(fmt.Sprintf("events/%d", done.ID), http.StatusOK)
+	lacks(t, p, "Why it is not running")
+
+	dropLimitTables(t, s.store)
+	p = s.get(fmt.Sprintf("events/%d", mail[1].ID), http.StatusOK)
+	contains(t, p, "Why it is not running It could not be read: the details are in the server's log.", "Kind send-email")
 }

@@ -24,7 +24,8 @@ const (
 )
 
 // An event whose event id, kind, key, queue, payload, metadata and last error are
-// markup is shown as text on every page in a real browser: no script runs
+// markup is shown as text on every page in a real browser, in the reasons
+// an event waiting behind it is not running too: no script runs
 // (window.__pwned stays undefined, no dialog opens) and a person reads the
 // markup as written.
 func TestHostileEventRunsNothing(t *testing.T) {
@@ -44,7 +45,7 @@ func TestHostileEventRunsNothing(t *testing.T) {
 	if _, err := st.Write(ctx, lease.Fail(claims[0].Ref(), hImg+" "+hScript)); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Enqueue(t, st, lease.Event{Kind: hImg, Key: hArea, Queue: queue, EventID: hLink + " behind"})
+	behind := pgtest.Enqueue(t, st, lease.Event{Kind: hImg, Key: hArea, Queue: queue, EventID: hLink + " behind"})[0].ID
 	if _, err := st.PauseQueue(ctx, queue); err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +60,9 @@ func TestHostileEventRunsNothing(t *testing.T) {
 		{"events", []string{"javascript:window.__pwned=4 <script…", `"'><img src=x onerror="window.__pwned=2…`, "</textarea><svg onload=…"}},
 		{"events?" + url.Values{"kind": {hImg}, "queue": {queue}}.Encode(), []string{hLink + " behind"}},
 		{fmt.Sprintf("events/%d", id), []string{hLink + " " + hScript, hImg, hArea, queue, hImg + " " + hScript, "link " + hLink}},
+		// Why it is not running: its queue paused, its key's head FAILED.
+		{fmt.Sprintf("events/%d", behind), []string{"Why it is not running", "queue " + queue + " is paused",
+			fmt.Sprintf("waiting for key %q, held by its head, event %d, FAILED", hArea, id)}},
 		{"queues", []string{queue}},
 		{"keys", []string{`</textarea><svg onload="window.__pwned=`, hImg + " <script>"}},
 		{"events/" + url.PathEscape(hScript), []string{`<script>window.__pwned=1;alert(`, "is not an event id"}},
