@@ -79,8 +79,8 @@ the first few of them by name. It scans the table.`,
 	},
 	{
 		name:     "list",
-		synopsis: "[-status S] [-kind K] [-queue Q] [-limit N] [-after ID] | -held [-limit N]",
-		summary:  "list rows by status and kind, with their last error; or the held keys",
+		synopsis: "[-status S] [-kind K] [-queue Q] [-limit N] [-after ID] | -held [-limit N] | -id N",
+		summary:  "list rows by status and kind, with their last error; or the held keys; or one row, and why it is not running",
 		doc: `List prints rows in id order: id, event id, kind, key, status, generation,
 attempt/max, lease deadline, next attempt (for a finished row, when it
 finished) and last error. The table shortens
@@ -90,7 +90,14 @@ Page with -after: pass the last id printed (with -json, "next_after").
 With -held it lists instead, in key order, the keys held by a FAILED event:
 the key, the FAILED row (id, generation, when it failed, its last error) and
 how many events of the key wait behind it. They are claimed only after the
-row is requeued (leasework requeue -id) or discarded (leasework discard).`,
+row is requeued (leasework requeue -id) or discarded (leasework discard).
+
+With -id N it shows that row alone, every field in full, and why it is not
+running, one reason a line: its queue paused; waiting for its key's head
+(which row, in which status); not due until when; held by a full
+concurrency limit ("held by concurrency limit kind:send-email (5/5 live)").
+When nothing holds it back it says what takes it. With -json: {"row": ...,
+"why": [{"kind": "limit" | "paused" | "key" | "not_due", "text": ...}]}.`,
 		new: func() action { return &listCmd{} },
 	},
 	{
@@ -174,7 +181,9 @@ queue (-queue, of every kind) at once, across every worker: claims take no
 more. An attempt is live from its claim until it ends or its lease runs out.
 
 With no flags it lists every limit: its scope and name, the attempts live
-under it now of its maximum (LIVE/MAX), and when and by whom it was last set.
+under it now of its maximum (LIVE/MAX), the due READY events of its kind or
+queue it holds back while full (HELD BACK; 0 while it has room; list -id
+says what holds one event), and when and by whom it was last set.
 The attempts that already ran when a limit was first set hold none of its
 slots, and are not counted.
 

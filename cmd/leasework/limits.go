@@ -146,9 +146,12 @@ type limitJSON struct {
 	Name  string `json:"name"`
 	Max   int    `json:"max"`
 	// Live is how many attempts hold a slot of the limit now.
-	Live  int       `json:"live"`
-	SetAt time.Time `json:"set_at"`
-	SetBy string    `json:"set_by"`
+	Live int `json:"live"`
+	// HeldBack is how many due READY events of its kind or queue wait
+	// for a slot while the limit is full; 0 while it has room.
+	HeldBack int64     `json:"held_back"`
+	SetAt    time.Time `json:"set_at"`
+	SetBy    string    `json:"set_by"`
 }
 
 func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer) error {
@@ -159,7 +162,7 @@ func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer)
 	if out.json {
 		res := make([]limitJSON, len(ls))
 		for i, li := range ls {
-			res[i] = limitJSON{Scope: li.Scope, Name: li.Name, Max: li.Max, Live: li.Live, SetAt: li.SetAt.UTC(), SetBy: li.SetBy}
+			res[i] = limitJSON{Scope: li.Scope, Name: li.Name, Max: li.Max, Live: li.Live, HeldBack: li.HeldBack, SetAt: li.SetAt.UTC(), SetBy: li.SetBy}
 		}
 		return out.JSON(res)
 	}
@@ -168,9 +171,9 @@ func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer)
 	}
 	rows := make([][]string, len(ls))
 	for i, li := range ls {
-		rows[i] = []string{li.Scope, truncate(li.Name, limitNameWidth), liveCell(li), timeCell(&li.SetAt), orDash(truncate(li.SetBy, keyWidth))}
+		rows[i] = []string{li.Scope, truncate(li.Name, limitNameWidth), liveCell(li), itoa(li.HeldBack), timeCell(&li.SetAt), orDash(truncate(li.SetBy, keyWidth))}
 	}
-	return out.Table([]string{"SCOPE", "NAME", "LIVE/MAX", "SET AT", "SET BY"}, rows)
+	return out.Table([]string{"SCOPE", "NAME", "LIVE/MAX", "HELD BACK", "SET AT", "SET BY"}, rows)
 }
 
 // liveCell is a limit's live attempts of its maximum: "3/5", "0/0 held".

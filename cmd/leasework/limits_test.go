@@ -54,8 +54,8 @@ func TestLimits(t *testing.T) {
 				t.Errorf("limits -json = %+v; want send-email 3 live of 5, set by alice at %v", ls, got[0].SetAt)
 			}
 			r := must(t, exitOK, limits()...)
-			if line := lineWith(r.stdout, "send-email"); len(line) != 6 || line[0] != "kind" || line[2] != "3/5" || line[5] != "alice" {
-				t.Errorf("limits prints %q for send-email; want kind, send-email, 3/5, when, alice:\n%s", line, r.stdout)
+			if line := lineWith(r.stdout, "send-email"); len(line) != 7 || line[0] != "kind" || line[2] != "3/5" || line[3] != "0" || line[6] != "alice" {
+				t.Errorf("limits prints %q for send-email; want kind, send-email, 3/5, 0 held back, when, alice:\n%s", line, r.stdout)
 			}
 
 			// Lowered below the live attempts, by the operator's own name:
@@ -74,6 +74,18 @@ func TestLimits(t *testing.T) {
 			if claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 0 {
 				t.Errorf("claim with %d live under a limit of 2 = %d claims, %v; want 0", got[0].Live, len(claims), err)
 			}
+			// The limit is full: it holds the new event back.
+			decode(t, must(t, exitOK, limits("-json")...), &ls)
+			if len(ls) != 1 || ls[0].Live != 3 || ls[0].Max != 2 || ls[0].HeldBack != 1 {
+				t.Errorf("limits -json with the limit full = %+v; want send-email 3 live of 2, 1 held back", ls)
+			}
+			r = must(t, exitOK, limits()...)
+			if line := lineWith(r.stdout, "send-email"); len(line) != 7 || line[2] != "3/2" || line[3] != "1" {
+				t.Errorf("limits prints %q for send-email; want 3/2 live, 1 held back:\n%s", line, r.stdout)
+			}
+			if header := strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0]); strings.Join(header, " ") != "SCOPE NAME LIVE/MAX HELD BACK SET AT SET BY" {
+				t.Errorf("limits header = %q", header)
+			}
 
 			// A queue held: a limit of 0.
 			r = must(t, exitOK, limits("-queue", "bulk", "-max", "0", "-by", "bob")...)
@@ -81,8 +93,8 @@ func TestLimits(t *testing.T) {
 				t.Errorf("holding queue bulk printed %q", r.stdout)
 			}
 			r = must(t, exitOK, limits()...)
-			if line := lineWith(r.stdout, "bulk"); len(line) != 7 || line[0] != "queue" || line[2] != "0/0" || line[3] != "held" || line[6] != "bob" {
-				t.Errorf("limits prints %q for bulk; want queue, bulk, 0/0 held, when, bob:\n%s", line, r.stdout)
+			if line := lineWith(r.stdout, "bulk"); len(line) != 8 || line[0] != "queue" || line[2] != "0/0" || line[3] != "held" || line[4] != "0" || line[7] != "bob" {
+				t.Errorf("limits prints %q for bulk; want queue, bulk, 0/0 held, 0 held back, when, bob:\n%s", line, r.stdout)
 			}
 			if !strings.HasPrefix(r.stdout, "SCOPE") || strings.Index(r.stdout, "send-email") > strings.Index(r.stdout, "bulk") {
 				t.Errorf("limits does not list kind send-email before queue bulk, under a header:\n%s", r.stdout)

@@ -19,15 +19,19 @@ const (
 )
 
 type listCmd struct {
+	fs     *flag.FlagSet // to tell a flag given from its default
 	status string
 	kind   string
 	queue  string
 	limit  int
 	after  int64
 	held   bool
+	id     int64
 }
 
 func (l *listCmd) flags(fs *flag.FlagSet) {
+	l.fs = fs
+	fs.Int64Var(&l.id, "id", 0, "show the row with this `id` alone, every field in full, and why it is not running")
 	fs.StringVar(&l.status, "status", "", "only rows in this `status`: READY, INPROGRESS, DONE, FAILED, WAITING or DISCARDED (default any)")
 	fs.StringVar(&l.kind, "kind", "", "only rows of this `kind` (default any)")
 	fs.StringVar(&l.queue, "queue", "", "only rows of this `queue` (default any)")
@@ -37,6 +41,19 @@ func (l *listCmd) flags(fs *flag.FlagSet) {
 }
 
 func (l *listCmd) check() error {
+	given := map[string]bool{}
+	l.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["id"] {
+		for _, f := range []string{"status", "kind", "queue", "limit", "after", "held"} {
+			if given[f] {
+				return usagef("-id shows one row: it takes no -%s", f)
+			}
+		}
+		if l.id < 1 {
+			return usagef("-id is %d; row ids are whole numbers from 1", l.id)
+		}
+		return nil
+	}
 	if l.status != "" {
 		s := leasework.Status(strings.ToUpper(l.status))
 		if !s.Valid() {
@@ -86,6 +103,9 @@ type listJSON struct {
 func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
 	if l.held {
 		return l.execHeld(ctx, st, out)
+	}
+	if l.id != 0 {
+		return l.execOne(ctx, st, out)
 	}
 	rows, err := st.List(ctx, lease.ListRequest{
 		Status:  leasework.Status(l.status),
@@ -212,4 +232,116 @@ func nextOrFinished(r lease.Row) string {
 		return "finished " + timeCell(r.FinishedAt)
 	}
 	return timeCell(&r.NextAttemptAt)
+}
+
+// reasonJSON is one reason a row is not running (lease.Reason); the
+// fields after text are those of its kind.
+type reasonJSON struct {
+	// Kind is "limit", "paused", "key" or "not_due".
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+	// limit
+	Scope string `json:"scope,omitempty"`
+	Name  string `json:"name,omitempty"`
+	Live  *int   `json:"live,omitempty"`
+	Max   *int   `json:"max,omitempty"`
+	// paused
+	Queue    string     `json:"queue,omitempty"`
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	// key
+	Key        string `json:"key,omitempty"`
+	HeadID     *int64 `json:"head_id,omitempty"`
+	HeadStatus string `json:"head_status,omitempty"`
+	Ahead      *int   `json:"ahead,omitempty"`
+	// not due: null for a due time of infinity
+	DueAt *time.Time `json:"due_at,omitempty"`
+}
+
+func toReasonJSON(r lease.Reason) reasonJSON {
+	out := reasonJSON{Kind: string(r.Kind), Text: r.Text}
+	switch r.Kind {
+	case lease.ReasonLimit:
+		out.Scope, out.Name, out.Live, out.Max = r.Limit.Scope, r.Limit.Name, &r.Live, &r.Limit.Max
+	case lease.ReasonPaused:
+		at := r.PausedAt.UTC()
+		out.Queue, out.PausedAt = r.Queue, &at
+	case lease.ReasonKey:
+		out.Key, out.Ahead = r.Key, &r.Ahead
+		if r.HeadID != 0 {
+			out.HeadID, out.HeadStatus = &r.HeadID, string(r.HeadStatus)
+		}
+	case lease.ReasonNotDue:
+		if !r.DueAt.IsZero() {
+			at := r.DueAt.UTC()
+			out.DueAt = &at
+		}
+	}
+	return out
+}
+
+type oneRowJSON struct {
+	Row rowJSON `json:"row"`
+	// Why lists what keeps the row from running now; empty when nothing
+	// does (it is claimable, running or finished).
+	Why []reasonJSON `json:"why"`
+}
+
+// execOne shows one row, every field in full, and why it is not running.
+func (l *listCmd) execOne(ctx context.Context, st *lease.Store, out *printer) error {
+	r, err := st.Get(ctx, l.id)
+	if err != nil {
+		return err
+	}
+	why, err := st.WhyNotRunning(ctx, l.id)
+	if err != nil {
+		return err
+	}
+	if out.json {
+		res := oneRowJSON{Row: toRowJSON(r), Why: make([]reasonJSON, len(why))}
+		for i, w := range why {
+			res.Why[i] = toReasonJSON(w)
+		}
+		return out.JSON(res)
+	}
+	rows := [][]string{
+		{"id", itoa(r.ID)},
+		{"event id", r.EventID},
+		{"kind", r.Kind},
+		{"queue", r.Queue},
+		{"priority", itoa(int64(r.Priority))},
+		{"key", orDash(r.Key)},
+		{"status", string(r.Status)},
+		{"generation", itoa(r.Generation)},
+		{"attempt", fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts)},
+		{"worker", orDash(r.Worker)},
+		{"lease until", timeCell(r.LeaseUntil)},
+		{"next attempt", timeCell(&r.NextAttemptAt)},
+		{"created", timeCell(&r.CreatedAt)},
+		{"updated", timeCell(&r.UpdatedAt)},
+		{"finished", timeCell(r.FinishedAt)},
+		{"cancelled", timeCell(r.CancelledAt)},
+		{"last error", orDash(r.LastError)},
+	}
+	label := "why not running"
+	for _, w := range why {
+		rows = append(rows, []string{label, w.Text})
+		label = ""
+	}
+	if len(why) == 0 {
+		rows = append(rows, []string{label, nothingHolds(r)})
+	}
+	return out.Table(nil, rows)
+}
+
+// nothingHolds says what becomes of row r, which nothing holds back.
+func nothingHolds(r lease.Row) string {
+	switch r.Status {
+	case leasework.StatusReady:
+		return fmt.Sprintf("nothing holds it back: the next claim of a worker that serves kind %s in queue %s takes it", r.Kind, r.Queue)
+	case leasework.StatusInProgress:
+		return fmt.Sprintf("it runs while its lease does (until %s); if its worker stops renewing it, the next claim of queue %s takes it once the lease has run out", timeCell(r.LeaseUntil), r.Queue)
+	case leasework.StatusFailed:
+		return fmt.Sprintf("it FAILED: requeue it (leasework requeue -id %d) or discard it (leasework discard -id %d -generation %d)", r.ID, r.ID, r.Generation)
+	}
+	return "it has finished: " + string(r.Status)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,5 +133,125 @@ func TestListFiltersAndPages(t *testing.T) {
 	r = must(t, exitOK, on(t, st, "pq", "list", "-kind", "nope")...)
 	if strings.TrimSpace(r.stdout) != "no rows" {
 		t.Errorf("empty table printed %q; want \"no rows\"", r.stdout)
+	}
+}
+
+// list -id shows one row, every field in full, and why it is not running,
+// one reason a line, or what becomes of it when nothing holds it back;
+// with -json, the row and the reasons with their figures.
+func TestListOneRowSaysWhy(t *testing.T) {
+	t.Parallel()
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st := pgtest.Store(t, d.New(), lease.Options{})
+			one := func(id int64, args ...string) result {
+				return must(t, exitOK, on(t, st, d.Name, append([]string{"list", "-id", strconv.FormatInt(id, 10)}, args...)...)...)
+			}
+			// field returns the value printed for label: the rest of its line.
+			field := func(out, label string) string {
+				for line := range strings.SplitSeq(out, "\n") {
+					if rest, ok := strings.CutPrefix(line, label+" "); ok {
+						return strings.TrimSpace(rest)
+					}
+				}
+				t.Errorf("no line %q in:\n%s", label, out)
+				return ""
+			}
+
+			if _, err := st.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "send-email", Max: 1}, "test"); err != nil {
+				t.Fatal(err)
+			}
+			mail := pgtest.Enqueue(t, st, lease.Event{Kind: "send-email", EventID: "mail-1"}, lease.Event{Kind: "send-email", EventID: "mail-2"})
+			claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute, Worker: "w-1"})
+			if err != nil || len(claims) != 1 || claims[0].ID != mail[0].ID {
+				t.Fatalf("claim = %+v, %v; want the first mail", claims, err)
+			}
+
+			r := one(mail[1].ID)
+			for label, want := range map[string]string{
+				"id": strconv.FormatInt(mail[1].ID, 10), "event id": "mail-2", "kind": "send-email", "queue": "default",
+				"status": "READY", "attempt": "0/25", "key": "-", "lease until": "-",
+				"why not running": "held by concurrency limit kind:send-email (1/1 live): it starts when one of those attempts ends, or the limit is raised or cleared",
+			} {
+				if got := field(r.stdout, label); got != want {
+					t.Errorf("list -id: %s = %q; want %q", label, got, want)
+				}
+			}
+			var js oneRowJSON
+			decode(t, one(mail[1].ID, "-json"), &js)
+			if js.Row.ID != mail[1].ID || js.Row.EventID != "mail-2" || len(js.Why) != 1 {
+				t.Fatalf("list -id -json = %+v; want the row and one reason", js)
+			}
+			if w := js.Why[0]; w.Kind != "limit" || w.Scope != "kind" || w.Name != "send-email" || w.Live == nil || *w.Live != 1 ||
+				w.Max == nil || *w.Max != 1 || !strings.HasPrefix(w.Text, "held by concurrency limit kind:send-email (1/1 live)") {
+				t.Errorf("list -id -json reason = %+v", w)
+			}
+
+			// Running.
+			r = one(mail[0].ID)
+			if got, want := field(r.stdout, "why not running"), "it runs while its lease does (until "+claims[0].LeaseUntil.UTC().Format("2006-01-02 15:04:05Z")+")"; !strings.HasPrefix(got, want) {
+				t.Errorf("list -id of a running row says %q; want it to start %q", got, want)
+			}
+			if field(r.stdout, "worker") != "w-1" {
+				t.Errorf("list -id of a running row:\n%s", r.stdout)
+			}
+			decode(t, one(mail[0].ID, "-json"), &js)
+			if js.Why == nil || len(js.Why) != 0 {
+				t.Errorf("list -id -json of a running row: why = %#v; want []", js.Why)
+			}
+
+			// Behind its key's FAILED head, in a paused queue: a line each.
+			head := pgtest.Enqueue(t, st, lease.Event{Kind: "sync", Key: "customer-7", MaxAttempts: 1})[0].ID
+			hc, err := st.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Kinds: []string{"sync"}})
+			if err != nil || len(hc) != 1 || hc[0].ID != head {
+				t.Fatalf("claim of the head = %+v, %v", hc, err)
+			}
+			if _, err := st.Write(ctx, lease.Fail(hc[0].Ref(), "remote down\nretry later")); err != nil {
+				t.Fatal(err)
+			}
+			behind := pgtest.Enqueue(t, st, lease.Event{Kind: "sync", Key: "customer-7"})[0].ID
+			if _, err := st.PauseQueue(ctx, lease.DefaultQueue); err != nil {
+				t.Fatal(err)
+			}
+			r = one(behind)
+			lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+			last := lines[len(lines)-2:]
+			if !strings.HasPrefix(last[0], "why not running ") || !strings.Contains(last[0], "queue default is paused (since ") ||
+				strings.TrimSpace(last[1]) != fmt.Sprintf(`waiting for key "customer-7", held by its head, event %d, FAILED: it holds the key until it is requeued or discarded`, head) {
+				t.Errorf("list -id of a row behind a FAILED head in a paused queue ends:\n%s", strings.Join(last, "\n"))
+			}
+			decode(t, one(behind, "-json"), &js)
+			if len(js.Why) != 2 || js.Why[0].Kind != "paused" || js.Why[0].Queue != "default" || js.Why[0].PausedAt == nil ||
+				js.Why[1].Kind != "key" || js.Why[1].Key != "customer-7" || js.Why[1].HeadID == nil || *js.Why[1].HeadID != head ||
+				js.Why[1].HeadStatus != "FAILED" || js.Why[1].Ahead == nil || *js.Why[1].Ahead != 0 {
+				t.Errorf("list -id -json of the row behind = %+v", js.Why)
+			}
+
+			// The FAILED head: its whole error, and the repairs.
+			r = one(head)
+			if got := field(r.stdout, "last error"); got != "remote down retry later" {
+				t.Errorf("list -id: last error = %q; want the whole error on one line", got)
+			}
+			if got, want := field(r.stdout, "why not running"), fmt.Sprintf("it FAILED: requeue it (leasework requeue -id %d) or discard it (leasework discard -id %d -generation %d)", head, head, hc[0].Generation); got != want {
+				t.Errorf("list -id of a FAILED row says %q; want %q", got, want)
+			}
+
+			// Nothing holds it: what takes it.
+			if _, err := st.ResumeQueue(ctx, lease.DefaultQueue); err != nil {
+				t.Fatal(err)
+			}
+			free := pgtest.Enqueue(t, st, lease.Event{Kind: "report", Queue: "bulk"})[0].ID
+			if got, want := field(one(free).stdout, "why not running"), "nothing holds it back: the next claim of a worker that serves kind report in queue bulk takes it"; got != want {
+				t.Errorf("list -id of a free row says %q; want %q", got, want)
+			}
+
+			// No such row: a runtime error.
+			r = must(t, exitError, on(t, st, d.Name, "list", "-id", "424242")...)
+			if !strings.Contains(r.stderr, "no such event") {
+				t.Errorf("list -id of no row: stderr %q", r.stderr)
+			}
+		})
 	}
 }

@@ -20,7 +20,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, args := range [][]string{{"help", "list"}, {"list", "-h"}} {
 		r := must(t, exitOK, args...)
-		for _, want := range []string{"Usage: leasework list", "-status", "-after", "-limit", "-held", "-dsn", "Exit status"} {
+		for _, want := range []string{"Usage: leasework list", "-status", "-after", "-limit", "-held", "-id", "why it is not running", "-dsn", "Exit status"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("leasework %s: usage text does not mention %q:\n%s", strings.Join(args, " "), want, r.stdout)
 			}
@@ -33,7 +33,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	r = must(t, exitOK, "help", "limits")
-	for _, want := range []string{"-kind", "-queue", "-max", "-clear", "-by", "-changes", "-n", "LIVE/MAX"} {
+	for _, want := range []string{"-kind", "-queue", "-max", "-clear", "-by", "-changes", "-n", "LIVE/MAX", "HELD BACK"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("leasework help limits does not mention %q:\n%s", want, r.stdout)
 		}
@@ -76,6 +76,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"list", "-status", "PENDING"}, `-status "PENDING"`},
 		{[]string{"list", "-held", "-status", "FAILED"}, "-held lists keys"},
 		{[]string{"list", "-held", "-after", "3"}, "-held lists keys"},
+		{[]string{"list", "-id", "3", "-status", "READY"}, "-id shows one row: it takes no -status"},
+		{[]string{"list", "-id", "3", "-limit", "5"}, "-id shows one row: it takes no -limit"},
+		{[]string{"list", "-id", "3", "-held"}, "-id shows one row: it takes no -held"},
+		{[]string{"list", "-id", "0"}, "-id is 0; row ids are whole numbers from 1"},
 		{[]string{"discard"}, "-id is 0"},
 		{[]string{"discard", "-id", "3"}, "-generation is 0"},
 		{[]string{"discard", "-id", "-3", "-generation", "1"}, "-id is -3"},
