@@ -1,6 +1,7 @@
 // Command leasework is the operator's tool for a leasework events table: it
 // creates or upgrades the schema, prints the table's figures, lists rows with
-// their last error and the keys held by a FAILED event, sends FAILED rows back
+// their last error and the keys held by a FAILED event, shows one row and
+// why it is not running, sends FAILED rows back
 // to READY, discards the ones an operator gives up on (releasing their
 // key), pauses and resumes queues, sets the concurrency limits of kinds
 // and queues, and serves the operator console, a web UI for all of these.
@@ -13,7 +14,7 @@
 //
 //	migrate   create or upgrade the schema (safe to run again)
 //	stats     rows per status, eligible rows, expired claims, oldest eligible age, held keys, paused queues
-//	list      list rows by status and kind, with their last error; or the held keys
+//	list      list rows by status and kind, with their last error; or the held keys; or one row, and why it is not running
 //	requeue   move FAILED rows back to READY, due now
 //	discard   give up on a FAILED row; its key's waiting events go on
 //	cancel    end an unfinished event (DISCARDED); a running attempt is stopped first
