@@ -191,6 +191,12 @@
 // waited for: the claim takes other kinds' rows past it, and reports it
 // ([Store.ClaimHeldBack]). See [Limit] for what a limit does not promise.
 //
+// [Store.Limits] reads each limit with its live attempts and, while it is
+// full, the due rows it holds back ([LimitInfo].HeldBack).
+// [Store.WhyNotRunning] says, for one row, every reason it is not running
+// now, each a [Reason] with a stable kind and a sentence for an operator:
+// a full limit, its queue paused, its key's head before it, not due yet.
+//
 // # Indexes
 //
 // Claim reads three partial indexes, one over READY rows by (queue,

@@ -17,7 +17,7 @@ import (
 // shows, compiled and never called; docs_test.go in the module's root
 // checks each snippet against its function. The names a snippet takes as
 // given are the function's parameters.
-var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits}
+var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning}
 
 // storeRoundTrip is the store without a worker (docs/store.md): migrate,
 // enqueue with the business write, claim, and record the outcomes.
@@ -111,5 +111,20 @@ func concurrencyLimits(ctx context.Context, store *lease.Store) error {
 	_ = changes
 
 	_, err = store.ClearLimit(ctx, lease.ScopeQueue, "bulk", "ops")
+	return err
+}
+
+// whyNotRunning reads what the limits hold back, and why one event is not
+// running (docs/flow-control.md).
+func whyNotRunning(ctx context.Context, store *lease.Store, id int64) error {
+	limits, err := store.Limits(ctx)
+	for _, l := range limits {
+		_ = fmt.Sprintf("%s %s: %d/%d live, %d due held back", l.Scope, l.Name, l.Live, l.Max, l.HeldBack)
+	}
+	reasons, err := store.WhyNotRunning(ctx, id) // empty: nothing holds it back
+	for _, r := range reasons {
+		// r.Kind: lease.ReasonLimit, ReasonPaused, ReasonKey or ReasonNotDue.
+		_ = r.Text // "held by concurrency limit kind:send-email (5/5 live): it starts when one of those attempts ends, ..."
+	}
 	return err
 }
