@@ -40,7 +40,7 @@ func points(t *testing.T, m metricdata.Metrics, keys ...attribute.Key) map[strin
 		var name []string
 		for _, k := range keys {
 			v, _ := p.Attributes.Value(k)
-			name = append(name, v.Emit())
+			name = append(name, v.String())
 		}
 		out[strings.Join(name, "/")] = p.Value
 	}
