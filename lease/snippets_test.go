@@ -103,7 +103,7 @@ func concurrencyLimits(ctx context.Context, store *lease.Store) error {
 	// At most 20 attempts of queue "bulk", of every kind.
 	_, err = store.SetLimit(ctx, lease.Limit{Scope: lease.ScopeQueue, Name: "bulk", Max: 20}, "ops")
 
-	limits, err := store.Limits(ctx) // each with Live: the attempts holding a slot now
+	limits, err := store.Limits(ctx) // each with Live: the attempts counted under it now
 	for _, l := range limits {
 		_ = fmt.Sprintf("%s %s: %d/%d live", l.Scope, l.Name, l.Live, l.Max)
 	}
