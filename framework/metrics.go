@@ -189,7 +189,7 @@ func (w *Worker) writeLimits(b *strings.Builder, limits []lease.LimitInfo, limit
 		name, help string
 		v          func(lease.LimitInfo) int64
 	}{
-		{"live", "Attempts holding a slot of the concurrency limit now.", func(l lease.LimitInfo) int64 { return int64(l.Live) }},
+		{"live", "Attempts counted under the concurrency limit now.", func(l lease.LimitInfo) int64 { return int64(l.Live) }},
 		{"max", "The most live attempts the concurrency limit allows.", func(l lease.LimitInfo) int64 { return int64(l.Max) }},
 		{"held_back", "Due READY rows the full concurrency limit holds back now; 0 while it has room.", func(l lease.LimitInfo) int64 { return l.HeldBack }},
 	} {

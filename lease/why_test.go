@@ -95,7 +95,7 @@ func TestWhyALimitHoldsARow(t *testing.T) {
 		wantNoReason(t, s, in[2].ID, "a due row once an attempt under its limit ended")
 		wantNoReason(t, s, in[0].ID, "a DONE row")
 
-		// A lease that ran out frees its slot: nothing holds the row.
+		// A lease that ran out frees its place: nothing holds the row.
 		more, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1, Kinds: []string{"send-email"}})
 		if len(more) != 1 || more[0].ID != in[2].ID {
 			t.Fatalf("claimed %+v; want the third row", more)
@@ -107,7 +107,7 @@ func TestWhyALimitHoldsARow(t *testing.T) {
 		if err := leasetest.ExpireLease(context.Background(), s, more[0].ID); err != nil {
 			t.Fatal(err)
 		}
-		wantNoReason(t, s, extra[0].ID, "a due row whose limit's holder's lease ran out")
+		wantNoReason(t, s, extra[0].ID, "a due row whose limit's attempt's lease ran out")
 		wantNoReason(t, s, more[0].ID, "an INPROGRESS row whose lease ran out, in a running queue")
 	})
 }
@@ -294,7 +294,7 @@ func TestLimitsCountTheRowsTheyHoldBack(t *testing.T) {
 		if got := heldBack(); got["kind:a"] != 0 || got["queue:q2"] != 0 || got["kind:roomy"] != 0 {
 			t.Fatalf("held back with every limit empty = %v; want 0 each", got)
 		}
-		// One a in default takes kind a's slot; one b of q2 takes q2's.
+		// One a in default takes kind a's place; one b of q2 takes q2's.
 		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1, Kinds: []string{"a"}}); len(c) != 1 {
 			t.Fatalf("claimed %d of a; want 1", len(c))
 		}
@@ -455,7 +455,7 @@ func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 	if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 3, Kinds: []string{"k"}}); len(c) != 3 {
 		t.Fatalf("claimed %d; want 3", len(c))
 	}
-	// Full: the kind's limit reads its 3 holders and every due READY row
+	// Full: the kind's limit reads its 3 attempts and every due READY row
 	// (each read for its kind), the keyed head's too; the queue's limit
 	// has room.
 	if ls, err := s.Limits(ctx); err != nil || len(ls) != 3 || ls[0].Name != "k" || ls[0].HeldBack != due-3 || ls[1].HeldBack != 0 || ls[2].HeldBack != 0 {

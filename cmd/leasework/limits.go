@@ -148,7 +148,7 @@ type limitJSON struct {
 	// Live is how many attempts hold a slot of the limit now.
 	Live int `json:"live"`
 	// HeldBack is how many due READY events of its kind or queue wait
-	// for a slot while the limit is full; 0 while it has room.
+	// for a place while the limit is full; 0 while it has room.
 	HeldBack int64     `json:"held_back"`
 	SetAt    time.Time `json:"set_at"`
 	SetBy    string    `json:"set_by"`

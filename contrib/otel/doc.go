@@ -155,7 +155,7 @@
 // and leasework.limit.name:
 //
 //	name                        type   unit       what it measures
-//	leasework.limit.live        gauge  {attempt}  attempts holding a slot of the limit now
+//	leasework.limit.live        gauge  {attempt}  attempts counted under the limit now
 //	leasework.limit.max         gauge  {attempt}  the most live attempts it allows
 //	leasework.limit.held_back   gauge  {event}    due READY events the full limit holds back; 0 while it has room
 //	leasework.limits.up         gauge  1          1 when the limits could be read, else 0 (leasework.table only)

@@ -126,7 +126,7 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 		return g
 	}
 	up := gauge("leasework.limits.up", "1", "Whether the concurrency limits could be read: 1, or 0.")
-	live := gauge("leasework.limit.live", "{attempt}", "Attempts holding a slot of the concurrency limit now.")
+	live := gauge("leasework.limit.live", "{attempt}", "Attempts counted under the concurrency limit now.")
 	most := gauge("leasework.limit.max", "{attempt}", "The most live attempts the concurrency limit allows.")
 	held := gauge("leasework.limit.held_back", "{event}", "Due READY events the full concurrency limit holds back now; 0 while it has room.")
 	if err := errors.Join(errs...); err != nil {
