@@ -240,8 +240,8 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
 
 // slotsCTEs are the claim's reads of the concurrency limits it keeps
 // (migration 17) before it reads any row: the limits of its queue and of
-// the kinds it claims (limited), and the slots it takes room from (open),
-// each locked, SKIP LOCKED, so that no two claims count in one slot at
+// the kinds it claims (limited), and the slots it takes room from
+// (picked, then open), each locked, SKIP LOCKED, so that no two claims count in one slot at
 // once and none waits for another; the releases of those slots it counts
 // now (returned); and each slot's room (rooms): its share, less the
 // attempts counted in it, plus those releases. The slot's count is read
@@ -250,40 +250,39 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
 // for the claim's queue or kinds, nothing but the limits' primary key is
 // read.
 const slotsCTEs = `limited AS (
-    -- Each limit with the range of its slots' keys, a slot drawn at
-    -- random from which this claim looks for room (the claims of many
-    -- workers do not all lock the same ones), and how many slots it locks
-    -- at most: enough for its Limit at the room each has on average (the
-    -- slots' counts read in the snapshot, unlocked), and one more.
+    -- Each limit with the range of its slots' keys, and the slot from
+    -- which this claim looks for room: one drawn from the worker's name
+    -- (at random without one), so that the claims of many workers do not
+    -- all lock the same slots, and a worker tends to find again the room
+    -- its own attempts gave back.
     SELECT l.scope, l.name, l.id, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + 16 AS past,
-        l.id::bigint * 100000 + floor(random() * 16)::bigint AS start,
-        LEAST(16, ceil($1::numeric * 16 / GREATEST(l.max_live - (
-            SELECT COALESCE(sum(s.used), 0) FROM {{schema}}.{{name "limit_slots"}} AS s
-            WHERE s.key >= l.id::bigint * 100000 AND s.key < l.id::bigint * 100000 + 16), 1))::integer + 1) AS want
+        CASE WHEN $4 = '' THEN floor(random() * 16)::integer ELSE hashtext($4) & 15 END AS start
     FROM {{schema}}.{{name "limits"}} AS l
     WHERE (l.scope = 'queue' AND l.name = $5)
        OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
+), picked AS (
+    -- The slots to lock: from the one drawn on, those with room in this
+    -- claim's snapshot (the releases it sees counted), until they hold
+    -- its Limit. Read unlocked, 16 slots a limit through their primary
+    -- key, and the releases of each through theirs.
+    SELECT p.key FROM (
+        SELECT s.key, sum(x.room) OVER (PARTITION BY l.id ORDER BY (s.slot - l.start + 16) % 16) - x.room AS before
+        FROM limited AS l
+        JOIN {{schema}}.{{name "limit_slots"}} AS s ON s.key >= l.first AND s.key < l.past
+        CROSS JOIN LATERAL (SELECT s.cap - s.used + COALESCE((
+            SELECT sum(r.n) FROM {{schema}}.{{name "limit_releases"}} AS r WHERE r.key = s.key), 0) AS room) AS x
+        WHERE x.room > 0) AS p
+    WHERE p.before < $1
 ), open AS (
-    -- The slots with room, or with releases to count, from the one drawn.
-    SELECT l.scope, l.name, f.key, f.cap, f.used FROM limited AS l
-    CROSS JOIN LATERAL (
-        SELECT * FROM (
-            SELECT * FROM (
-                SELECT s.key, s.cap, s.used FROM {{schema}}.{{name "limit_slots"}} AS s
-                WHERE s.key >= l.start AND s.key < l.past
-                  AND (s.used < s.cap OR ` + hasReleases + `)
-                ORDER BY s.key
-                LIMIT l.want
-                FOR UPDATE SKIP LOCKED) AS above
-            UNION ALL
-            SELECT * FROM (
-                SELECT s.key, s.cap, s.used FROM {{schema}}.{{name "limit_slots"}} AS s
-                WHERE s.key >= l.first AND s.key < l.start
-                  AND (s.used < s.cap OR ` + hasReleases + `)
-                ORDER BY s.key
-                LIMIT l.want
-                FOR UPDATE SKIP LOCKED) AS below) AS u
-        LIMIT l.want) AS f
+    -- The slots picked, locked, with room (or releases to count) still:
+    -- their count as last committed.
+    SELECT l.scope, l.name, o.key, o.cap, o.used
+    FROM (SELECT s.key, s.cap, s.used FROM {{schema}}.{{name "limit_slots"}} AS s
+          WHERE s.key = ANY (ARRAY(SELECT key FROM picked))
+            AND (s.used < s.cap OR ` + hasReleases + `)
+          ORDER BY s.key
+          FOR UPDATE SKIP LOCKED) AS o
+    JOIN limited AS l ON o.key >= l.first AND o.key < l.past
 ), returned AS (
     -- The places given back in the slots locked, counted now: named by
     -- the slots' keys, a range of the releases' primary key each.
