@@ -202,6 +202,9 @@ func TestStopGoesOnWhenATurnTakingWriteGivesBackItsSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 		close(release)
+		// pg_stat_activity keeps a statement's first 1024 bytes
+		// (track_activity_query_size): the completion names take_turns
+		// within them.
 		waitFor(t, "the completion, taking its key's turn, waiting for the row", func() bool {
 			var n int
 			err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity

@@ -638,10 +638,10 @@ SELECT d.id, d.generation, d.status FROM done AS d, passed, woken`
 // claim's columns in the claim statement's order, from the id on.
 func takingTurns(step string) string {
 	return `
-WITH ` + markingLockedCTE + `, done AS (` + step + doneColumns + `)` + givingPlacesBack + `,
+WITH ` + markingLockedCTE + `, done AS (` + step + doneColumns + `),
 taken AS MATERIALIZED (
     SELECT t.* FROM {{schema}}.{{name "take_turns"}}((SELECT array_agg(d.key) FROM done AS d),
-        $3, $4, $5::text[], $6, $7) AS t)
+        $3, $4, $5::text[], $6, $7) AS t)` + givingPlacesBack + `
 SELECT false, d.id, d.generation, d.status, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::integer,
     NULL::integer, NULL::timestamptz, NULL::bytea, NULL::text, NULL::text, NULL::smallint, NULL::timestamptz,
     NULL::text, NULL::integer
