@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -440,6 +441,173 @@ func TestRaiseAfterLowerFindsTheSlotsHeld(t *testing.T) {
 		limits, err := s.Limits(ctx)
 		if err != nil || len(limits) != 1 || limits[0].Live != 2 {
 			t.Fatalf("Limits = %+v, %v; want 2 live of 2", limits, err)
+		}
+	})
+}
+
+// wantCounted checks the slots' counts against the rows: for every limit,
+// the attempts its slots count, less the releases not yet counted, are
+// the INPROGRESS rows counted in its slots. No path that ends, takes back
+// or moves an attempt may leave them apart (a count too high shrinks the
+// limit for good; too low admits too many).
+func wantCounted(t *testing.T, s *lease.Store, step string) {
+	t.Helper()
+	name := func(suffix string) string { return lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_"+suffix) }
+	rows, err := s.DB().Query(`
+		SELECT l.scope, l.name,
+		    (SELECT COALESCE(sum(sl.used), 0) FROM `+name("limit_slots")+` AS sl WHERE sl.limit_id = l.id)
+		    - (SELECT COALESCE(sum(r.n), 0) FROM `+name("limit_releases")+` AS r
+		       WHERE r.key >= l.id::bigint * 100000 AND r.key < l.id::bigint * 100000 + 16),
+		    (SELECT count(*) FROM `+s.QualifiedTable()+` AS e WHERE e.status = 'INPROGRESS'
+		       AND CASE l.scope WHEN 'kind' THEN e.kind_slot ELSE e.queue_slot END
+		           BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15)
+		FROM `+name("limits")+` AS l ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var scope, lname string
+		var counted, held int64
+		if err := rows.Scan(&scope, &lname, &counted, &held); err != nil {
+			t.Fatal(err)
+		}
+		if counted != held {
+			t.Errorf("after %s: limit %s %s counts %d attempts; %d rows are counted in its slots", step, scope, lname, counted, held)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every path that claims, ends, takes back or moves an attempt keeps the
+// slots' counts equal to the rows they count: claims, the store's own
+// completions (one release per slot), a completion in the caller's
+// transaction, a retry, a release, a cancel of a running attempt (the
+// trigger), an expired lease taken back (its place kept), a sweep taking
+// the place of another queue's expired holder, a claim ending an
+// exhausted holder, and a limit lowered, raised and cleared.
+func TestSlotCountsFollowEveryPath(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 3})
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 40})
+		pgtest.EnqueueN(t, s, 20, "a")
+		pgtest.Enqueue(t, s, lease.Event{Kind: "a", EventID: "last-try", MaxAttempts: 1})
+		claim := func(step string) []leasework.Claim {
+			t.Helper()
+			got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+			wantCounted(t, s, step)
+			return got
+		}
+		c := claim("the first claim")
+		if len(c) != 3 {
+			t.Fatalf("first claim took %d; want 3", len(c))
+		}
+		write(t, s, lease.Complete(c[0].Ref()))
+		write(t, s, lease.Retry(c[1].Ref(), 0, "again"))
+		wantCounted(t, s, "a completion and a retry")
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WriteTx(ctx, tx, lease.Complete(c[2].Ref())); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		wantCounted(t, s, "a completion in the caller's transaction")
+
+		c = claim("a claim counting the releases")
+		if len(c) != 3 {
+			t.Fatalf("claim after three ends took %d; want 3", len(c))
+		}
+		write(t, s, lease.Release(c[0].Ref()))
+		if _, err := s.Cancel(ctx, c[1].ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		// The owner's next write is its acknowledged stop: the row ends
+		// DISCARDED.
+		if _, err := s.Write(ctx, lease.Complete(c[1].Ref())); !errors.Is(err, leasework.ErrCancelled) {
+			t.Fatalf("the cancelled attempt's completion: %v; want ErrCancelled", err)
+		}
+		if err := leasetest.ExpireLease(ctx, s, c[2].ID); err != nil {
+			t.Fatal(err)
+		}
+		wantCounted(t, s, "a release, a cancel and an expired lease")
+		again := claim("a claim taking back the expired lease")
+		if !slices.ContainsFunc(again, func(x leasework.Claim) bool { return x.ID == c[2].ID && x.Reclaimed }) {
+			t.Fatalf("claim after the lease ran out = %v; want row %d taken back", again, c[2].ID)
+		}
+		for _, x := range again {
+			write(t, s, lease.Complete(x.Ref()))
+		}
+		wantCounted(t, s, "completions")
+
+		// A holder of another queue, expired: a sweep of the default queue
+		// takes its kind place.
+		x := pgtest.Enqueue(t, s, lease.Event{Kind: "a", EventID: "other", Queue: "other"})[0]
+		got, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "other"})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("claim of queue other: %v, %v", got, err)
+		}
+		full := claim("a claim filling the kind's limit")
+		if len(full) != 2 {
+			t.Fatalf("claim beside other's holder took %d; want 2", len(full))
+		}
+		if err := leasetest.ExpireLease(ctx, s, x.ID); err != nil {
+			t.Fatal(err)
+		}
+		swept := claim("a sweep taking the place of other's expired holder")
+		if len(swept) != 1 {
+			t.Fatalf("sweep took %d; want 1, with the place of other's holder", len(swept))
+		}
+		if _, err := s.Write(ctx, lease.Complete(got[0].Ref())); !errors.Is(err, leasework.ErrLeaseLost) {
+			t.Errorf("other's late completion: %v; want ErrLeaseLost", err)
+		}
+		for _, y := range append(full, swept...) {
+			write(t, s, lease.Complete(y.Ref()))
+		}
+		wantCounted(t, s, "the sweep's attempts completed")
+		back, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "other"})
+		if err != nil || len(back) != 1 || back[0].ID != x.ID {
+			t.Fatalf("queue other taking back its row: %v, %v", back, err)
+		}
+		wantCounted(t, s, "other's row taken back, with a new place")
+		write(t, s, lease.Complete(back[0].Ref()))
+
+		// The last try, expired: the claim that ends it gives its place
+		// back at its commit.
+		for {
+			c := claim("claims to the last try")
+			last := slices.IndexFunc(c, func(x leasework.Claim) bool { return x.EventID == "last-try" })
+			if last >= 0 {
+				if err := leasetest.ExpireLease(ctx, s, c[last].ID); err != nil {
+					t.Fatal(err)
+				}
+				c = slices.Delete(c, last, last+1)
+			}
+			for _, y := range c {
+				write(t, s, lease.Complete(y.Ref()))
+			}
+			if last >= 0 || len(c) == 0 {
+				break
+			}
+		}
+		claim("a claim ending the last try FAILED")
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
+		c = claim("a claim under the lowered limit")
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 5})
+		c = append(c, claim("a claim under the raised limit")...)
+		for _, y := range c {
+			write(t, s, lease.Complete(y.Ref()))
+		}
+		wantCounted(t, s, "a lowering and a raise")
+		if n, err := s.Limits(ctx); err != nil || len(n) != 2 || n[0].Live != 0 || n[1].Live != 0 {
+			t.Errorf("limits at the end: %+v, %v; want nothing live", n, err)
 		}
 	})
 }
