@@ -452,16 +452,18 @@ func TestRaiseAfterLowerFindsTheSlotsHeld(t *testing.T) {
 // limit for good; too low admits too many).
 func wantCounted(t *testing.T, s *lease.Store, step string) {
 	t.Helper()
-	name := func(suffix string) string { return lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_"+suffix) }
+	name := func(suffix string) string {
+		return lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_"+suffix)
+	}
 	rows, err := s.DB().Query(`
 		SELECT l.scope, l.name,
-		    (SELECT COALESCE(sum(sl.used), 0) FROM `+name("limit_slots")+` AS sl WHERE sl.limit_id = l.id)
-		    - (SELECT COALESCE(sum(r.n), 0) FROM `+name("limit_releases")+` AS r
+		    (SELECT COALESCE(sum(sl.used), 0) FROM ` + name("limit_slots") + ` AS sl WHERE sl.limit_id = l.id)
+		    - (SELECT COALESCE(sum(r.n), 0) FROM ` + name("limit_releases") + ` AS r
 		       WHERE r.key >= l.id::bigint * 100000 AND r.key < l.id::bigint * 100000 + 16),
-		    (SELECT count(*) FROM `+s.QualifiedTable()+` AS e WHERE e.status = 'INPROGRESS'
+		    (SELECT count(*) FROM ` + s.QualifiedTable() + ` AS e WHERE e.status = 'INPROGRESS'
 		       AND CASE l.scope WHEN 'kind' THEN e.kind_slot ELSE e.queue_slot END
 		           BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15)
-		FROM `+name("limits")+` AS l ORDER BY 1, 2`)
+		FROM ` + name("limits") + ` AS l ORDER BY 1, 2`)
 	if err != nil {
 		t.Fatal(err)
 	}
