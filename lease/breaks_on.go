@@ -51,6 +51,12 @@ func breakQueries(q *queries) {
 		// every slot held, one row without a slot, which no later claim
 		// counts either.
 		q.claim = mustReplace(q.claim, "SELECT scope, name, n FROM free", "SELECT scope, name, n + 1 AS n FROM free")
+	case "limit-handoff-doubled":
+		// A completion hands each place its rows held on to two rows.
+		for _, q := range []*string{&q.completeTaking, &q.completeDeleteTaking} {
+			*q = mustReplace(*q, "SELECT 'queue', d.queue, d.queue_slot, d.id FROM done AS d WHERE d.queue_slot IS NOT NULL) AS x",
+				"SELECT 'queue', d.queue, d.queue_slot, d.id FROM done AS d WHERE d.queue_slot IS NOT NULL) AS x CROSS JOIN generate_series(1, 2) AS twice")
+		}
 	case "limit-ignores-holder-lease":
 		// The place of a holder whose lease ran out in the snapshot of a
 		// claim without floors (a sweep) is taken without the holder

@@ -613,3 +613,92 @@ func TestSlotCountsFollowEveryPath(t *testing.T) {
 		}
 	})
 }
+
+// A completion taking turns hands the places its rows held on to the next
+// due rows of the queue, claimed in the same statement: the slots' counts
+// do not move, no release is written for them, and a place in a slot past
+// its share (after a lowering) is given back instead. A paused queue, or
+// a kind the worker does not claim, takes none.
+func TestCompletionHandsItsPlacesOn(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 2})
+		ids := pgtest.EnqueueN(t, s, 8, "a")
+		pgtest.Enqueue(t, s, lease.Event{Kind: "b", EventID: "free-kind"})
+		first, _ := claimAll(t, s, lease.ClaimRequest{Limit: 2, Kinds: []string{"a"}})
+		if len(first) != 2 {
+			t.Fatalf("claim took %d; want 2", len(first))
+		}
+		completeTaking := func(req lease.ClaimRequest, cs ...leasework.Claim) []leasework.Claim {
+			t.Helper()
+			ws := make([]lease.Write, len(cs))
+			for i, c := range cs {
+				ws[i] = lease.Complete(c.Ref())
+			}
+			if req.Lease == 0 {
+				req.Lease = time.Minute
+			}
+			res, took, err := s.WriteManyTakingTurns(ctx, req, ws...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Verdict != lease.VerdictAccepted {
+					t.Fatalf("completion %v: %v", r.Verdict, r.Err)
+				}
+			}
+			return took
+		}
+		handed := completeTaking(lease.ClaimRequest{Limit: 5}, first...)
+		if len(handed) != 2 || handed[0].ID != ids[2].ID || handed[1].ID != ids[3].ID {
+			t.Fatalf("completion handed its places to %v; want rows %d and %d, the next due of kind a", handed, ids[2].ID, ids[3].ID)
+		}
+		wantCounted(t, s, "a completion handing its places on")
+		var releases int
+		if err := s.DB().QueryRowContext(ctx, "SELECT count(*) FROM "+lease.QuoteIdent(s.Schema())+"."+
+			lease.QuoteIdent(s.Table()+"_limit_releases")).Scan(&releases); err != nil {
+			t.Fatal(err)
+		}
+		if releases != 0 {
+			t.Errorf("%d releases written; want none, every place was handed on", releases)
+		}
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10, Kinds: []string{"a"}}); len(got) != 0 {
+			t.Fatalf("claim beside the rows handed on took %v; want nothing (the limit is full)", got)
+		}
+
+		// A kind the worker does not claim, or a paused queue: nothing is
+		// handed on, and the places are given back.
+		// (Kind b is over no limit: a claim takes it, not the completion.)
+		if none := completeTaking(lease.ClaimRequest{Limit: 5, Kinds: []string{"b"}}, handed[0]); len(none) != 0 {
+			t.Fatalf("completion for kinds [b] took %v; want nothing", none)
+		}
+		wantCounted(t, s, "a completion for another kind")
+		if _, err := s.PauseQueue(ctx, lease.DefaultQueue); err != nil {
+			t.Fatal(err)
+		}
+		if got := completeTaking(lease.ClaimRequest{Limit: 5}, handed[1]); len(got) != 0 {
+			t.Fatalf("completion in a paused queue took %v; want nothing", got)
+		}
+		if _, err := s.ResumeQueue(ctx, lease.DefaultQueue); err != nil {
+			t.Fatal(err)
+		}
+		wantCounted(t, s, "a completion in a paused queue")
+
+		// After a lowering, a place past its slot's share is given back.
+		two, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10, Kinds: []string{"a"}})
+		if len(two) != 2 {
+			t.Fatalf("claim after the places were given back took %d; want 2", len(two))
+		}
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
+		took := completeTaking(lease.ClaimRequest{Limit: 5}, two...)
+		if len(took) > 1 {
+			t.Fatalf("completion under a limit lowered to 1 handed on %d places; want at most 1", len(took))
+		}
+		wantCounted(t, s, "a completion after a lowering")
+		for _, c := range took {
+			write(t, s, lease.Complete(c.Ref()))
+		}
+		wantCounted(t, s, "the end")
+	})
+}

@@ -73,7 +73,7 @@ const givingPlacesBack = `, released AS (
 
 // doneColumns are the columns a completion's step returns, after its own,
 // for the CTEs that follow it.
-const doneColumns = `, o.key, o.kind, o.kind_slot, o.queue_slot`
+const doneColumns = `, o.key, o.kind, o.queue, o.kind_slot, o.queue_slot`
 
 // lockStep is lockedCTE without its end, so that renewSQL can add SKIP
 // LOCKED.
@@ -633,15 +633,18 @@ SELECT d.id, d.generation, d.status FROM done AS d, passed, woken`
 // keys' next events a claim of queue $3 by it could take now, $4 at most
 // (kinds $5, lease $6 in microseconds, owner $7); the others become READY.
 // Its argument reads done to its end first, so it runs after every row is
-// written. Each row returned says whether it is a claim (the first
-// column): a finished row's id, generation and status follow, or a
-// claim's columns in the claim statement's order, from the id on.
+// written. It also hands the places the rows done held under concurrency
+// limits on to the next due rows of queue $3 (handingOn), up to $4 with
+// the turns taken, and gives back the others. Each row returned says
+// whether it is a claim (the first column): a finished row's id,
+// generation and status follow, or a claim's columns in the claim
+// statement's order, from the id on.
 func takingTurns(step string) string {
 	return `
 WITH ` + markingLockedCTE + `, done AS (` + step + doneColumns + `),
 taken AS MATERIALIZED (
     SELECT t.* FROM {{schema}}.{{name "take_turns"}}((SELECT array_agg(d.key) FROM done AS d),
-        $3, $4, $5::text[], $6, $7) AS t)` + givingPlacesBack + `
+        $3, $4, $5::text[], $6, $7) AS t)` + handingOn + givingPlacesBackAfterHanding + `
 SELECT false, d.id, d.generation, d.status, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::integer,
     NULL::integer, NULL::timestamptz, NULL::bytea, NULL::text, NULL::text, NULL::smallint, NULL::timestamptz,
     NULL::text, NULL::integer
@@ -650,8 +653,114 @@ UNION ALL
 SELECT true, t.id, t.generation, t.status, t.event_id, t.kind, COALESCE(t.key, ''), t.payload, t.attempt,
     t.max_attempts, t.lease_until, t.progress, COALESCE(t.last_error, ''), t.queue, t.priority, t.next_attempt_at,
     COALESCE(t.metadata::text, ''), t.snoozes
-FROM taken AS t`
+FROM taken AS t
+UNION ALL
+SELECT true, h.id, h.generation, h.status, h.event_id, h.kind, COALESCE(h.key, ''), h.payload, h.attempt,
+    h.max_attempts, h.lease_until, h.progress, COALESCE(h.last_error, ''), h.queue, h.priority, h.next_attempt_at,
+    COALESCE(h.metadata::text, ''), h.snoozes
+FROM handed AS h`
 }
+
+// handingOn are the CTEs of a completion taking turns that hand the
+// places its rows held under concurrency limits (migration 17) to the
+// next rows a claim of queue $3 by the worker would take, claimed in the
+// same statement: a place given back and taken again in one commit is
+// never idle, and counts nothing new (the slot's count stays; the row
+// taking it names the slot). freed: the places of the rows done, under
+// the limits of queue $3 and of the kinds claimed, in slots within their
+// share (a lowered limit's excess is given back, not handed on). next:
+// the due READY rows of queue $3 as the claim reads them, of kinds with a
+// place freed or no limit, $4 at most with the turns taken, each locked
+// SKIP LOCKED. A row is handed on when every limit over it has a place
+// freed for it, and some limit is over it; the i-th row of a kind takes
+// the i-th place of its kind's limit freed, the i-th row handed the i-th
+// of the queue's.
+const handingOn = `, freed AS (
+    SELECT x.scope, x.name, x.key, row_number() OVER (PARTITION BY x.scope, x.name ORDER BY x.key, x.id) AS pos
+    FROM (SELECT 'kind' AS scope, d.kind AS name, d.kind_slot AS key, d.id FROM done AS d WHERE d.kind_slot IS NOT NULL
+          UNION ALL
+          SELECT 'queue', d.queue, d.queue_slot, d.id FROM done AS d WHERE d.queue_slot IS NOT NULL) AS x
+    JOIN {{schema}}.{{name "limits"}} AS l ON l.scope = x.scope AND l.name = x.name
+        AND x.key >= l.id::bigint * 100000 AND x.key < l.id::bigint * 100000 + 16
+    JOIN {{schema}}.{{name "limit_slots"}} AS s ON s.key = x.key AND s.used <= s.cap
+    WHERE (x.scope = 'kind' AND (cardinality($5::text[]) = 0 OR x.name = ANY ($5::text[])))
+       OR (x.scope = 'queue' AND x.name = $3)
+), over AS (
+    -- The limits of queue $3 and of the kinds claimed.
+    SELECT l.scope, l.name FROM {{schema}}.{{name "limits"}} AS l
+    WHERE (l.scope = 'queue' AND l.name = $3)
+       OR (l.scope = 'kind' AND (cardinality($5::text[]) = 0 OR l.name = ANY ($5::text[])))
+), next AS (
+    SELECT r.id, r.kind, p.level, r.next_attempt_at FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+    CROSS JOIN LATERAL (
+        SELECT id, kind, next_attempt_at FROM {{table}}
+        WHERE queue = $3 AND priority = p.level
+          AND status = 'READY' AND next_attempt_at <= statement_timestamp()
+          AND (cardinality($5::text[]) = 0 OR kind = ANY ($5::text[]))
+          AND (kind = ANY (ARRAY(SELECT name FROM freed WHERE scope = 'kind'))
+               OR kind <> ALL (ARRAY(SELECT name FROM over WHERE scope = 'kind')))
+          AND (key IS NULL OR key_seq IS NOT NULL)
+        ORDER BY next_attempt_at, id
+        LIMIT GREATEST($4 - (SELECT count(*) FROM taken), 0)
+        FOR UPDATE SKIP LOCKED) AS r
+    WHERE EXISTS (SELECT 1 FROM freed)
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} AS q WHERE q.queue = $3)
+    LIMIT GREATEST($4 - (SELECT count(*) FROM taken), 0)
+), in_kind AS (
+    SELECT n.*, row_number() OVER (PARTITION BY n.kind ORDER BY n.level, n.next_attempt_at, n.id) AS i,
+        EXISTS (SELECT 1 FROM over AS o WHERE o.scope = 'kind' AND o.name = n.kind) AS kind_limited
+    FROM next AS n
+), by_kind AS (
+    SELECT k.*, row_number() OVER (ORDER BY k.level, k.next_attempt_at, k.id) AS j
+    FROM in_kind AS k
+    WHERE NOT k.kind_limited
+       OR k.i <= (SELECT count(*) FROM freed AS f WHERE f.scope = 'kind' AND f.name = k.kind)
+), handing AS (
+    SELECT b.id,
+        (SELECT f.key FROM freed AS f WHERE f.scope = 'kind' AND f.name = b.kind AND f.pos = b.i AND b.kind_limited) AS kind_slot,
+        (SELECT f.key FROM freed AS f WHERE f.scope = 'queue' AND f.pos = b.j) AS queue_slot
+    FROM by_kind AS b
+    WHERE (b.kind_limited OR EXISTS (SELECT 1 FROM over WHERE scope = 'queue'))
+      AND (NOT EXISTS (SELECT 1 FROM over WHERE scope = 'queue')
+           OR b.j <= (SELECT count(*) FROM freed AS f WHERE f.scope = 'queue'))
+), handed AS (
+    UPDATE {{table}} AS o
+    SET status = 'INPROGRESS',
+        generation = ` + nextGeneration + `,
+        attempt = o.attempt + 1,
+        lease_until = statement_timestamp() + $6 * interval '1 microsecond',
+        worker = NULLIF($7, ''),
+        kind_slot = ((SELECT jsonb_object_agg(h.id::text, jsonb_build_array(h.kind_slot, h.queue_slot)) FROM handing AS h)
+                     -> o.id::text ->> 0)::bigint,
+        queue_slot = ((SELECT jsonb_object_agg(h.id::text, jsonb_build_array(h.kind_slot, h.queue_slot)) FROM handing AS h)
+                      -> o.id::text ->> 1)::bigint,
+        updated_at = statement_timestamp()
+    WHERE o.id = ANY (ARRAY(SELECT id FROM handing)) AND o.status = 'READY' COLLATE "C"
+    RETURNING o.*
+)`
+
+// givingPlacesBackAfterHanding is givingPlacesBack for a completion that
+// hands places on (handingOn): each slot gets back the places of the
+// rows done, less those handed on.
+const givingPlacesBackAfterHanding = `, released AS (
+    INSERT INTO {{schema}}.{{name "limit_releases"}} (key, n)
+    SELECT u.key, sum(u.n) FROM (SELECT kind_slot AS key, 1 AS n FROM done WHERE kind_slot IS NOT NULL
+                                 UNION ALL
+                                 SELECT queue_slot, 1 FROM done WHERE queue_slot IS NOT NULL
+                                 UNION ALL
+                                 SELECT kind_slot, -1 FROM handed WHERE kind_slot IS NOT NULL
+                                 UNION ALL
+                                 SELECT queue_slot, -1 FROM handed WHERE queue_slot IS NOT NULL) AS u
+    WHERE u.key = ANY (ARRAY(SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
+                             WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM done WHERE kind_slot IS NOT NULL
+                                                      UNION ALL
+                                                      SELECT queue_slot FROM done WHERE queue_slot IS NOT NULL))))
+    GROUP BY u.key
+    HAVING sum(u.n) > 0
+), woken AS MATERIALIZED (
+    SELECT count(pg_notify({{channel}}, k.kind)) AS n
+    FROM (SELECT DISTINCT kind FROM done WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL) AS k
+)`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error. Each

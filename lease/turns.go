@@ -25,6 +25,17 @@ import (
 // of the queue finds no more due events than it asks for, and they come
 // in no one's way.
 //
+// Under concurrency limits ([Store.SetLimit]) a completion also hands the
+// places its rows held on to the next due events of req.Queue that a
+// claim of req would take, claimed in the same statement (at most
+// req.Limit with the turns taken): the next event of a kind takes a place
+// of its kind's limit a completed row held, and of its queue's limit when
+// the queue has one; an event over no limit, or a limit with no place
+// freed, is left to claims. A place handed on is never free, so the
+// limit's slots are not written; the others are given back. A place in a
+// slot past its share (a lowered limit's) is given back, not handed on.
+// These events are the ones a claim would take next, and overtake none.
+//
 // The results are WriteMany's. A claim it cannot decode is settled as
 // [Store.Claim] settles one, and not returned. With req.Limit zero or
 // less it is WriteMany and claims nothing; a req out of range otherwise

@@ -40,8 +40,9 @@ var breaks = map[string]libraryBreak{
 	"pause-ignored":   {"the claim takes rows of a paused queue", []string{history.Pauses}},
 	"floors-only":     {"the worker's claims never read from the oldest once they have floors: a row due before its floor waits for ever", []string{history.Terminal}},
 
-	"keys-listed-reversed": {"the commit-time step puts a transaction's keyed rows in line last inserted first", []string{history.KeyOrder}},
-	"limit-off-by-one":     {"the claim admits one attempt more than a concurrency limit allows, without a slot", []string{history.Limits}},
+	"keys-listed-reversed":  {"the commit-time step puts a transaction's keyed rows in line last inserted first", []string{history.KeyOrder}},
+	"limit-off-by-one":      {"the claim admits one attempt more than a concurrency limit allows, without a slot", []string{history.Limits}},
+	"limit-handoff-doubled": {"a completion hands each place its rows held under a concurrency limit on to two rows", []string{history.Limits}},
 	"limit-ignores-holder-lease": {"the claim takes the place of a holder whose lease ran out in its snapshot without locking the holder's row: a renewal committed meanwhile is missed",
 		[]string{history.Limits}},
 }

@@ -143,7 +143,7 @@
 // most attempts live and the claims that reached it) and, last, the
 // history's verdict:
 //
-//	soak limits (… settings; slow renewals …, failed …): kind tx under 1: … claims, at most 1 live, … reached it; kind tx under 2: …; queue bulk under 3: …; kind edge under 1: …
+//	soak limits (… settings; slow renewals …, failed …): kind tx under 1: … claims (… handed on by completions), at most 1 live, … reached it; kind tx under 2: …; queue bulk under 3: …; kind edge under 1: …
 //	soak: seed=… events=… kill=… stop=… terminate=… blackhole=… restart=… failover=… duplicates=… reruns=… (outside faults …) stale_rejected=… pickup_after_restart=…
 //	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=… limits=…
 //
@@ -156,9 +156,9 @@
 // keys-listed-reversed (key_order), cancel-finished (terminal), tx-split
 // (effects, cancels), tick-per-worker (ticks), snooze-spends (snoozes),
 // retry-doubled (retries), pause-ignored (pauses), floors-only (terminal),
-// limit-off-by-one and limit-ignores-holder-lease (limits; the second
-// takes the slot of a holder whose lease ran out without the holder
-// row's lock, and only the slow renewals catch it). Such a run passes
+// limit-off-by-one, limit-handoff-doubled and limit-ignores-holder-lease
+// (limits; the last takes the place of a holder whose lease ran out
+// without the holder row's lock, and only the slow renewals catch it). Such a run passes
 // when the history shows the break's properties violated, and prints the
 // violations.
 //

@@ -101,8 +101,8 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		if l.Outside > 0 {
 			outside = fmt.Sprintf(" (%d beyond it, claimed before a lowering)", l.Outside)
 		}
-		limits = append(limits, fmt.Sprintf("%s %s under %d: %d claims, at most %d live%s, %d reached it",
-			l.Scope, l.Name, l.Max, l.Claims, l.MostLive, outside, l.Full))
+		limits = append(limits, fmt.Sprintf("%s %s under %d: %d claims (%d handed on by completions), at most %d live%s, %d reached it",
+			l.Scope, l.Name, l.Max, l.Claims, l.HandedOn, l.MostLive, outside, l.Full))
 	}
 	s.mu.Lock()
 	settings, slowRenewals, slowMissed := len(s.limits), s.slowRenewals, s.slowMissed

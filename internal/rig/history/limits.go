@@ -19,6 +19,9 @@ type LimitSeen struct {
 	// Outside is the most attempts live beyond Max at one of those claims
 	// that a lowered limit had left outside it (see checkLimit).
 	Outside int
+	// HandedOn counts, of Claims, those written by the transaction of a
+	// completion of another row: a place handed on by a completion.
+	HandedOn int
 }
 
 // attempt is one claim under a limit and its life in the database.
@@ -49,8 +52,15 @@ func (c *checker) checkLimits() {
 		}
 		sets[id] = append(sets[id], l)
 	}
+	completions := map[int64]bool{}
+	for i := range c.h.Writes {
+		w := &c.h.Writes[i]
+		if w.Old.Status == InProgress && (w.Op == Delete || w.New.Status == Done) {
+			completions[w.Txid] = true
+		}
+	}
 	for _, id := range order {
-		c.checkLimit(id.scope, id.name, sets[id])
+		c.checkLimit(id.scope, id.name, sets[id], completions)
 	}
 }
 
@@ -74,7 +84,7 @@ func (c *checker) checkLimits() {
 // at a claim whose own claim wrote before the last lowering (which may be
 // those outside) are allowed beyond Max, but never beyond the largest Max
 // in force since the first of them was claimed.
-func (c *checker) checkLimit(scope, name string, sets []Limit) {
+func (c *checker) checkLimit(scope, name string, sets []Limit, completions map[int64]bool) {
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Invoked.Before(sets[j].Invoked) })
 	var atts []*attempt
 	for _, r := range c.ordered {
@@ -128,6 +138,9 @@ func (c *checker) checkLimit(scope, name string, sets []Limit) {
 			seen[a.max] = s
 		}
 		s.Claims++
+		if completions[a.claim.Txid] {
+			s.HandedOn++
+		}
 		s.MostLive = max(s.MostLive, n)
 		if n >= a.max {
 			s.Full++
