@@ -186,8 +186,10 @@
 // at a sweep, once its lease has run out, and its late writes are refused
 // by the guard, as every stale owner's. An attempt that ends gives its
 // place back by a row of the releases table, written in the statement
-// that ends it, which the next claim of the slot counts. A kind at its
-// limit is skipped, not
+// that ends it, which the next claim of the slot counts; or a completion
+// taking turns hands it on to the queue's next event, claimed in its
+// statement ([Store.WriteManyTakingTurns]). A kind at its limit is
+// skipped, not
 // waited for: the claim takes other kinds' rows past it, and reports it
 // ([Store.ClaimHeldBack]). See [Limit] for what a limit does not promise.
 //
