@@ -89,8 +89,9 @@
 //     floor for expired leases takes the slot for another row; the old
 //     owner's late writes are refused and free nothing. Under a limit, a
 //     key's events still run one at a time in enqueue order, and a
-//     completion taking turns (Store.WriteManyTakingTurns) hands over no
-//     event a limit covers (a claim takes it). A child process holding the
+//     completion taking turns (Store.WriteManyTakingTurns) hands its key's
+//     next event over only when no limit covers it; under a limit it takes
+//     no more events than the places it gave up. A child process holding the
 //     one slot, killed with SIGKILL or stopped with SIGSTOP, keeps it until
 //     the lease fixture, then the slot is reused; the stopped child,
 //     continued, has its completion, renewal and release refused;
