@@ -702,3 +702,32 @@ func TestCompletionHandsItsPlacesOn(t *testing.T) {
 		wantCounted(t, s, "the end")
 	})
 }
+
+// A sweep takes the place of an expired holder only from a slot within
+// its share: after a lowering, the place of a holder in a slot the lower
+// limit gives nothing is not taken (the soak's history caught a sweep
+// taking it, with 2 attempts live under a limit of 1).
+func TestSweepTakesNoPlacePastALoweredShare(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 2})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "a", EventID: "o-1", Queue: "other"}, lease.Event{Kind: "a", EventID: "o-2", Queue: "other"})
+		held, err := s.Claim(ctx, lease.ClaimRequest{Limit: 2, Lease: time.Minute, Queue: "other"})
+		if err != nil || len(held) != 2 {
+			t.Fatalf("claim of queue other: %v, %v; want 2", held, err)
+		}
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "a", Max: 1})
+		for _, c := range held {
+			if err := leasetest.ExpireLease(ctx, s, c.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pgtest.EnqueueN(t, s, 3, "a")
+		got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if len(got) != 1 {
+			t.Fatalf("sweep under a limit lowered to 1 took %d places of expired holders; want 1", len(got))
+		}
+		wantCounted(t, s, "the sweep")
+	})
+}

@@ -324,10 +324,15 @@ const limitsCTEs = `stale AS (
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), stale_places AS (
-    SELECT l.scope, l.name, h.id, CASE WHEN l.scope = 'kind' THEN h.kind_slot ELSE h.queue_slot END AS key
-    FROM stale AS h, limited AS l
-    WHERE (l.scope = 'kind' AND l.name = h.kind AND h.kind_slot >= l.first AND h.kind_slot < l.past)
-       OR (l.scope = 'queue' AND l.name = h.queue AND h.queue_slot >= l.first AND h.queue_slot < l.past)
+    -- Their places, in slots within their share: a place in a slot a
+    -- lowered limit left counting more than its share is not taken (it
+    -- frees when its holder's row ends or is taken back).
+    SELECT p.scope, p.name, p.id, p.key
+    FROM (SELECT l.scope, l.name, h.id, CASE WHEN l.scope = 'kind' THEN h.kind_slot ELSE h.queue_slot END AS key
+          FROM stale AS h, limited AS l
+          WHERE (l.scope = 'kind' AND l.name = h.kind AND h.kind_slot >= l.first AND h.kind_slot < l.past)
+             OR (l.scope = 'queue' AND l.name = h.queue AND h.queue_slot >= l.first AND h.queue_slot < l.past)) AS p
+    JOIN {{schema}}.{{name "limit_slots"}} AS s ON s.key = p.key AND s.used <= s.cap
 ), units AS (
     -- Each limit's free places, for the rows claimed that need one, as
     -- ranges of their positions: each slot's room, then the place of each
