@@ -43,7 +43,14 @@ func explainPreparedWith(t *testing.T, conn *sql.Conn, options, mode string, st 
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, "EXPLAIN ("+options+") EXECUTE p("+args+")")
+	return explainIn(t, tx, "EXPLAIN ("+options+") EXECUTE p("+args+")")
+}
+
+// explainIn runs an EXPLAIN statement in tx and returns its plan, a line
+// a row.
+func explainIn(t *testing.T, tx *sql.Tx, explain string) string {
+	t.Helper()
+	rows, err := tx.QueryContext(context.Background(), explain)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -321,23 +321,7 @@ func explain(t *testing.T, s *lease.Store, options, query string) string {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, "EXPLAIN ("+options+") "+query)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return plan.String()
+	return explainIn(t, tx, "EXPLAIN ("+options+") "+query)
 }
 
 // jitAboveCost is PostgreSQL's default jit_above_cost: a statement whose
