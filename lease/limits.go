@@ -18,6 +18,12 @@ const (
 // MaxLimit is the largest number of live attempts a limit may allow.
 const MaxLimit = 10000
 
+// limitSlots is how many slot rows keep each limit, each a share of it,
+// in the claim's and the limits' statements: the slots' keys of the limit
+// of id L run from L * 100000 to L * 100000 + limitSlots - 1 (migration
+// 17's check holds them to 16).
+const limitSlots = "16"
+
 // maxByBytes bounds who set a limit, as the audit records it.
 const maxByBytes = 1024
 
@@ -93,8 +99,8 @@ SELECT (SELECT max_live FROM old), (SELECT id FROM set)`
 // one more when g < $2 mod 16.
 const sharesSQL = `
 INSERT INTO {{schema}}.{{name "limit_slots"}} AS s (key, limit_id, slot, cap)
-SELECT $1::bigint * 100000 + g, $1, g, $2::integer / 16 + (g < $2::integer % 16)::integer
-FROM generate_series(0, 15) AS g
+SELECT $1::bigint * 100000 + g, $1, g, $2::integer / ` + limitSlots + ` + (g < $2::integer % ` + limitSlots + `)::integer
+FROM generate_series(0, ` + limitSlots + ` - 1) AS g
 ON CONFLICT (key) DO UPDATE SET cap = EXCLUDED.cap`
 
 // clearLimitSQL removes limit ($1, $2), its slots with it and their
@@ -109,7 +115,7 @@ WITH gone AS (
     SELECT $1, $2, max_live, NULL, $3 FROM gone
 ), releases AS (
     DELETE FROM {{schema}}.{{name "limit_releases"}} AS r
-    WHERE r.key >= (SELECT id FROM gone)::bigint * 100000 AND r.key < (SELECT id FROM gone)::bigint * 100000 + 16
+    WHERE r.key >= (SELECT id FROM gone)::bigint * 100000 AND r.key < (SELECT id FROM gone)::bigint * 100000 + ` + limitSlots + `
 )
 SELECT count(*) FROM gone, pg_notify($4, '')`
 
@@ -125,9 +131,9 @@ const limitLiveSQL = `
     SELECT COALESCE(sum(p.n), 0) AS live, COALESCE(sum(GREATEST(s.cap - COALESCE(p.n, 0), 0)), 0) AS room
     FROM {{schema}}.{{name "limit_slots"}} AS s
     LEFT JOIN (` + liveBySlot + `
-          AND u.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15
+          AND u.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + ` + limitSlots + ` - 1
         GROUP BY u.key) AS p ON p.key = s.key
-    WHERE s.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + 15`
+    WHERE s.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + ` + limitSlots + ` - 1`
 
 // liveBySlot is the start of a count of the live attempts per slot key
 // (u.key), of both a row's slots, through the index of the rows counted

@@ -47,29 +47,33 @@ const markingLockedCTE = `locked AS (
     SELECT o.id, set_config('leasework.keys_passed', 'on', true), set_config('leasework.slots_passed', 'on', true)` + lockRows + `
 )`
 
-// givingPlacesBack are the CTEs of a completion that gives back itself
-// the places its rows held under concurrency limits (migration 17), after
-// done: one release per slot, of the slots still there, and one
+// givingPlacesBack returns the CTEs of a completion that gives back
+// itself the places its rows held under concurrency limits (migration
+// 17), after done, less those it handed on (handedOn: placesHandedOn, or
+// empty for a completion that hands none on): one release per slot, of the slots still there, and one
 // notification per kind of those rows, that idle workers claim what they
 // free. The lock step (markingLockedCTE) marks the transaction
 // (leasework.slots_passed) before any row is written, so that the release
 // trigger, whose condition reads the mark as each row is written, skips
 // them. woken is one row, read by the statement's last SELECT, so that it
 // runs.
-const givingPlacesBack = `, released AS (
+func givingPlacesBack(handedOn string) string {
+	return `, released AS (
     INSERT INTO {{schema}}.{{name "limit_releases"}} (key, n)
-    SELECT u.key, count(*) FROM (SELECT kind_slot AS key FROM done WHERE kind_slot IS NOT NULL
+    SELECT u.key, sum(u.n) FROM (SELECT kind_slot AS key, 1 AS n FROM done WHERE kind_slot IS NOT NULL
                                  UNION ALL
-                                 SELECT queue_slot FROM done WHERE queue_slot IS NOT NULL) AS u
+                                 SELECT queue_slot, 1 FROM done WHERE queue_slot IS NOT NULL` + handedOn + `) AS u
     WHERE u.key = ANY (ARRAY(SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
                              WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM done WHERE kind_slot IS NOT NULL
                                                       UNION ALL
                                                       SELECT queue_slot FROM done WHERE queue_slot IS NOT NULL))))
     GROUP BY u.key
+    HAVING sum(u.n) > 0
 ), woken AS MATERIALIZED (
     SELECT count(pg_notify({{channel}}, k.kind)) AS n
     FROM (SELECT DISTINCT kind FROM done WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL) AS k
 )`
+}
 
 // doneColumns are the columns a completion's step returns, after its own,
 // for the CTEs that follow it.
@@ -255,18 +259,19 @@ const slotsCTEs = `limited AS (
     -- (at random without one), so that the claims of many workers do not
     -- all lock the same slots, and a worker tends to find again the room
     -- its own attempts gave back.
-    SELECT l.scope, l.name, l.id, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + 16 AS past,
-        CASE WHEN $4 = '' THEN floor(random() * 16)::integer ELSE hashtext($4) & 15 END AS start
+    SELECT l.scope, l.name, l.id, l.id::bigint * 100000 AS first, l.id::bigint * 100000 + ` + limitSlots + ` AS past,
+        CASE WHEN $4 = '' THEN floor(random() * ` + limitSlots + `)::integer
+             ELSE mod(abs(hashtext($4)::bigint), ` + limitSlots + `)::integer END AS start
     FROM {{schema}}.{{name "limits"}} AS l
     WHERE (l.scope = 'queue' AND l.name = $5)
        OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
 ), picked AS (
     -- The slots to lock: from the one drawn on, those with room in this
     -- claim's snapshot (the releases it sees counted), until they hold
-    -- its Limit. Read unlocked, 16 slots a limit through their primary
+    -- its Limit. Read unlocked, the limit's slots through their primary
     -- key, and the releases of each through theirs.
     SELECT p.key FROM (
-        SELECT s.key, sum(x.room) OVER (PARTITION BY l.id ORDER BY (s.slot - l.start + 16) % 16) - x.room AS before
+        SELECT s.key, sum(x.room) OVER (PARTITION BY l.id ORDER BY (s.slot - l.start + ` + limitSlots + `) % ` + limitSlots + `) - x.room AS before
         FROM limited AS l
         JOIN {{schema}}.{{name "limit_slots"}} AS s ON s.key >= l.first AND s.key < l.past
         CROSS JOIN LATERAL (SELECT s.cap - s.used + COALESCE((
@@ -627,7 +632,7 @@ RETURNING o.id, o.generation, 'DONE'::text AS status`
 func passingKeysOn(step string) string {
 	return `
 WITH ` + markingLockedCTE + `, done AS (` + step + doneColumns + `),
-passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key)) FROM done AS k)` + givingPlacesBack + `
+passed AS MATERIALIZED (SELECT {{schema}}.{{name "settle_keys"}}(array_agg(k.key)) FROM done AS k)` + givingPlacesBack("") + `
 SELECT d.id, d.generation, d.status FROM done AS d, passed, woken`
 }
 
@@ -649,7 +654,7 @@ func takingTurns(step string) string {
 WITH ` + markingLockedCTE + `, done AS (` + step + doneColumns + `),
 taken AS MATERIALIZED (
     SELECT t.* FROM {{schema}}.{{name "take_turns"}}((SELECT array_agg(d.key) FROM done AS d),
-        $3, $4, $5::text[], $6, $7) AS t)` + handingOn + givingPlacesBackAfterHanding + `
+        $3, $4, $5::text[], $6, $7) AS t)` + handingOn + givingPlacesBack(placesHandedOn) + `
 SELECT false, d.id, d.generation, d.status, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::integer,
     NULL::integer, NULL::timestamptz, NULL::bytea, NULL::text, NULL::text, NULL::smallint, NULL::timestamptz,
     NULL::text, NULL::integer
@@ -686,7 +691,7 @@ const handingOn = `, freed AS (
           UNION ALL
           SELECT 'queue', d.queue, d.queue_slot, d.id FROM done AS d WHERE d.queue_slot IS NOT NULL) AS x
     JOIN {{schema}}.{{name "limits"}} AS l ON l.scope = x.scope AND l.name = x.name
-        AND x.key >= l.id::bigint * 100000 AND x.key < l.id::bigint * 100000 + 16
+        AND x.key >= l.id::bigint * 100000 AND x.key < l.id::bigint * 100000 + ` + limitSlots + `
     JOIN {{schema}}.{{name "limit_slots"}} AS s ON s.key = x.key AND s.used <= s.cap
     WHERE (x.scope = 'kind' AND (cardinality($5::text[]) = 0 OR x.name = ANY ($5::text[])))
        OR (x.scope = 'queue' AND x.name = $3)
@@ -744,28 +749,14 @@ const handingOn = `, freed AS (
     RETURNING o.*
 )`
 
-// givingPlacesBackAfterHanding is givingPlacesBack for a completion that
-// hands places on (handingOn): each slot gets back the places of the
-// rows done, less those handed on.
-const givingPlacesBackAfterHanding = `, released AS (
-    INSERT INTO {{schema}}.{{name "limit_releases"}} (key, n)
-    SELECT u.key, sum(u.n) FROM (SELECT kind_slot AS key, 1 AS n FROM done WHERE kind_slot IS NOT NULL
-                                 UNION ALL
-                                 SELECT queue_slot, 1 FROM done WHERE queue_slot IS NOT NULL
+// placesHandedOn are, for givingPlacesBack, the places a completion
+// handed on (handingOn): each slot gets back the places of the rows done,
+// less those.
+const placesHandedOn = `
                                  UNION ALL
                                  SELECT kind_slot, -1 FROM handed WHERE kind_slot IS NOT NULL
                                  UNION ALL
-                                 SELECT queue_slot, -1 FROM handed WHERE queue_slot IS NOT NULL) AS u
-    WHERE u.key = ANY (ARRAY(SELECT s.key FROM {{schema}}.{{name "limit_slots"}} AS s
-                             WHERE s.key = ANY (ARRAY(SELECT kind_slot FROM done WHERE kind_slot IS NOT NULL
-                                                      UNION ALL
-                                                      SELECT queue_slot FROM done WHERE queue_slot IS NOT NULL))))
-    GROUP BY u.key
-    HAVING sum(u.n) > 0
-), woken AS MATERIALIZED (
-    SELECT count(pg_notify({{channel}}, k.kind)) AS n
-    FROM (SELECT DISTINCT kind FROM done WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL) AS k
-)`
+                                 SELECT queue_slot, -1 FROM handed WHERE queue_slot IS NOT NULL`
 
 // retrySQL sends a claim back to READY after a delay, unless the attempt
 // budget is spent, in which case the row ends FAILED with the error. Each
