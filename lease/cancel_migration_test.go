@@ -28,12 +28,21 @@ func TestCancelMigrationRecordsEarlierCancels(t *testing.T) {
 	if err := lease.MigrateTo(ctx, s, 10); err != nil {
 		t.Fatal(err)
 	}
-	out := pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "plain"}, lease.Event{Kind: "k", EventID: "reason"},
-		lease.Event{Kind: "k", EventID: "discarded"}, lease.Event{Kind: "k", EventID: "open"})
+	// The rows are inserted as that version's enqueue wrote them: today's
+	// writes columns of later migrations.
+	var ids []int64
+	for _, eventID := range []string{"plain", "reason", "discarded", "open"} {
+		var id int64
+		if err := db.QueryRowContext(ctx, `INSERT INTO `+s.QualifiedTable()+` (event_id, kind) VALUES ($1, 'k') RETURNING id`,
+			eventID).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
 	for i, text := range []string{"cancelled", "cancelled: customer withdrew", "cancelledness is not a word"} {
 		if _, err := db.ExecContext(ctx, `UPDATE `+s.QualifiedTable()+`
 			SET status = 'DISCARDED', last_error = $2, finished_at = statement_timestamp() - interval '1 day'
-			WHERE id = $1`, out[i].ID, text); err != nil {
+			WHERE id = $1`, ids[i], text); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +75,7 @@ func TestCancelMigrationRecordsEarlierCancels(t *testing.T) {
 			t.Fatalf("round %d: Migrate = %v, %v; want 11 applied", round, applied, err)
 		}
 		for i, want := range []bool{true, true, false, false} {
-			r, err := s.Get(ctx, out[i].ID)
+			r, err := s.Get(ctx, ids[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +102,7 @@ func TestCancelMigrationRecordsEarlierCancels(t *testing.T) {
 	if _, err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := statusOf(t, s, out[3].ID); st != leasework.StatusReady {
+	if st := statusOf(t, s, ids[3]); st != leasework.StatusReady {
 		t.Fatalf("the open event after the migration: %s; want READY", st)
 	}
 }

@@ -49,14 +49,14 @@ func TestClaimSettlesRowsItCannotDecode(t *testing.T) {
 			('b -infinity', 'k', 'b', '{"ok": "yes"}', '-infinity')`); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
 		pgtest.Enqueue(t, s,
 			lease.Event{Kind: "k", EventID: "a good 1", Queue: "a", Metadata: map[string]string{"tenant": "acme"}},
 			lease.Event{Kind: "k", EventID: "a good 2", Queue: "a"},
 			lease.Event{Kind: "k", EventID: "b good", Queue: "b", Metadata: map[string]string{"tenant": "acme"}},
 		)
-		if _, err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
 
 		claimed := func(claims []leasework.Claim) []string {
 			var ids []string

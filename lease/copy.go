@@ -248,6 +248,10 @@ func (s *Store) copyRows(ctx context.Context, tx leasework.CopyTx, out []Enqueue
 	if runAt != nil {
 		columns = append(columns, "next_attempt_at")
 	}
+	partitioned := slices.ContainsFunc(cols.partitions, func(p string) bool { return p != "" })
+	if partitioned {
+		columns = append(columns, "partition_key")
+	}
 	buf := takeCopyBuffer(len(order), len(columns))
 	defer buf.give()
 	var kind, queue lastBox[string]
@@ -259,6 +263,9 @@ func (s *Store) copyRows(ctx context.Context, tx leasework.CopyTx, out []Enqueue
 		row[8] = nullIfEmpty(cols.metadata[i])
 		if runAt != nil {
 			row[9] = runAt[i]
+		}
+		if partitioned {
+			row[len(columns)-1] = nullIfEmpty(cols.partitions[i])
 		}
 	}
 	n, err := tx.CopyFrom(ctx, s.cq.table, columns, buf.rows)

@@ -34,6 +34,15 @@ type Event struct {
 	// COMMITTED. Empty means no order. Valid UTF-8 without NUL bytes, at
 	// most [MaxKeyBytes].
 	Key string
+	// Partition is an optional partition key (a tenant, an account, a
+	// downstream host): a concurrency limit of [ScopePartition] bounds the
+	// live attempts of each partition's events, across every worker (see
+	// [Limit]). Empty means none; a partition under no limit is not
+	// counted. It is not an ordering key: the events of a partition may
+	// run in any order, up to its limit at once (give them a Key as well
+	// for order). Valid UTF-8 without NUL bytes, at most
+	// [MaxPartitionBytes].
+	Partition string
 	// Payload is the event's body, any bytes. Nil is stored as empty.
 	Payload []byte
 	// MaxAttempts is the attempt budget. Zero means the store's default;
@@ -271,9 +280,9 @@ func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 // columns are the parameters of an enqueue's insert: one array per column,
 // one entry per event sent, in the order of insertEvents.
 type columns struct {
-	ids, kinds, keys, runAt, queues, metadata []string
-	payloads                                  [][]byte
-	maxAtt, priorities                        []int64
+	ids, kinds, keys, runAt, queues, metadata, partitions []string
+	payloads                                              [][]byte
+	maxAtt, priorities                                    []int64
 }
 
 // makeColumns returns columns with room for n events, so that a batch of
@@ -282,7 +291,7 @@ func makeColumns(n int) columns {
 	return columns{
 		ids: make([]string, 0, n), kinds: make([]string, 0, n), keys: make([]string, 0, n),
 		runAt: make([]string, 0, n), queues: make([]string, 0, n), metadata: make([]string, 0, n),
-		payloads: make([][]byte, 0, n), maxAtt: make([]int64, 0, n), priorities: make([]int64, 0, n),
+		partitions: make([]string, 0, n), payloads: make([][]byte, 0, n), maxAtt: make([]int64, 0, n), priorities: make([]int64, 0, n),
 	}
 }
 
@@ -307,7 +316,7 @@ func (c *columns) add(e Event, defaultAttempts int) {
 	c.ids, c.kinds, c.keys = append(c.ids, e.EventID), append(c.kinds, e.Kind), append(c.keys, e.Key)
 	c.payloads, c.maxAtt, c.runAt = append(c.payloads, payload), append(c.maxAtt, attempts), append(c.runAt, at)
 	c.queues, c.priorities = append(c.queues, queue), append(c.priorities, int64(e.Priority))
-	c.metadata = append(c.metadata, metadataText(e.Metadata))
+	c.metadata, c.partitions = append(c.metadata, metadataText(e.Metadata)), append(c.partitions, e.Partition)
 }
 
 // pick returns the entries whose index keep accepts.
@@ -318,21 +327,22 @@ func (c columns) pick(keep func(i int) bool) columns {
 			p.ids, p.kinds, p.keys = append(p.ids, c.ids[i]), append(p.kinds, c.kinds[i]), append(p.keys, c.keys[i])
 			p.payloads, p.maxAtt, p.runAt = append(p.payloads, c.payloads[i]), append(p.maxAtt, c.maxAtt[i]), append(p.runAt, c.runAt[i])
 			p.queues, p.priorities = append(p.queues, c.queues[i]), append(p.priorities, c.priorities[i])
-			p.metadata = append(p.metadata, c.metadata[i])
+			p.metadata, p.partitions = append(p.metadata, c.metadata[i]), append(p.partitions, c.partitions[i])
 		}
 	}
 	return p
 }
 
-// args are the columns as the insert's parameters, $1 to $9.
+// args are the columns as the insert's parameters, $1 to $10.
 func (c columns) args() []any {
-	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities, c.metadata}
+	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities, c.metadata, c.partitions}
 }
 
 // one is the only event of c as the parameters of enqueueOneSQL, $1 to
-// $9, in the order of args.
+// $10, in the order of args.
 func (c columns) one() []any {
-	return []any{c.ids[0], c.kinds[0], c.keys[0], c.payloads[0], c.maxAtt[0], c.runAt[0], c.queues[0], c.priorities[0], c.metadata[0]}
+	return []any{c.ids[0], c.kinds[0], c.keys[0], c.payloads[0], c.maxAtt[0], c.runAt[0], c.queues[0], c.priorities[0], c.metadata[0],
+		c.partitions[0]}
 }
 
 // insert runs the insert statement q and records the row id of each event
@@ -519,6 +529,9 @@ func (s *Store) checkEvent(e Event) error {
 		return err
 	}
 	if err := validateText("Key", e.Key, MaxKeyBytes); err != nil {
+		return err
+	}
+	if err := validateText("Partition", e.Partition, MaxPartitionBytes); err != nil {
 		return err
 	}
 	if e.MaxAttempts < 0 {

@@ -13,6 +13,11 @@ const (
 	ScopeKind = "kind"
 	// ScopeQueue limits the live attempts of one queue, of every kind.
 	ScopeQueue = "queue"
+	// ScopePartition limits the live attempts of each partition
+	// ([Event].Partition), of every kind and queue: Name is the partition
+	// the limit is for, or empty for the default of every partition that
+	// has no limit of its own.
+	ScopePartition = "partition"
 )
 
 // MaxLimit is the largest number of live attempts a limit may allow.
@@ -36,10 +41,18 @@ const maxByBytes = 1024
 // effects: a handler that runs on past its lease (it ignores its context)
 // still runs while another attempt takes its place; bound handlers with
 // an attempt timeout shorter than the lease.
+//
+// A limit of [ScopePartition] holds each partition to its Max: the
+// partition's own limit, else the default (Name empty); a partition under
+// neither is not counted. The due rows a full partition holds back are set
+// aside (WAITING, without a key) where the claim does not read them, so
+// that a backlog behind a full partition costs claims nothing; they are
+// READY again when it has room.
 type Limit struct {
-	// Scope is [ScopeKind] or [ScopeQueue].
+	// Scope is [ScopeKind], [ScopeQueue] or [ScopePartition].
 	Scope string
-	// Name is the kind's or the queue's name.
+	// Name is the kind's or the queue's name, or the partition's: empty
+	// for the default of every partition.
 	Name string
 	// Max is the most live attempts, from 0 (none start: the kind or
 	// queue is held) to [MaxLimit].
@@ -183,6 +196,74 @@ FROM {{schema}}.{{name "limits"}} AS l
 LEFT JOIN counted AS v ON v.limit_id = l.id
 ORDER BY l.scope, l.name`
 
+// setPartitionLimitSQL declares or changes the limit of partition $1 (”
+// for the default) to $2 live attempts, set by $3, with the change in the
+// audit. Every slot the change may give room (the partition's, or every
+// slot for the default) gets a release of n = 0, "look again": the next
+// claims count it and bring back the rows set aside that now fit. Idle
+// workers are woken on the table's channel ($4).
+const setPartitionLimitSQL = `
+WITH old AS (
+    SELECT max_live FROM {{schema}}.{{name "partition_limits"}} WHERE partition = $1 FOR UPDATE
+), set AS (
+    INSERT INTO {{schema}}.{{name "partition_limits"}} AS l (partition, max_live, set_by) VALUES ($1, $2, $3)
+    ON CONFLICT (partition) DO UPDATE
+    SET max_live = EXCLUDED.max_live, set_at = statement_timestamp(), set_by = EXCLUDED.set_by
+    RETURNING l.partition
+), audit AS (
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by)
+    SELECT 'partition', $1, (SELECT max_live FROM old), $2, $3 FROM set
+), look AS (
+    INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+    SELECT s.id, 0 FROM {{schema}}.{{name "partition_slots"}} AS s
+    WHERE s.partition = $1 OR $1 = ''
+)
+SELECT (SELECT max_live FROM old) FROM pg_notify($4, '')`
+
+// clearPartitionLimitSQL removes the limit of partition $2 (” for the
+// default; $1 is the scope, 'partition'), written to the audit as set by
+// $3, with a release of n = 0 for every slot it may change, as in
+// setPartitionLimitSQL: a partition left under no limit has its slot
+// removed, and its rows set aside READY again, by the claims that count
+// them.
+const clearPartitionLimitSQL = `
+WITH gone AS (
+    DELETE FROM {{schema}}.{{name "partition_limits"}} WHERE partition = $2 AND $1 = 'partition' RETURNING max_live
+), audit AS (
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by)
+    SELECT 'partition', $2, max_live, NULL, $3 FROM gone
+), look AS (
+    INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+    SELECT s.id, 0 FROM {{schema}}.{{name "partition_slots"}} AS s
+    WHERE (s.partition = $2 OR $2 = '') AND EXISTS (SELECT 1 FROM gone)
+)
+SELECT count(*) FROM gone, pg_notify($4, '')`
+
+// partitionLimitsSQL reads the partition limits, as limitsSQL the others:
+// each with the live attempts of its partition (the default: of every
+// partition under it), read through the index of attempts counted in a
+// partition's slot (migration 20), and the rows its partitions set aside,
+// through theirs.
+const partitionLimitsSQL = `
+WITH live AS MATERIALIZED (
+    SELECT h.partition_key AS partition, count(*) AS n FROM {{table}} AS h
+    WHERE h.status = 'INPROGRESS' AND h.partition_slot IS NOT NULL AND h.lease_until > statement_timestamp()
+    GROUP BY h.partition_key
+), aside AS MATERIALIZED (
+    SELECT a.partition_key AS partition, count(*) AS n FROM {{table}} AS a
+    WHERE a.status = 'WAITING' AND a.key IS NULL
+    GROUP BY a.partition_key
+), own AS (
+    SELECT partition FROM {{schema}}.{{name "partition_limits"}} WHERE partition <> ''
+)
+SELECT 'partition', l.partition, l.max_live, l.set_at, l.set_by,
+    CASE WHEN l.partition = '' THEN (SELECT COALESCE(sum(v.n), 0) FROM live AS v WHERE v.partition NOT IN (SELECT partition FROM own))
+         ELSE (SELECT COALESCE(sum(v.n), 0) FROM live AS v WHERE v.partition = l.partition) END::bigint,
+    CASE WHEN l.partition = '' THEN (SELECT COALESCE(sum(a.n), 0) FROM aside AS a WHERE a.partition NOT IN (SELECT partition FROM own))
+         ELSE (SELECT COALESCE(sum(a.n), 0) FROM aside AS a WHERE a.partition = l.partition) END::bigint
+FROM {{schema}}.{{name "partition_limits"}} AS l
+ORDER BY l.partition`
+
 // limitChangesSQL reads the latest $1 changes, latest first.
 const limitChangesSQL = `
 SELECT at, scope, name, COALESCE(old_max, -1), COALESCE(new_max, -1), set_by
@@ -207,8 +288,12 @@ func checkLimitName(op, scope, name string) error {
 		if err := validateText("Name", name, MaxQueueBytes); err != nil {
 			return fmt.Errorf("lease: %s: %w", op, err)
 		}
+	case ScopePartition:
+		if err := validateText("Name", name, MaxPartitionBytes); err != nil {
+			return fmt.Errorf("lease: %s: %w", op, err)
+		}
 	default:
-		return fmt.Errorf("lease: %s: Scope is %q; it must be %q or %q", op, scope, ScopeKind, ScopeQueue)
+		return fmt.Errorf("lease: %s: Scope is %q; it must be %q, %q or %q", op, scope, ScopeKind, ScopeQueue, ScopePartition)
 	}
 	return nil
 }
@@ -241,6 +326,16 @@ func (s *Store) SetLimit(ctx context.Context, l Limit, by string) (old int, err 
 	}
 	if err := validateText("by", by, maxByBytes); err != nil {
 		return 0, fmt.Errorf("lease: set limit: %w", err)
+	}
+	if l.Scope == ScopePartition {
+		var was sql.NullInt64
+		if err := s.db.QueryRowContext(ctx, s.q.setPartitionLimit, l.Name, l.Max, by, s.channel).Scan(&was); err != nil {
+			return 0, s.wrapErr("set limit", err)
+		}
+		if !was.Valid {
+			return -1, nil
+		}
+		return int(was.Int64), nil
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -275,8 +370,12 @@ func (s *Store) ClearLimit(ctx context.Context, scope, name, by string) (bool, e
 	if err := validateText("by", by, maxByBytes); err != nil {
 		return false, fmt.Errorf("lease: clear limit: %w", err)
 	}
+	q := s.q.clearLimit
+	if scope == ScopePartition {
+		q = s.q.clearPartitionLimit
+	}
 	var n int
-	if err := s.db.QueryRowContext(ctx, s.q.clearLimit, scope, name, by, s.channel).Scan(&n); err != nil {
+	if err := s.db.QueryRowContext(ctx, q, scope, name, by, s.channel).Scan(&n); err != nil {
 		return false, s.wrapErr("clear limit", err)
 	}
 	return n > 0, nil
@@ -289,12 +388,20 @@ func (s *Store) ClearLimit(ctx context.Context, scope, name, by string) (bool, e
 // counting every due row of the table (the rows not yet due are passed
 // over in the index): call it at metrics-scrape rates, not per job.
 func (s *Store) Limits(ctx context.Context) ([]LimitInfo, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.limits)
+	out, err := s.readLimits(ctx, nil, s.q.limits)
+	if err != nil {
+		return nil, err
+	}
+	return s.readLimits(ctx, out, s.q.partitionLimits)
+}
+
+// readLimits appends to out the limits that query q reads.
+func (s *Store) readLimits(ctx context.Context, out []LimitInfo, q string) ([]LimitInfo, error) {
+	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.wrapErr("limits", err)
 	}
 	defer rows.Close()
-	var out []LimitInfo
 	for rows.Next() {
 		var l LimitInfo
 		if err := rows.Scan(&l.Scope, &l.Name, &l.Max, &l.SetAt, &l.SetBy, &l.Live, &l.HeldBack); err != nil {

@@ -69,15 +69,19 @@ func givingPlacesBack(handedOn string) string {
                                                       SELECT queue_slot FROM done WHERE queue_slot IS NOT NULL))))
     GROUP BY u.key
     HAVING sum(u.n) > 0
+), part_released AS (
+    INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+    SELECT d.partition_slot, count(*) FROM done AS d WHERE d.partition_slot IS NOT NULL
+    GROUP BY d.partition_slot
 ), woken AS MATERIALIZED (
     SELECT count(pg_notify({{channel}}, k.kind)) AS n
-    FROM (SELECT DISTINCT kind FROM done WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL) AS k
+    FROM (SELECT DISTINCT kind FROM done WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL OR partition_slot IS NOT NULL) AS k
 )`
 }
 
 // doneColumns are the columns a completion's step returns, after its own,
 // for the CTEs that follow it.
-const doneColumns = `, o.key, o.kind, o.queue, o.kind_slot, o.queue_slot`
+const doneColumns = `, o.key, o.kind, o.queue, o.kind_slot, o.queue_slot, o.partition_slot`
 
 // lockStep is lockedCTE without its end, so that renewSQL can add SKIP
 // LOCKED.
@@ -185,7 +189,7 @@ WITH paused AS (
             FOR UPDATE SKIP LOCKED) AS k))
     RETURNING o.id
 ), expired AS (
-    SELECT id, kind, generation, lease_until, kind_slot, queue_slot FROM {{table}}
+    SELECT id, kind, generation, lease_until, kind_slot, queue_slot, key, partition_key, partition_slot FROM {{table}}
     WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
       AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
@@ -201,9 +205,10 @@ WITH paused AS (
     -- One range of the queue's READY index per priority level, 0 first:
     -- each reads due rows only, so rows not yet due (retries backing off,
     -- events scheduled for later) cost nothing, whatever their priority.
-    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at, r.key, r.partition_key
+    FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
     CROSS JOIN LATERAL (
-        SELECT id, kind, generation, next_attempt_at FROM {{table}}
+        SELECT id, kind, generation, next_attempt_at, key, partition_key FROM {{table}}
         WHERE queue = $5 AND priority = p.level
           AND status = 'READY' AND next_attempt_at <= statement_timestamp()
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
@@ -235,8 +240,9 @@ SET status = 'INPROGRESS',
     worker = NULLIF($4, ''),
     kind_slot = ((SELECT m FROM slot_map) -> o.id::text ->> 0)::bigint,
     queue_slot = ((SELECT m FROM slot_map) -> o.id::text ->> 1)::bigint,
+    partition_slot = ((SELECT m FROM slot_map) -> o.id::text ->> 2)::bigint,
     updated_at = statement_timestamp()
-WHERE o.id = ANY (ARRAY(SELECT id FROM taken))
+WHERE o.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
     o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
@@ -328,6 +334,22 @@ const limitsCTEs = `stale AS (
     ORDER BY h.lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), pstale AS (
+    -- Only a sweep ($7 = 0) reads them, when a partition limit is
+    -- declared: the attempts counted in a partition's slot whose lease ran
+    -- out, of any queue, not taken back here, not on their last attempt,
+    -- not cancelled (as stale); each read again under its own lock. Their
+    -- places are given back (moved, pstale_back): a row set aside behind
+    -- one comes back.
+    SELECT h.id, h.partition_slot FROM {{table}} AS h
+    WHERE h.status = 'INPROGRESS' AND h.partition_slot IS NOT NULL
+      AND h.lease_until <= statement_timestamp() AND $7::bigint = 0
+      AND h.attempt < h.max_attempts AND h.cancelled_at IS NULL
+      AND h.id <> ALL (ARRAY(SELECT id FROM expired))
+      AND ` + anyPartitionLimit + `
+    ORDER BY h.lease_until
+    LIMIT 100
+    FOR UPDATE SKIP LOCKED
 ), stale_places AS (
     -- Their places, in slots within their share: a place in a slot a
     -- lowered limit left counting more than its share is not taken (it
@@ -386,12 +408,13 @@ const limitsCTEs = `stale AS (
 // READY row due earlier than a row claimed, or an expired lease older
 // than one taken back, may be left.
 const admitCTEs = `candidates AS (
-    SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot,
+    SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot, c.part, c.key, c.partition_key, c.partition_slot,
         COALESCE(k.kind, false) AS carry_kind, COALESCE(k.queue, false) AS carry_queue,
         row_number() OVER (ORDER BY c.part, c.level, c.at, c.id) AS ord
-    FROM (SELECT id, kind, generation, kind_slot, queue_slot, 0 AS part, 0 AS level, lease_until AS at FROM expired
+    FROM (SELECT id, kind, generation, kind_slot, queue_slot, 0 AS part, 0 AS level, lease_until AS at,
+              key, partition_key, partition_slot FROM expired
           UNION ALL
-          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at FROM ready) AS c
+          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at, key, partition_key, NULL FROM ready) AS c
     LEFT JOIN carried AS k ON k.id = c.id
 ), ranked AS (
     -- in_kind: a row's place among its kind's rows that need one.
@@ -406,7 +429,7 @@ const admitCTEs = `candidates AS (
     -- The expired leases are read before the queue's limit is known.
     SELECT * FROM admitted AS a
     WHERE a.carry_queue OR a.in_queue <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'queue'), a.in_queue)
-), placed AS (
+), ` + partitionCTEs + `, placed AS (
     -- The place each row claimed takes under each limit, as [slot key,
     -- row it is taken from]: its own, when it keeps it; else the i-th row
     -- of a kind the i-th free place of its kind's limit, the i-th row of
@@ -414,11 +437,11 @@ const admitCTEs = `candidates AS (
     SELECT t.id,
         CASE WHEN t.carry_kind THEN ARRAY[t.kind_slot, NULL]
              ELSE (SELECT ARRAY[u.key, u.holder] FROM units AS u
-                   WHERE u.scope = 'kind' AND u.name = t.kind AND t.in_kind > u.lo AND t.in_kind <= u.hi) END AS k,
+                   WHERE u.scope = 'kind' AND u.name = t.kind AND t.kind_pos > u.lo AND t.kind_pos <= u.hi) END AS k,
         CASE WHEN t.carry_queue THEN ARRAY[t.queue_slot, NULL]
              ELSE (SELECT ARRAY[u.key, u.holder] FROM units AS u
-                   WHERE u.scope = 'queue' AND t.in_queue > u.lo AND t.in_queue <= u.hi) END AS q
-    FROM taken AS t
+                   WHERE u.scope = 'queue' AND t.queue_pos > u.lo AND t.queue_pos <= u.hi) END AS q
+    FROM chosen AS t
     -- None under no limit: nothing after it reads a row.
     WHERE EXISTS (SELECT 1 FROM limited)
 ), slotted AS (
@@ -443,20 +466,35 @@ const admitCTEs = `candidates AS (
     WHERE s.key = ANY (ARRAY(SELECT key FROM counted))
     RETURNING s.key
 ), moved AS (
-    -- The stale holders whose places were taken are counted no longer.
+    -- The stale holders whose places were taken are counted no longer,
+    -- and those whose partition's place a sweep takes (pstale).
     UPDATE {{table}} AS o
     SET kind_slot = CASE WHEN o.id = ANY (ARRAY(SELECT kind_from FROM slotted WHERE kind_from > 0)) THEN NULL ELSE o.kind_slot END,
-        queue_slot = CASE WHEN o.id = ANY (ARRAY(SELECT queue_from FROM slotted WHERE queue_from > 0)) THEN NULL ELSE o.queue_slot END
+        queue_slot = CASE WHEN o.id = ANY (ARRAY(SELECT queue_from FROM slotted WHERE queue_from > 0)) THEN NULL ELSE o.queue_slot END,
+        partition_slot = CASE WHEN o.id = ANY (ARRAY(SELECT id FROM pstale)) THEN NULL ELSE o.partition_slot END
     WHERE o.id = ANY (ARRAY(SELECT kind_from FROM slotted WHERE kind_from > 0
                             UNION ALL
-                            SELECT queue_from FROM slotted WHERE queue_from > 0))
+                            SELECT queue_from FROM slotted WHERE queue_from > 0
+                            UNION ALL
+                            SELECT id FROM pstale))
     RETURNING o.id
+), pstale_back AS (
+    -- The places of pstale, given back to their slots.
+    INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+    SELECT p.partition_slot, count(*) FROM pstale AS p
+    WHERE p.id = ANY (ARRAY(SELECT id FROM moved))
+    GROUP BY p.partition_slot
 ), slot_map AS (
     -- The rows' places by row id, for the UPDATE below to look up: none
     -- when no limit applies.
-    SELECT jsonb_object_agg(id::text, jsonb_build_array(kind_slot, queue_slot)) AS m
-    FROM slotted
-    WHERE kind_slot IS NOT NULL OR queue_slot IS NOT NULL
+    SELECT jsonb_object_agg(u.id::text, jsonb_build_array(u.kind_slot, u.queue_slot, u.part_slot)) AS m
+    FROM (SELECT s.id, s.kind_slot, s.queue_slot, (SELECT c.part_slot FROM chosen AS c WHERE c.id = s.id) AS part_slot
+          FROM slotted AS s
+          WHERE s.kind_slot IS NOT NULL OR s.queue_slot IS NOT NULL
+          UNION ALL
+          SELECT c.id, NULL, NULL, c.part_slot FROM chosen AS c
+          WHERE c.part_slot IS NOT NULL AND EXISTS (SELECT 1 FROM parts)
+            AND c.id NOT IN (SELECT s.id FROM slotted AS s WHERE s.kind_slot IS NOT NULL OR s.queue_slot IS NOT NULL)) AS u
 ), held_whole AS (
     -- Every slot whose count changes was written, and every stale holder
     -- whose place was taken: the statement fails (division by zero)
@@ -465,14 +503,137 @@ const admitCTEs = `candidates AS (
     -- a slot not written is a fault of the statement, and the claim must
     -- not commit past it.
     SELECT 1 / ((SELECT count(*) FROM held) = (SELECT count(*) FROM counted)
+                AND (SELECT count(*) FROM part_held) = (SELECT count(*) FROM part_counted WHERE d <> 0)
                 AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT u.id) FROM (
                     SELECT kind_from AS id FROM slotted WHERE kind_from > 0
                     UNION ALL
-                    SELECT queue_from FROM slotted WHERE queue_from > 0) AS u))::integer AS yes
+                    SELECT queue_from FROM slotted WHERE queue_from > 0) AS u)
+                       + (SELECT count(*) FROM pstale AS p
+                          WHERE p.id NOT IN (SELECT kind_from FROM slotted WHERE kind_from > 0
+                                             UNION ALL
+                                             SELECT queue_from FROM slotted WHERE queue_from > 0)))::integer AS yes
 ), held_back AS (
     SELECT (SELECT n FROM room) < $1
         OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)
-        OR (SELECT count(*) FROM taken) < (SELECT count(*) FROM candidates) AS yes`
+        OR (SELECT count(*) FROM chosen) < (SELECT count(*) FROM candidates) AS yes`
+
+// anyPartitionLimit says whether a partition limit is declared: one probe
+// of the partition limits' primary key.
+const anyPartitionLimit = `(SELECT true FROM {{schema}}.{{name "partition_limits"}} ORDER BY partition LIMIT 1) IS NOT NULL`
+
+// partitionCTEs keep the partition limits (migration 19) among the rows
+// taken under the kind and queue limits. parts: the partitions of those
+// rows under a limit, each with its Max (its own, or the default) and the
+// id of its slot in this claim's snapshot. part_woken: wake_partitions,
+// run once, counts the releases of other partitions' slots and brings
+// back their rows set aside, while a partition limit or a slot is left
+// (the last limit cleared, the slots go as their partitions' rows come
+// back); part_look reads it as the outer side of a join, so it runs
+// whenever the claim runs. part_locks: the slots of
+// parts, locked SKIP LOCKED in partition order; a
+// partition whose slot another claim holds is passed over, its rows
+// neither taken nor set aside. part_back: their releases, counted now.
+// part_made: the slots of partitions that had none, made with the places
+// this claim takes in them (a slot made by another claim since this
+// claim's snapshot is passed over). part_fit: each row under a partition
+// limit, and whether it has a place: it keeps its own (taken back), or is
+// within its partition's room, by the claim's order. chosen: the rows
+// claimed, ranked again within their kind and queue (a subset's ranks are
+// no higher, so each still has its place under those limits). set_aside:
+// the READY rows without a key that a full partition holds back, made
+// WAITING (out of the READY index); a release of n = 0 after them says
+// "look again" to the claims that follow, as it does when this claim
+// leaves room in a slot after counting releases.
+const partitionCTEs = `parts AS (
+    SELECT d.partition, c.cap,
+        (SELECT s.id FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition) AS slot
+    FROM (SELECT DISTINCT partition_key AS partition FROM taken
+          WHERE partition_key IS NOT NULL AND ` + anyPartitionLimit + `) AS d
+    CROSS JOIN LATERAL (SELECT COALESCE(
+        (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = d.partition),
+        (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = '')) AS cap) AS c
+    WHERE c.cap IS NOT NULL
+), part_woken AS MATERIALIZED (
+    SELECT {{schema}}.{{name "wake_partitions"}}(ARRAY(SELECT partition FROM parts)) AS ps
+    WHERE ` + anyPartitionLimit + `
+       OR (SELECT true FROM {{schema}}.{{name "partition_slots"}} ORDER BY partition LIMIT 1) IS NOT NULL
+), part_locks AS (
+    SELECT s.partition, s.id, s.used FROM {{schema}}.{{name "partition_slots"}} AS s
+    WHERE s.id = ANY (ARRAY(SELECT slot FROM parts WHERE slot IS NOT NULL))
+    ORDER BY s.partition
+    FOR UPDATE SKIP LOCKED
+), part_back AS (
+    DELETE FROM {{schema}}.{{name "partition_releases"}} AS r
+    WHERE r.slot = ANY (ARRAY(SELECT id FROM part_locks))
+    RETURNING r.slot, r.n
+), part_ranked AS (
+    -- in_part: a row's place among its partition's rows that need one.
+    SELECT t.id, t.part, t.key, t.partition_key, p.cap,
+        COALESCE(t.part = 0 AND t.partition_slot = p.slot, false) AS carry_part,
+        row_number() OVER (PARTITION BY t.partition_key, COALESCE(t.part = 0 AND t.partition_slot = p.slot, false)
+                           ORDER BY t.ord) AS in_part
+    FROM taken AS t
+    JOIN parts AS p ON p.partition = t.partition_key
+), part_rooms AS (
+    SELECT l.partition, l.id, b.back, GREATEST(b.cap - l.used + b.back, 0) AS room, l.used - b.back > b.cap AS over
+    FROM part_locks AS l
+    CROSS JOIN LATERAL (SELECT COALESCE((SELECT sum(r.n) FROM part_back AS r WHERE r.slot = l.id), 0)::integer AS back,
+                               (SELECT p.cap FROM parts AS p WHERE p.partition = l.partition) AS cap
+                        OFFSET 0) AS b
+), part_made AS (
+    INSERT INTO {{schema}}.{{name "partition_slots"}} AS s (partition, used)
+    SELECT p.partition, LEAST(p.cap, (SELECT count(*) FROM part_ranked AS r WHERE r.partition_key = p.partition))
+    FROM parts AS p
+    WHERE p.slot IS NULL
+    ORDER BY p.partition
+    ON CONFLICT (partition) DO NOTHING
+    RETURNING s.partition, s.id, s.used AS took
+), part_fit AS (
+    SELECT r.id, r.part, r.key, COALESCE(l.id, m.id) AS slot, r.carry_part AND l.id IS NOT NULL AND NOT l.over AS kept,
+        CASE WHEN l.id IS NOT NULL THEN (r.carry_part AND NOT l.over) OR r.in_part <= l.room
+             WHEN m.id IS NOT NULL THEN r.in_part <= m.took
+             ELSE false END AS fits
+    FROM part_ranked AS r
+    LEFT JOIN part_rooms AS l ON l.partition = r.partition_key
+    LEFT JOIN part_made AS m ON m.partition = r.partition_key
+), chosen AS (
+    SELECT t.*, f.slot AS part_slot,
+        row_number() OVER (PARTITION BY t.kind, t.carry_kind ORDER BY t.ord) AS kind_pos,
+        row_number() OVER (PARTITION BY t.carry_queue ORDER BY t.ord) AS queue_pos
+    FROM taken AS t
+    LEFT JOIN part_fit AS f ON f.id = t.id
+    WHERE f.id IS NULL OR f.fits
+), set_aside AS (
+    UPDATE {{table}} AS o
+    SET status = 'WAITING', updated_at = statement_timestamp()
+    WHERE o.id = ANY (ARRAY(SELECT id FROM part_fit WHERE NOT fits AND slot IS NOT NULL AND part = 1 AND key IS NULL))
+      AND o.status = 'READY' COLLATE "C"
+    RETURNING o.id, o.partition_key
+), part_counted AS (
+    -- Each locked slot's count changes by the places taken from its room,
+    -- less the releases counted now.
+    SELECT l.id, l.partition, l.room - (SELECT count(*) FROM part_fit AS f WHERE f.slot = l.id AND f.fits AND NOT f.kept) AS left_over,
+        ((SELECT count(*) FROM part_fit AS f WHERE f.slot = l.id AND f.fits AND NOT f.kept) - l.back)::integer AS d
+    FROM part_rooms AS l
+), part_held AS (
+    UPDATE {{schema}}.{{name "partition_slots"}} AS s
+    SET used = s.used + ((SELECT jsonb_object_agg(c.id::text, c.d) FROM part_counted AS c WHERE c.d <> 0) ->> s.id::text)::integer
+    WHERE s.id = ANY (ARRAY(SELECT id FROM part_counted WHERE d <> 0))
+    RETURNING s.id
+), part_look AS (
+    INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+    SELECT s.slot, 0
+    -- part_woken is read here, first: wake_partitions runs in every claim
+    -- while a partition limit is declared, whatever else it finds.
+    FROM part_woken AS w
+    CROSS JOIN LATERAL (
+        SELECT c.id AS slot FROM part_counted AS c
+        WHERE c.left_over > 0 AND EXISTS (SELECT 1 FROM part_back AS b WHERE b.slot = c.id AND b.n > 0)
+          AND w.ps IS NOT NULL
+        UNION
+        SELECT f.slot FROM part_fit AS f WHERE f.id = ANY (ARRAY(SELECT id FROM set_aside))) AS s
+    RETURNING pg_notify({{channel}}, '')
+)`
 
 // maxPriorityText is MaxPriority in the claim's text.
 const maxPriorityText = "9"
@@ -485,11 +646,12 @@ const maxPriorityText = "9"
 // locks in one order in every call, so two enqueues of the same keys never
 // deadlock.
 const insertEvents = `
-INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata)
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata,
+    partition_key)
 OVERRIDING SYSTEM VALUE
 SELECT e.id, e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
     COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp()), e.queue, e.priority,
-    NULLIF(e.metadata, '')::jsonb
+    NULLIF(e.metadata, '')::jsonb, NULLIF(e.partition_key, '')
 FROM `
 
 const insertEventsEnd = ` AS e
@@ -510,8 +672,8 @@ const enqueueSQL = `
 WITH input AS (
     SELECT e.*, ` + nextRowID + ` AS id
     FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[], $7::text[], $8::smallint[],
-        $9::text[])
-        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, n)
+        $9::text[], $10::text[])
+        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, partition_key, n)
     ORDER BY e.key, e.n
 ), ids AS (
     INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
@@ -533,9 +695,11 @@ WITH input AS (
 // row and the enqueue reports the event missing.
 const enqueueOneSQL = `
 WITH e AS (
-    INSERT INTO {{table}} (event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata)
+    INSERT INTO {{table}} (event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata,
+        partition_key)
     VALUES ($1::text, $2::text, NULLIF($3::text, ''), $4::bytea, $5::bigint,
-        COALESCE(NULLIF($6::text, '')::timestamptz, statement_timestamp()), $7::text, $8::smallint, NULLIF($9::text, '')::jsonb)
+        COALESCE(NULLIF($6::text, '')::timestamptz, statement_timestamp()), $7::text, $8::smallint, NULLIF($9::text, '')::jsonb,
+        NULLIF($10::text, ''))
     RETURNING id, event_id
 )
 INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
@@ -555,10 +719,12 @@ WITH taken AS (
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id, id
 )
-INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata)
+INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata,
+    partition_key)
 OVERRIDING SYSTEM VALUE
 SELECT t.id, t.event_id, $2::text, NULLIF($3::text, ''), $4::bytea, $5::bigint,
-    COALESCE(NULLIF($6::text, '')::timestamptz, statement_timestamp()), $7::text, $8::smallint, NULLIF($9::text, '')::jsonb
+    COALESCE(NULLIF($6::text, '')::timestamptz, statement_timestamp()), $7::text, $8::smallint, NULLIF($9::text, '')::jsonb,
+    NULLIF($10::text, '')
 FROM taken AS t
 RETURNING id, event_id`
 
@@ -579,8 +745,9 @@ RETURNING event_id, id`
 // id the first step took, with the row ids it took.
 const insertClaimedSQL = insertEvents + `(
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[],
-        $8::text[], $9::smallint[], $10::text[])
-        WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, n))` + insertEventsEnd
+        $8::text[], $9::smallint[], $10::text[], $11::text[])
+        WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata,
+            partition_key, n))` + insertEventsEnd
 
 // existingSQL reads which of the event ids $1 are in the event id table,
 // for an enqueue that skipped them as taken, with their row ids and whether
@@ -710,6 +877,8 @@ const handingOn = `, freed AS (
           AND (kind = ANY (ARRAY(SELECT name FROM freed WHERE scope = 'kind'))
                OR kind <> ALL (ARRAY(SELECT name FROM over WHERE scope = 'kind')))
           AND (key IS NULL OR key_seq IS NOT NULL)
+          -- A partition limit's place is taken by a claim only.
+          AND (partition_key IS NULL OR NOT ` + anyPartitionLimit + `)
         ORDER BY next_attempt_at, id
         LIMIT GREATEST($4 - (SELECT count(*) FROM taken), 0)
         FOR UPDATE SKIP LOCKED) AS r
@@ -995,7 +1164,8 @@ type queries struct {
 	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
-	setLimit, shares, clearLimit, limits, limitChanges string
+	setLimit, shares, clearLimit, limits, limitChanges      string
+	setPartitionLimit, clearPartitionLimit, partitionLimits string
 }
 
 func (s *Store) renderQueries() queries {
@@ -1036,6 +1206,9 @@ func (s *Store) renderQueries() queries {
 		clearLimit:           s.render(clearLimitSQL),
 		limits:               s.render(limitsSQL),
 		limitChanges:         s.render(limitChangesSQL),
+		setPartitionLimit:    s.render(setPartitionLimitSQL),
+		clearPartitionLimit:  s.render(clearPartitionLimitSQL),
+		partitionLimits:      s.render(partitionLimitsSQL),
 		cancel:               s.render(cancelSQL),
 		stop:                 s.render(stopSQL),
 		requeueRefs:          s.render(requeueRefsSQL),

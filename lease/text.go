@@ -22,6 +22,9 @@ const (
 	// MaxKeyBytes bounds an event's key.
 	MaxKeyBytes = 1024
 
+	// MaxPartitionBytes bounds an event's partition key.
+	MaxPartitionBytes = 1024
+
 	// MaxQueueBytes bounds a queue's name.
 	MaxQueueBytes = 128
 
