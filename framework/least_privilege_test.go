@@ -92,6 +92,11 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limits") + " TO " + worker,
 			"GRANT SELECT, UPDATE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limit_slots") + " TO " + worker,
 			"GRANT SELECT, INSERT, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_limit_releases") + " TO " + worker,
+			// The same for the partition limits; a claim also makes a
+			// partition's slot, and removes it once no limit applies.
+			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_limits") + " TO " + worker,
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_slots") + " TO " + worker,
+			"GRANT SELECT, INSERT, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_releases") + " TO " + worker,
 		} {
 			if _, err := ownerDB.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
@@ -160,6 +165,14 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 		}
 		for i := range 5 {
 			events = append(events, lease.Event{Kind: "keyed", Key: "customer-1", EventID: fmt.Sprint("keyed-", i)})
+		}
+		// Under a partition limit: claims count in the partition's slot,
+		// set rows aside, and bring them back.
+		if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopePartition, Max: 2}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 8 {
+			events = append(events, lease.Event{Kind: "plain", Partition: "tenant", EventID: fmt.Sprint("tenant-", i)})
 		}
 		events = append(events, lease.Event{Kind: "flaky", EventID: "flaky"}, lease.Event{Kind: "slow", EventID: "slow"})
 		ids := pgtest.Enqueue(t, s, events...)

@@ -193,6 +193,17 @@
 // waited for: the claim takes other kinds' rows past it, and reports it
 // ([Store.ClaimHeldBack]). See [Limit] for what a limit does not promise.
 //
+// A limit of [ScopePartition] holds each partition ([Event].Partition: a
+// tenant, an account) to its own Max or the default, across kinds and
+// queues. A partition under a limit has one slot row, made by the first
+// claim that needs it and locked, SKIP LOCKED, by each claim that takes
+// its rows. The due rows a full partition holds back are set aside: made
+// WAITING, without a key, out of the READY index, so that a backlog behind
+// full partitions costs claims nothing. Each claim first counts the places
+// given back to other partitions' slots, under their locks, and makes READY
+// again as many rows set aside as they have room for; the next claim takes
+// them.
+//
 // [Store.Limits] reads each limit with its live attempts and, while it is
 // full, the due rows it holds back ([LimitInfo].HeldBack).
 // [Store.WhyNotRunning] says, for one row, every reason it is not running

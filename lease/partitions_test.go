@@ -333,7 +333,7 @@ func TestPartitionCountsFollowEveryPath(t *testing.T) {
 		}
 		rest := claim("claims under no limit")
 		var aside int
-		if err := s.DB().QueryRow(`SELECT count(*) FROM `+s.QualifiedTable()+` WHERE status = 'WAITING'`).Scan(&aside); err != nil {
+		if err := s.DB().QueryRow(`SELECT count(*) FROM ` + s.QualifiedTable() + ` WHERE status = 'WAITING'`).Scan(&aside); err != nil {
 			t.Fatal(err)
 		}
 		if aside != 0 || len(rest) == 0 {

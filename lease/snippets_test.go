@@ -17,7 +17,7 @@ import (
 // shows, compiled and never called; docs_test.go in the module's root
 // checks each snippet against its function. The names a snippet takes as
 // given are the function's parameters.
-var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning}
+var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning, partitionLimits}
 
 // storeRoundTrip is the store without a worker (docs/store.md): migrate,
 // enqueue with the business write, claim, and record the outcomes.
@@ -93,6 +93,18 @@ func completeInOwnTx(ctx context.Context, store *lease.Store, tx *sql.Tx, claim 
 		return err // tx is already rolled back; errors.Is(err, leasework.ErrLeaseLost): not yours
 	}
 	return tx.Commit()
+}
+
+// partitionLimits declares limits per partition and enqueues an event of
+// one (docs/flow-control.md).
+func partitionLimits(ctx context.Context, store *lease.Store, tx *sql.Tx, payload []byte) error {
+	// At most 2 attempts live per tenant, and one for acme, across every worker.
+	_, err := store.SetLimit(ctx, lease.Limit{Scope: lease.ScopePartition, Max: 2}, "ops")
+	_, err = store.SetLimit(ctx, lease.Limit{Scope: lease.ScopePartition, Name: "acme", Max: 1}, "ops: acme's API")
+
+	// Inside the business transaction:
+	_, err = store.Enqueue(ctx, tx, lease.Event{Kind: "invoice.send", Partition: "acme", Payload: payload})
+	return err
 }
 
 // concurrencyLimits declares, reads and clears fleet-wide concurrency
