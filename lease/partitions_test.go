@@ -435,3 +435,31 @@ func TestPartitionInputIsChecked(t *testing.T) {
 		t.Error("Enqueue of a Partition with a NUL byte: no error")
 	}
 }
+
+// A partition with room takes its rows set aside before its newer rows
+// still READY: a partition that keeps getting new events does not pass
+// over the ones it set aside.
+func TestPartitionTakesRowsSetAsideFirst(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		setLimit(t, s, partitionLimit("p", 1))
+		enqueueIn(t, s, "p", "", 3)
+		first := claimUntil(t, s, "", 1)
+		if len(first) != 1 || first[0].EventID != "p-1" {
+			t.Fatalf("first claim = %v; want p-1", first)
+		}
+		if got := statusesIn(t, s, "p"); got["WAITING"] != 2 {
+			t.Fatalf("p's rows after the first claim: %v; want p-2 and p-3 set aside", got)
+		}
+		pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "p-4", Partition: "p"})
+		write(t, s, lease.Complete(first[0].Ref()))
+		for _, want := range []string{"p-2", "p-3", "p-4"} {
+			got := claimUntil(t, s, "", 1)
+			if len(got) != 1 || got[0].EventID != want {
+				t.Fatalf("claim after the last one ended = %v; want %s (the oldest of p)", got, want)
+			}
+			write(t, s, lease.Complete(got[0].Ref()))
+		}
+		wantPartitionsCounted(t, s, "the end")
+	})
+}

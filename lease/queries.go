@@ -226,6 +226,40 @@ WITH paused AS (
         FOR UPDATE SKIP LOCKED) AS r
     WHERE NOT (SELECT yes FROM paused)
     LIMIT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0)
+), aside AS (
+    -- The rows set aside by a full partition (migration 19) of the
+    -- partitions of the due rows found and of those with places given
+    -- back (up to 64), of this queue and kinds, in the
+    -- claim's order, as many as the partition has room for in this
+    -- claim's snapshot (its slot unlocked, with the releases it sees): a
+    -- partition with room takes them before its rows still READY, which
+    -- are newer, so that rows set aside are not passed over for good by a
+    -- partition that keeps getting new ones. Read through the index of
+    -- rows set aside, by partition.
+    SELECT a.id, a.kind, a.generation, a.priority AS level, a.next_attempt_at, a.partition_key
+    FROM (SELECT r.partition_key FROM ready AS r
+          WHERE r.partition_key IS NOT NULL AND r.key IS NULL AND ` + anyPartitionLimit + `
+          UNION
+          SELECT s.partition FROM {{schema}}.{{name "partition_slots"}} AS s
+          WHERE s.id = ANY (ARRAY(SELECT DISTINCT r.slot FROM {{schema}}.{{name "partition_releases"}} AS r LIMIT 64))
+            AND NOT (SELECT yes FROM paused)) AS d
+    CROSS JOIN LATERAL (
+        SELECT GREATEST(COALESCE(
+            (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = d.partition_key),
+            (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = ''), 0)
+          - COALESCE((SELECT s.used - COALESCE((SELECT sum(r.n) FROM {{schema}}.{{name "partition_releases"}} AS r
+                                                WHERE r.slot = s.id), 0)
+                      FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition_key), 0), 0) AS room
+        OFFSET 0) AS x
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.kind, e.generation, e.priority, e.next_attempt_at, e.partition_key FROM {{table}} AS e
+        WHERE e.partition_key = d.partition_key AND e.status = 'WAITING' AND e.key IS NULL
+          AND e.queue = $5
+          AND (cardinality($2::text[]) = 0 OR e.kind = ANY($2::text[]))
+          AND e.kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0))
+        ORDER BY e.priority, e.next_attempt_at, e.id
+        LIMIT x.room
+        FOR UPDATE SKIP LOCKED) AS a
 ), ` + admitCTEs + `
 )
 -- The rows to update are named by an array, not joined: a join's size
@@ -410,11 +444,13 @@ const limitsCTEs = `stale AS (
 const admitCTEs = `candidates AS (
     SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot, c.part, c.key, c.partition_key, c.partition_slot,
         COALESCE(k.kind, false) AS carry_kind, COALESCE(k.queue, false) AS carry_queue,
-        row_number() OVER (ORDER BY c.part, c.level, c.at, c.id) AS ord
+        row_number() OVER (ORDER BY c.part = 1, c.part, c.level, c.at, c.id) AS ord
     FROM (SELECT id, kind, generation, kind_slot, queue_slot, 0 AS part, 0 AS level, lease_until AS at,
               key, partition_key, partition_slot FROM expired
           UNION ALL
-          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at, key, partition_key, NULL FROM ready) AS c
+          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at, key, partition_key, NULL FROM ready
+          UNION ALL
+          SELECT id, kind, generation, NULL, NULL, 2, level, next_attempt_at, NULL, partition_key, NULL FROM aside) AS c
     LEFT JOIN carried AS k ON k.id = c.id
 ), ranked AS (
     -- in_kind: a row's place among its kind's rows that need one.
@@ -426,9 +462,13 @@ const admitCTEs = `candidates AS (
     WHERE r.carry_kind
        OR r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
 ), taken AS (
-    -- The expired leases are read before the queue's limit is known.
-    SELECT * FROM admitted AS a
-    WHERE a.carry_queue OR a.in_queue <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'queue'), a.in_queue)
+    -- The expired leases are read before the queue's limit is known. No
+    -- more than the claim's Limit: the rows set aside come on top of the
+    -- others.
+    SELECT * FROM (
+        SELECT a.*, row_number() OVER (ORDER BY a.ord) AS nth FROM admitted AS a
+        WHERE a.carry_queue OR a.in_queue <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'queue'), a.in_queue)) AS a
+    WHERE a.nth <= $1
 ), ` + partitionCTEs + `, placed AS (
     -- The place each row claimed takes under each limit, as [slot key,
     -- row it is taken from]: its own, when it keeps it; else the i-th row
@@ -573,7 +613,7 @@ const partitionCTEs = `parts AS (
         row_number() OVER (PARTITION BY t.partition_key, COALESCE(t.part = 0 AND t.partition_slot = p.slot, false)
                            ORDER BY t.ord) AS in_part
     FROM taken AS t
-    JOIN parts AS p ON p.partition = t.partition_key
+    CROSS JOIN LATERAL (SELECT p.cap, p.slot FROM parts AS p WHERE p.partition = t.partition_key OFFSET 0) AS p
 ), part_rooms AS (
     SELECT l.partition, l.id, b.back, GREATEST(b.cap - l.used + b.back, 0) AS room, l.used - b.back > b.cap AS over
     FROM part_locks AS l
