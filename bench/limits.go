@@ -41,6 +41,13 @@ var looseLimits = []lease.Limit{
 	{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: lease.MaxLimit},
 }
 
+// loosePartitions is how many partitions the events of the runs under a
+// partition limit spread over, and loosePartitionLimit that limit: a
+// default for every partition that never binds.
+const loosePartitions = 100
+
+var loosePartitionLimit = []lease.Limit{{Scope: lease.ScopePartition, Max: lease.MaxLimit}}
+
 func limits(ctx context.Context, e *env) ([]table, error) {
 	jobs, rounds := sizes(e)
 	type row struct {
@@ -49,7 +56,8 @@ func limits(ctx context.Context, e *env) ([]table, error) {
 	}
 	var rows []row
 	for _, drv := range []string{"pgx", "pq"} {
-		rows = append(rows, row{drv, lwShape{}}, row{drv, lwShape{Limits: looseLimits}})
+		rows = append(rows, row{drv, lwShape{}}, row{drv, lwShape{Limits: looseLimits}},
+			row{drv, lwShape{Partitions: loosePartitions}}, row{drv, lwShape{Partitions: loosePartitions, Limits: loosePartitionLimit}})
 	}
 	rates := make([][]float64, len(rows))
 	bound := make([][]boundRun, 2) // per driver
@@ -98,7 +106,11 @@ func limits(ctx context.Context, e *env) ([]table, error) {
 		cells = append(cells, thousands(median(rates[i])), fmt.Sprintf("%.2f", ratio))
 		loose.rows = append(loose.rows, cells)
 		if len(r.shape.Limits) > 0 {
-			g := fmt.Sprintf("%s %.2f", r.driver, ratio)
+			what := "kind and queue"
+			if r.shape.Partitions > 0 {
+				what = "partition"
+			}
+			g := fmt.Sprintf("%s %s %.2f", r.driver, what, ratio)
 			if !e.quick {
 				g += map[bool]string{true: " (held)", false: " (not held)"}[ratio >= limitsGoal]
 			}
@@ -107,8 +119,8 @@ func limits(ctx context.Context, e *env) ([]table, error) {
 	}
 	loose.notes = append(loose.notes,
 		fmt.Sprintf("goal: with limits declared that do not bind, ≥ %.1f× the rate without, through each driver: %s", limitsGoal, strings.Join(goal, ", ")),
-		fmt.Sprintf("%s events per run; %d rounds; the limits: the events' kind and their queue, each ≤ %s live (every event claimed is counted under each)",
-			thousands(float64(jobs)), rounds, thousands(lease.MaxLimit)),
+		fmt.Sprintf("%s events per run; %d rounds; the limits: the events' kind and their queue, each ≤ %s live (every event claimed is counted under each); or, with the events spread over %d partitions, a default limit per partition of %s (every event claimed is counted in its partition's slot), against the same events under no limit",
+			thousands(float64(jobs)), rounds, thousands(lease.MaxLimit), loosePartitions, thousands(lease.MaxLimit)),
 		settleNote(e),
 		fmt.Sprintf("leasework defaults: framework.Config with only Schema and Logger set (Concurrency %d), one worker", framework.DefaultConcurrency),
 	)

@@ -52,6 +52,7 @@ type lwShape struct {
 	Concurrency        int  // framework.Config.Concurrency of each worker; zero means the default
 	DeleteAtCompletion bool // framework.Config.DeleteAtCompletion
 	Keys               int  // the events' keys: event i has key i%Keys; zero means keyless
+	Partitions         int  // the events' partitions: event i is of partition i%Partitions; zero means none
 	// Limits are declared on the table before its events are enqueued.
 	Limits []lease.Limit
 }
@@ -68,8 +69,15 @@ func (s lwShape) String() string {
 	if s.Keys > 0 {
 		out += fmt.Sprintf(", %s keys", thousands(float64(s.Keys)))
 	}
+	if s.Partitions > 0 {
+		out += fmt.Sprintf(", %s partitions", thousands(float64(s.Partitions)))
+	}
 	for _, l := range s.Limits {
-		out += fmt.Sprintf(", %s %s ≤ %s live", l.Scope, l.Name, thousands(float64(l.Max)))
+		name := l.Name
+		if l.Scope == lease.ScopePartition && name == "" {
+			name = "(each)"
+		}
+		out += fmt.Sprintf(", %s %s ≤ %s live", l.Scope, name, thousands(float64(l.Max)))
 	}
 	return out
 }
@@ -179,7 +187,7 @@ func newLWTable(ctx context.Context, e *env, drvName string, shape lwShape, n in
 			return nil, err
 		}
 	}
-	if err := enqueueLW(ctx, t.store, n, shape.Keys); err != nil {
+	if err := enqueueLW(ctx, t.store, n, shape.Keys, shape.Partitions); err != nil {
 		return nil, err
 	}
 	return t, settle(ctx, e, t.dbs[0], t.store.QualifiedTable())
@@ -187,14 +195,19 @@ func newLWTable(ctx context.Context, e *env, drvName string, shape lwShape, n in
 
 // enqueueLW enqueues n events of benchKind, enqueueBatch to a transaction:
 // keyless when keys is zero, else event i with key i%keys ("k0", "k1", …),
-// so that each key's events are spread evenly over the run.
-func enqueueLW(ctx context.Context, s *lease.Store, n, keys int) error {
+// so that each key's events are spread evenly over the run; of no
+// partition when partitions is zero, else event i of partition
+// i%partitions ("p0", "p1", …).
+func enqueueLW(ctx context.Context, s *lease.Store, n, keys, partitions int) error {
 	for i := 0; i < n; i += enqueueBatch {
 		events := make([]lease.Event, min(enqueueBatch, n-i))
 		for j := range events {
 			events[j].Kind = benchKind
 			if keys > 0 {
 				events[j].Key = "k" + strconv.Itoa((i+j)%keys)
+			}
+			if partitions > 0 {
+				events[j].Partition = "p" + strconv.Itoa((i+j)%partitions)
 			}
 		}
 		tx, err := s.DB().BeginTx(ctx, nil)

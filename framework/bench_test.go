@@ -75,12 +75,15 @@ func BenchmarkPickupLatency(b *testing.B) {
 // over 10 hot keys: at most 10 events can run at once, each waiting for
 // the one before it to be written DONE. "slots=100" is the zero
 // configuration with 100 slots. "limits" declares a kind limit and a
-// queue limit of 10,000 that never bind. jobs/claim is the mean claim batch;
+// queue limit of 10,000 that never bind. "partitions" spreads the events
+// over 100 partitions, under no limit; "partition-limits" declares a
+// default limit of 10,000 per partition over them, which never binds.
+// jobs/claim is the mean claim batch;
 // client-cpu-µs/job the benchmark process's CPU time per event, the
 // runtime's and the driver's overhead.
 func BenchmarkThroughput(b *testing.B) {
 	for _, d := range pgtest.Drivers {
-		for _, mode := range []string{"zero-config", "delete-at-completion", "keep-keys=1000", "keep-keys=10", "slots=100", "limits"} {
+		for _, mode := range []string{"zero-config", "delete-at-completion", "keep-keys=1000", "keep-keys=10", "slots=100", "limits", "partitions", "partition-limits"} {
 			b.Run(d.Name+"/"+mode, func(b *testing.B) {
 				s := pgtest.Store(b, d.New(), lease.Options{})
 				for i := 0; i < b.N; i += 1000 {
@@ -92,9 +95,16 @@ func BenchmarkThroughput(b *testing.B) {
 							events[j].Key = fmt.Sprintf("key-%d", j)
 						case "keep-keys=10":
 							events[j].Key = fmt.Sprintf("key-%d", j%10)
+						case "partitions", "partition-limits":
+							events[j].Partition = fmt.Sprintf("p-%d", j%100)
 						}
 					}
 					pgtest.Enqueue(b, s, events...)
+				}
+				if mode == "partition-limits" {
+					if _, err := s.SetLimit(context.Background(), lease.Limit{Scope: lease.ScopePartition, Max: lease.MaxLimit}, "bench"); err != nil {
+						b.Fatal(err)
+					}
 				}
 				if mode == "limits" {
 					for _, l := range []lease.Limit{{Scope: lease.ScopeKind, Name: "k", Max: lease.MaxLimit},
