@@ -34,6 +34,10 @@ type Row struct {
 	Queue         string
 	Priority      int
 	Metadata      map[string]string // nil when the event has none
+	// Partition is the event's partition key ([Event].Partition); "" for
+	// none. A row a partition's concurrency limit set aside is WAITING
+	// with no Key ([Store.WhyNotRunning] says so).
+	Partition string
 	// DecodeError, when not nil, names the columns of the row that could
 	// not be decoded into their fields, which are left zero: values the
 	// schema refuses today, written before it did (metadata that is not an
@@ -65,7 +69,7 @@ func scanRow(sc scanner) (Row, error) {
 		col(&d, "progress", &r.Progress), col(&d, "worker", &r.Worker), col(&d, "created_at", &r.CreatedAt),
 		col(&d, "updated_at", &r.UpdatedAt), col(&d, "finished_at", &finished), col(&d, "queue", &r.Queue),
 		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta), col(&d, "snoozes", &r.Snoozes),
-		col(&d, "cancelled_at", &cancelled))
+		col(&d, "cancelled_at", &cancelled), col(&d, "partition_key", &r.Partition))
 	if err != nil {
 		return Row{}, err
 	}
@@ -110,11 +114,14 @@ func (s *Store) GetByEventID(ctx context.Context, eventID string) (Row, error) {
 
 // ListRequest selects rows for [Store.List].
 type ListRequest struct {
-	Status  leasework.Status // "" for any status
-	Kind    string           // "" for any kind
-	Queue   string           // "" for any queue
-	AfterID int64            // rows with a larger id only, for paging
-	Limit   int              // zero means 100
+	Status leasework.Status // "" for any status
+	Kind   string           // "" for any kind
+	Queue  string           // "" for any queue
+	// Partition selects the rows of one partition ([Event].Partition);
+	// "" for any, with a partition or not.
+	Partition string
+	AfterID   int64 // rows with a larger id only, for paging
+	Limit     int   // zero means 100
 }
 
 // List returns rows in id order.
@@ -143,7 +150,7 @@ func (s *Store) list(ctx context.Context, q leasework.Tx, req ListRequest) ([]Ro
 	if req.Limit == 0 {
 		req.Limit = 100
 	}
-	rows, err := q.Query(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit, req.Queue)
+	rows, err := q.Query(ctx, s.q.list, string(req.Status), req.Kind, req.AfterID, req.Limit, req.Queue, req.Partition)
 	if err != nil {
 		return nil, s.wrapErr("list", err)
 	}

@@ -208,7 +208,9 @@
 // full, the due rows it holds back ([LimitInfo].HeldBack).
 // [Store.WhyNotRunning] says, for one row, every reason it is not running
 // now, each a [Reason] with a stable kind and a sentence for an operator:
-// a full limit, its queue paused, its key's head before it, not due yet.
+// a full limit, its queue paused, its key's head before it, not due yet,
+// its partition's limit full or the row set aside by it ([ScopePartition];
+// [Row].Partition is a row's partition).
 //
 // # Indexes
 //

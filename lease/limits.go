@@ -63,13 +63,20 @@ type Limit struct {
 type LimitInfo struct {
 	Limit
 	// Live is how many attempts are counted under the limit now: claimed
-	// under it, not ended, their lease not run out.
+	// under it, not ended, their lease not run out. For a partition's
+	// limit, those of the partition; for the default partition limit,
+	// those of every partition under it (each partition under it is held
+	// to Max on its own: [Store.WhyNotRunning] says one row's partition's
+	// figures).
 	Live int
 	// HeldBack counts the READY rows of the limit's kind (in every queue)
 	// or queue (of every kind) that are due now while the limit is full:
 	// no share of it has room for one more live attempt. They wait for a
 	// place; 0 when the limit has room. A row counts whatever else holds
-	// it too (its queue paused, say).
+	// it too (its queue paused, say). For a partition's limit, it counts
+	// the rows set aside (WAITING without a key) of its partition, or of
+	// every partition under the default; a due READY row of a full
+	// partition that no claim has set aside yet is not counted.
 	HeldBack int64
 	// SetAt is when the limit was last set, by the database clock; SetBy
 	// who set it, as the caller of [Store.SetLimit] said.

@@ -463,3 +463,45 @@ func TestPartitionTakesRowsSetAsideFirst(t *testing.T) {
 		wantPartitionsCounted(t, s, "the end")
 	})
 }
+
+// Get, GetByEventID and List give each row's partition, and List selects
+// the rows of one partition; rows of no partition have none.
+func TestRowsShowTheirPartition(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		in := pgtest.Enqueue(t, s,
+			lease.Event{Kind: "k", EventID: "a-1", Partition: "acme"},
+			lease.Event{Kind: "k", EventID: "none-1"},
+			lease.Event{Kind: "k", EventID: "a-2", Partition: "acme"},
+			lease.Event{Kind: "k", EventID: "b-1", Partition: "beta"},
+		)
+		if r, err := s.Get(ctx, in[0].ID); err != nil || r.Partition != "acme" {
+			t.Errorf("Get = %q, %v; want partition acme", r.Partition, err)
+		}
+		if r, err := s.GetByEventID(ctx, "none-1"); err != nil || r.Partition != "" {
+			t.Errorf("GetByEventID of a row of no partition = %q, %v; want none", r.Partition, err)
+		}
+		partitionsListed := func(req lease.ListRequest) []string {
+			t.Helper()
+			rows, err := s.List(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, r := range rows {
+				out = append(out, r.EventID+"@"+r.Partition)
+			}
+			return out
+		}
+		if got, want := partitionsListed(lease.ListRequest{}), []string{"a-1@acme", "none-1@", "a-2@acme", "b-1@beta"}; !slices.Equal(got, want) {
+			t.Errorf("List = %v; want %v", got, want)
+		}
+		if got, want := partitionsListed(lease.ListRequest{Partition: "acme"}), []string{"a-1@acme", "a-2@acme"}; !slices.Equal(got, want) {
+			t.Errorf("List of partition acme = %v; want %v", got, want)
+		}
+		if got := partitionsListed(lease.ListRequest{Partition: "gamma", Kind: "k"}); len(got) != 0 {
+			t.Errorf("List of a partition without rows = %v; want none", got)
+		}
+	})
+}

@@ -1121,7 +1121,7 @@ FROM {{table}}`
 const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
     COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, ''), snoozes,
-    cancelled_at`
+    cancelled_at, COALESCE(partition_key, '')`
 
 // rejectedSQL reads the rows whose guarded write was rejected, to tell a
 // write already recorded by the same claim, and a deleted row, from a stale
@@ -1135,7 +1135,8 @@ const getByEventSQL = `SELECT ` + rowColumns + ` FROM {{table}}
 WHERE id = (SELECT id FROM {{schema}}.{{name "event_ids"}} WHERE event_id = $1)`
 
 const listSQL = `SELECT ` + rowColumns + ` FROM {{table}}
-WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND ($5 = '' OR queue = $5) AND id > $3
+WHERE ($1 = '' OR status = $1) AND ($2 = '' OR kind = $2) AND ($5 = '' OR queue = $5)
+  AND ($6 = '' OR partition_key = $6) AND id > $3
 ORDER BY id
 LIMIT $4`
 

@@ -33,6 +33,15 @@ const (
 	// ReasonNotDue: a READY row whose next attempt is later (a retry
 	// backing off, a snooze, an event enqueued to run later).
 	ReasonNotDue ReasonKind = "not_due"
+	// ReasonPartition: a row of a partition ([Event].Partition) whose
+	// concurrency limit ([ScopePartition]: the partition's own, else the
+	// default) is full: a READY row, due, or a row the limit set aside
+	// (WAITING without a key, see [Limit]). It starts when an attempt
+	// of the partition ends, or the limit is raised or cleared. A row set
+	// aside has this reason whatever its partition's room: while the
+	// partition has room again, or no limit any more, the next claims
+	// bring it back READY.
+	ReasonPartition ReasonKind = "partition"
 )
 
 // maxAhead bounds how many of the rows waiting before a WAITING row
@@ -51,9 +60,18 @@ type Reason struct {
 	Text string
 
 	// Limit is the full limit, and Live its live attempts, for
-	// ReasonLimit.
+	// ReasonLimit and ReasonPartition. For ReasonPartition, Limit is the
+	// limit that applies to the row's partition: its own (Name is the
+	// partition) or the default (Name empty); the zero Limit when none
+	// does any more (a row set aside by a limit cleared since). Live
+	// counts the attempts of that partition alone, under either.
 	Limit Limit
 	Live  int
+	// Partition is the row's partition, and SetAside whether the limit
+	// set it aside (WAITING without a key, out of the claim's index),
+	// for ReasonPartition.
+	Partition string
+	SetAside  bool
 	// Queue is the row's queue, for ReasonPaused; PausedAt when it was
 	// paused.
 	Queue    string
@@ -79,8 +97,9 @@ type Reason struct {
 // with its live attempts and the room of its shares (limitLiveSQL: the
 // index of the rows counted under a limit); for a WAITING row, its key's
 // head (the live-key index, as keyHeadSQL) and the rows waiting before it
-// (the waiting index, up to maxAhead). The reads a status does not need
-// are not made.
+// (the waiting index, up to maxAhead); for a READY row or a row set aside
+// (WAITING without a key) of a partition, its partition limit
+// (partitionLimitSQL). The reads a status does not need are not made.
 const whySQL = `
 SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     o.next_attempt_at > statement_timestamp(),
@@ -88,7 +107,8 @@ SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     o.lease_until <= statement_timestamp(),
     statement_timestamp(), p.paused_at,
     kl.max_live, kl.live, kl.room, ql.max_live, ql.live, ql.room,
-    hd.id, hd.status, ah.n
+    hd.id, hd.status, ah.n,
+    COALESCE(o.partition_key, ''), pl.name, pl.max_live, pl.live
 FROM {{table}} AS o
 LEFT JOIN {{schema}}.{{name "queues"}} AS p ON p.queue = o.queue
 LEFT JOIN LATERAL (
@@ -102,16 +122,48 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
     SELECT h.id, h.status FROM {{table}} AS h
     WHERE h.key = o.key AND h.status IN ('READY', 'INPROGRESS', 'FAILED') AND h.key IS NOT NULL
-      AND o.status = 'WAITING'
+      AND o.status = 'WAITING' AND o.key IS NOT NULL
     ORDER BY h.key_seq NULLS FIRST, h.id
     LIMIT 1) AS hd ON true
 LEFT JOIN LATERAL (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {{table}} AS w
         WHERE w.key = o.key AND w.status = 'WAITING' AND w.key_seq < o.key_seq
-          AND o.status = 'WAITING'
+          AND o.status = 'WAITING' AND o.key IS NOT NULL
         LIMIT 1000) AS a) AS ah ON true
+LEFT JOIN LATERAL (` + partitionLimitSQL + `) AS pl ON true
 WHERE o.id = $1`
+
+// partitionLimitSQL is the partition limit of row o, for whySQL: the
+// partition's own limit, else the default (name ”), each read by the
+// partition limits' primary key, with the live attempts of the partition
+// (live), for a READY row or a row set aside (WAITING without a key) of a
+// partition. The live attempts are those its slot counts (used, less the
+// places given back that no claim has counted yet: a slot's count, as
+// the claim keeps it), less those among them whose lease ran out, which
+// no longer count, as in [Store.Limits], though the claim keeps their
+// place until a sweep takes it: the slot and its releases are read by
+// their primary keys, and the attempts whose lease ran out through the
+// index of attempts counted in a partition's slot (migration 20), whose
+// range of leases run out holds only those a sweep has not yet taken; so
+// the read does not grow with the partition's live attempts, nor with
+// other partitions'.
+const partitionLimitSQL = `
+    SELECT l.partition AS name, l.max_live,
+        COALESCE((
+            SELECT GREATEST(s.used
+                - COALESCE((SELECT sum(r.n) FROM {{schema}}.{{name "partition_releases"}} AS r WHERE r.slot = s.id), 0)
+                - (SELECT count(*) FROM {{table}} AS h
+                   WHERE h.status = 'INPROGRESS' AND h.partition_slot IS NOT NULL
+                     AND h.lease_until <= statement_timestamp() AND h.partition_slot = s.id), 0)
+            FROM {{schema}}.{{name "partition_slots"}} AS s
+            WHERE s.partition = o.partition_key), 0) AS live
+    FROM {{schema}}.{{name "partition_limits"}} AS l
+    WHERE l.partition IN (o.partition_key, '') AND o.partition_key IS NOT NULL
+      AND (o.status = 'READY' OR (o.status = 'WAITING' AND o.key IS NULL))
+    -- The partition's own limit first: any name sorts after ''.
+    ORDER BY l.partition DESC
+    LIMIT 1`
 
 // whyStatements are the statements of why.go, rendered for the store.
 type whyStatements struct {
@@ -127,7 +179,10 @@ func (s *Store) renderWhy() whyStatements {
 // ([ReasonPaused]); its key's head before it, for a WAITING row
 // ([ReasonKey]); not due yet, for a READY row ([ReasonNotDue]); its
 // kind's, then its queue's concurrency limit full, for a READY row that
-// is due ([ReasonLimit]).
+// is due ([ReasonLimit]); its partition's limit full, for a READY row
+// that is due, or set aside by its partition's limit, for a WAITING row
+// without a key ([ReasonPartition]: a row set aside has it alone, after
+// its queue's pause).
 //
 // It returns an empty list for a row nothing in the database holds back:
 // a READY row due and under no full limit, or an INPROGRESS row whose
@@ -139,8 +194,8 @@ func (s *Store) renderWhy() whyStatements {
 // row of a kind or queue no worker serves has no reason here.
 //
 // A row that does not exist is [ErrNotFound]. On a table whose schema
-// predates the concurrency limits (migration 17) it fails, naming the
-// missing table.
+// predates the partition limits (migration 19) it fails, naming what is
+// missing.
 func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 	var (
 		status, kind, queue, key string
@@ -150,12 +205,16 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 		now                      time.Time
 		kindMax, kindLive, kindRoom,
 		queueMax, queueLive, queueRoom sql.NullInt64
-		headID     sql.NullInt64
-		headStatus sql.NullString
-		ahead      sql.NullInt64
+		headID            sql.NullInt64
+		headStatus        sql.NullString
+		ahead             sql.NullInt64
+		partition         string
+		partName          sql.NullString
+		partMax, partLive sql.NullInt64
 	)
 	err := s.db.QueryRowContext(ctx, s.wq.why, id).Scan(&status, &kind, &queue, &key, &later, &dueAt, &lapsed, &now, &pausedAt,
-		&kindMax, &kindLive, &kindRoom, &queueMax, &queueLive, &queueRoom, &headID, &headStatus, &ahead)
+		&kindMax, &kindLive, &kindRoom, &queueMax, &queueLive, &queueRoom, &headID, &headStatus, &ahead,
+		&partition, &partName, &partMax, &partLive)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("lease: why row %d is not running: %w", id, errprefix.Trim("lease: ", ErrNotFound))
 	}
@@ -171,13 +230,25 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 			Text: fmt.Sprintf("queue %s is paused (since %s): none of its events is claimed until it is resumed",
 				queue, formatReasonTime(pausedAt.Time))})
 	}
-	if st == leasework.StatusWaiting {
+	// A WAITING row without a key waits for no key: a partition limit
+	// set it aside.
+	setAside := st == leasework.StatusWaiting && key == "" && partition != ""
+	part := Reason{Kind: ReasonPartition, Partition: partition, SetAside: setAside}
+	if partMax.Valid {
+		part.Limit = Limit{Scope: ScopePartition, Name: partName.String, Max: int(partMax.Int64)}
+		part.Live = int(partLive.Int64)
+	}
+	part.Text = partitionText(part)
+	if st == leasework.StatusWaiting && key != "" {
 		r := Reason{Kind: ReasonKey, Key: key, Ahead: int(ahead.Int64)}
 		if headID.Valid {
 			r.HeadID, r.HeadStatus = headID.Int64, leasework.Status(headStatus.String)
 		}
 		r.Text = keyText(r)
 		reasons = append(reasons, r)
+	}
+	if setAside {
+		return append(reasons, part), nil
 	}
 	if st != leasework.StatusReady {
 		return reasons, nil
@@ -206,12 +277,39 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 		r.Text = limitText(r)
 		reasons = append(reasons, r)
 	}
+	if partMax.Valid && part.Live >= part.Limit.Max {
+		reasons = append(reasons, part)
+	}
 	return reasons, nil
+}
+
+// partitionText is the sentence of a ReasonPartition.
+func partitionText(r Reason) string {
+	if r.Limit.Scope == "" {
+		return fmt.Sprintf("set aside by a concurrency limit of partition %s, cleared since: the next claims bring it back READY", r.Partition)
+	}
+	name := fmt.Sprintf("partition:%s (%d/%d live)", r.Partition, r.Live, r.Limit.Max)
+	if r.Limit.Name == "" {
+		name = fmt.Sprintf("partition default (%d/%d live in partition %s)", r.Live, r.Limit.Max, r.Partition)
+	}
+	if r.Live < r.Limit.Max {
+		return "set aside by concurrency limit " + name + " while it was full: it has room now, and the next claims bring it back READY"
+	}
+	head := "held by concurrency limit " + name
+	if r.SetAside {
+		head += ", set aside (WAITING)"
+	}
+	return limitTail(head, r)
 }
 
 // limitText is the sentence of a ReasonLimit.
 func limitText(r Reason) string {
-	head := fmt.Sprintf("held by concurrency limit %s:%s (%d/%d live)", r.Limit.Scope, r.Limit.Name, r.Live, r.Limit.Max)
+	return limitTail(fmt.Sprintf("held by concurrency limit %s:%s (%d/%d live)", r.Limit.Scope, r.Limit.Name, r.Live, r.Limit.Max), r)
+}
+
+// limitTail ends the sentence head of a full limit (ReasonLimit,
+// ReasonPartition) with what starts the row.
+func limitTail(head string, r Reason) string {
 	switch {
 	case r.Limit.Max == 0:
 		return head + ": the limit is 0, so none of its attempts starts until it is raised or cleared"

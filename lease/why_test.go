@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,6 +257,127 @@ func TestWhyAWaitingKey(t *testing.T) {
 	})
 }
 
+// A partition's limit holds its due READY rows once full, and its rows set
+// aside (WAITING without a key) say so, never that they wait for a key:
+// named by the partition's own limit, or by the default with the
+// partition, with the partition's live attempts alone; a row of no
+// partition, or of a partition with room, has no such reason. A set-aside
+// row whose partition has room again (an attempt's lease ran out, a
+// raise) or no limit any more (cleared) says the next claims bring it
+// back.
+func TestWhyAPartitionLimitHoldsARow(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		setLimit(t, s, partitionLimit("", 2))
+		setLimit(t, s, partitionLimit("acme", 1))
+		in := pgtest.Enqueue(t, s,
+			lease.Event{Kind: "k", Partition: "acme"}, lease.Event{Kind: "k", Partition: "acme"},
+			lease.Event{Kind: "k", Partition: "acme", Key: "order-1"},
+			lease.Event{Kind: "k", Partition: "beta"}, lease.Event{Kind: "k", Partition: "beta"},
+			lease.Event{Kind: "k", Partition: "beta"},
+		)
+		acme1, acme2, acmeKeyed, beta3 := in[0].ID, in[1].ID, in[2].ID, in[5].ID
+		wantNoReason(t, s, acme2, "a due row of a partition with room")
+
+		// One claim of one row: acme's first, which fills acme.
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1}); len(c) != 1 || c[0].ID != acme1 {
+			t.Fatalf("claimed %+v; want acme's first row", c)
+		}
+		held := "held by concurrency limit partition:acme (1/1 live): it starts when one of those attempts ends, or the limit is raised or cleared"
+		want := lease.Reason{Kind: lease.ReasonPartition, Limit: partitionLimit("acme", 1), Live: 1, Partition: "acme", Text: held}
+		if rs := why(t, s, acme2); len(rs) != 1 || rs[0] != want {
+			t.Fatalf("reasons of a due READY row of a full partition = %+v; want %+v", rs, want)
+		}
+		// A keyed row is not set aside; its partition holds it all the same.
+		if rs := why(t, s, acmeKeyed); len(rs) != 1 || rs[0] != want {
+			t.Fatalf("reasons of a keyed READY row of a full partition = %+v; want %+v", rs, want)
+		}
+
+		// The next claim sets aside the rows the full partitions hold back.
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100}); len(c) != 2 {
+			t.Fatalf("claimed %d rows; want beta's first two", len(c))
+		}
+		row, err := s.Get(ctx, acme2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Status != leasework.StatusWaiting || row.Key != "" || row.Partition != "acme" {
+			t.Fatalf("acme's second row: %s, key %q, partition %q; want set aside: WAITING without a key, in acme", row.Status, row.Key, row.Partition)
+		}
+		want.SetAside = true
+		want.Text = "held by concurrency limit partition:acme (1/1 live), set aside (WAITING): it starts when one of those attempts ends, or the limit is raised or cleared"
+		if rs := why(t, s, acme2); len(rs) != 1 || rs[0] != want {
+			t.Fatalf("reasons of a row set aside = %+v; want %+v (and no key)", rs, want)
+		}
+		wantBeta := lease.Reason{Kind: lease.ReasonPartition, Limit: partitionLimit("", 2), Live: 2, Partition: "beta", SetAside: true,
+			Text: "held by concurrency limit partition default (2/2 live in partition beta), set aside (WAITING): it starts when one of those attempts ends, or the limit is raised or cleared"}
+		if rs := why(t, s, beta3); len(rs) != 1 || rs[0] != wantBeta {
+			t.Fatalf("reasons of a row set aside under the default = %+v; want %+v", rs, wantBeta)
+		}
+		// A row of no partition, and one of a partition with room: none.
+		more := pgtest.Enqueue(t, s, lease.Event{Kind: "k"}, lease.Event{Kind: "k", Partition: "gamma"})
+		wantNoReason(t, s, more[0].ID, "a due row of no partition, under a default partition limit")
+		wantNoReason(t, s, more[1].ID, "a due row of a partition under the default, with room")
+
+		// Its queue paused as well: the pause first.
+		if _, err := s.PauseQueue(ctx, lease.DefaultQueue); err != nil {
+			t.Fatal(err)
+		}
+		if rs := why(t, s, acme2); len(rs) != 2 || rs[0].Kind != lease.ReasonPaused || rs[1] != want {
+			t.Errorf("reasons of a row set aside in a paused queue = %q; want the pause, then the partition", texts(rs))
+		}
+		if _, err := s.ResumeQueue(ctx, lease.DefaultQueue); err != nil {
+			t.Fatal(err)
+		}
+
+		// Held at 0, and lowered below its live attempts.
+		setLimit(t, s, partitionLimit("acme", 0))
+		if rs := why(t, s, acme2); len(rs) != 1 || rs[0].Live != 1 || rs[0].Limit.Max != 0 ||
+			rs[0].Text != "held by concurrency limit partition:acme (1/0 live), set aside (WAITING): the limit is 0, so none of its attempts starts until it is raised or cleared" {
+			t.Errorf("reasons under a limit of 0 = %q", texts(rs))
+		}
+		setLimit(t, s, partitionLimit("", 1))
+		if rs := why(t, s, beta3); len(rs) != 1 || rs[0].Live != 2 || rs[0].Limit != partitionLimit("", 1) ||
+			rs[0].Text != "held by concurrency limit partition default (2/1 live in partition beta), set aside (WAITING): the limit was lowered below the attempts that run; it starts once enough of them have ended, or the limit is raised or cleared" {
+			t.Errorf("reasons under a lowered default = %q", texts(rs))
+		}
+		setLimit(t, s, partitionLimit("acme", 1))
+
+		// The attempt's lease ran out: it no longer counts; the row set
+		// aside says the partition has room.
+		if err := leasetest.ExpireLease(ctx, s, acme1); err != nil {
+			t.Fatal(err)
+		}
+		if rs := why(t, s, acme2); len(rs) != 1 || rs[0].Kind != lease.ReasonPartition || rs[0].Live != 0 || !rs[0].SetAside ||
+			rs[0].Text != "set aside by concurrency limit partition:acme (0/1 live) while it was full: it has room now, and the next claims bring it back READY" {
+			t.Errorf("reasons of a row set aside once its partition's attempt's lease ran out = %q (%+v)", texts(rs), rs)
+		}
+		wantNoReason(t, s, acmeKeyed, "a due keyed row of a partition whose attempt's lease ran out")
+
+		// Every partition limit cleared.
+		for _, p := range []string{"acme", ""} {
+			if _, err := s.ClearLimit(ctx, lease.ScopePartition, p, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantCleared := lease.Reason{Kind: lease.ReasonPartition, Partition: "acme", SetAside: true,
+			Text: "set aside by a concurrency limit of partition acme, cleared since: the next claims bring it back READY"}
+		if rs := why(t, s, acme2); len(rs) != 1 || rs[0] != wantCleared {
+			t.Errorf("reasons of a row set aside by a limit cleared since = %+v; want %+v", rs, wantCleared)
+		}
+		// The next claims bring it back, and take it.
+		var got []int64
+		for _, c := range claimUntil(t, s, "", 3) {
+			got = append(got, c.ID)
+		}
+		if !slices.Contains(got, acme2) || !slices.Contains(got, beta3) {
+			t.Errorf("claims once every partition limit was cleared took %v; want the rows set aside among them", got)
+		}
+		wantNoReason(t, s, acme2, "a row set aside, claimed once its limit was cleared")
+	})
+}
+
 // Limits counts the due READY rows each full limit holds back: a kind's
 // in every queue, a queue's of every kind, never rows not yet due nor
 // other kinds' and queues'; and none while a limit has room.
@@ -349,8 +471,10 @@ func estimatedCost(t *testing.T, plan string) float64 {
 // 20,000 DONE and 20,000 FAILED rows of history, 20,000 READY rows not
 // yet due and 20,000 running leases under no limit, WhyNotRunning reads
 // its row and what it names (its limits' slots and the attempts counted
-// under a limit; its key's head and the rows before it), with custom and
-// generic plans; and Limits, with a limit full, reads the due READY rows
+// under a limit; its key's head and the rows before it; its partition's
+// limit and slot, never the live attempts of its partition or of the
+// 300 other partitions, each with a live attempt and a row set aside),
+// with custom and generic plans; and Limits, with a limit full, reads the due READY rows
 // it counts and the attempts counted under a limit, never the rows not
 // yet due (they are passed over in the READY index), the other running
 // leases or the history, and with its limits not full, no READY row at
@@ -391,6 +515,30 @@ func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 		FROM generate_series(1, $1::int) AS g`, history); err != nil {
 		t.Fatal(err)
 	}
+	// 300 partitions under the default limit of 1, each with a live
+	// attempt and a row set aside; partition "target", under its own
+	// limit of 3, with 3 live attempts, a row set aside and a keyed row
+	// READY (a keyed row is not set aside).
+	setLimit(t, s, partitionLimit("", 1))
+	setLimit(t, s, partitionLimit("target", 3))
+	const partitions = 300
+	var parted []lease.Event
+	for i := range 2 * partitions {
+		parted = append(parted, lease.Event{Kind: "p", Queue: "parts", Partition: fmt.Sprint("tenant-", i%partitions)})
+	}
+	pgtest.Enqueue(t, s, parted...)
+	target := pgtest.Enqueue(t, s,
+		lease.Event{Kind: "p", Queue: "parts", Partition: "target"}, lease.Event{Kind: "p", Queue: "parts", Partition: "target"},
+		lease.Event{Kind: "p", Queue: "parts", Partition: "target"}, lease.Event{Kind: "p", Queue: "parts", Partition: "target"},
+		lease.Event{Kind: "p", Queue: "parts", Partition: "target", Key: "t"})
+	if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 2*partitions + 10, Queue: "parts"}); len(c) != partitions+3 {
+		t.Fatalf("claimed %d rows of the partitions; want %d", len(c), partitions+3)
+	}
+	for _, id := range []int64{target[3].ID, target[4].ID} {
+		if rs := why(t, s, id); len(rs) != 1 || rs[0].Kind != lease.ReasonPartition || rs[0].Live != 3 {
+			t.Fatalf("reasons of row %d of the full partition = %q; want its limit, 3 live", id, texts(rs))
+		}
+	}
 	if _, err := s.DB().ExecContext(ctx, "VACUUM (ANALYZE) "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
@@ -406,9 +554,11 @@ func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 			id  int64
 			max int
 		}{
-			"ready row":               {in[due-1].ID, whyMax["ready row"]},
-			"waiting row":             {keyed[2].ID, whyMax["waiting row"]},
-			"row of the widest limit": {wide[0].ID, lease.MaxLimit + 10},
+			"ready row":                {in[due-1].ID, whyMax["ready row"]},
+			"waiting row":              {keyed[2].ID, whyMax["waiting row"]},
+			"row of the widest limit":  {wide[0].ID, lease.MaxLimit + 10},
+			"row set aside":            {target[3].ID, 20},
+			"ready row of a partition": {target[4].ID, 20},
 		} {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 				plan := shortLines(explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", mode, lease.WhyStatement(s), fmt.Sprint(c.id)))
@@ -442,8 +592,8 @@ func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 	// Full: the kind's limit reads its 3 attempts and every due READY row
 	// (each read for its kind), the keyed head's too; the queue's limit
 	// has room.
-	if ls, err := s.Limits(ctx); err != nil || len(ls) != 3 || ls[0].Name != "k" || ls[0].HeldBack != due-3 || ls[1].HeldBack != 0 || ls[2].HeldBack != 0 {
-		t.Fatalf("Limits = %+v, %v; want kind k holding back %d, kind wide and queue q1 none", ls, err, due-3)
+	if ls, err := s.Limits(ctx); err != nil || len(ls) != 5 || ls[0].Name != "k" || ls[0].HeldBack != due-3 || ls[1].HeldBack != 0 || ls[2].HeldBack != 0 {
+		t.Fatalf("Limits = %+v, %v; want kind k holding back %d, kind wide and queue q1 none, then the partitions' two", ls, err, due-3)
 	}
 	check("a limit full", 100, map[string]int{"ready row": 40, "waiting row": 10})
 }
