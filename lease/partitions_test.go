@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -504,4 +505,23 @@ func TestRowsShowTheirPartition(t *testing.T) {
 			t.Errorf("List of a partition without rows = %v; want none", got)
 		}
 	})
+}
+
+// ValidatePartition refuses what no event's partition can be.
+func TestValidatePartition(t *testing.T) {
+	for _, c := range []struct {
+		p  string
+		ok bool
+	}{
+		{"acme", true},
+		{strings.Repeat("p", lease.MaxPartitionBytes), true},
+		{"", false},
+		{strings.Repeat("p", lease.MaxPartitionBytes+1), false},
+		{"a\x00b", false},
+		{"\xff", false},
+	} {
+		if err := lease.ValidatePartition(c.p); (err == nil) != c.ok {
+			t.Errorf("ValidatePartition(%.20q) = %v; want ok %v", c.p, err, c.ok)
+		}
+	}
 }

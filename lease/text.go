@@ -68,6 +68,20 @@ func ValidateQueue(queue string) error {
 	return nil
 }
 
+// ValidatePartition reports whether partition can name a partition
+// ([Event].Partition, the Name of a [ScopePartition] limit): not empty,
+// valid UTF-8 without NUL bytes, at most [MaxPartitionBytes]. (An event
+// of no partition has none; the default partition limit's Name is empty.)
+func ValidatePartition(partition string) error {
+	if partition == "" {
+		return fmt.Errorf("lease: partition is empty")
+	}
+	if err := validateText("partition", partition, MaxPartitionBytes); err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	return nil
+}
+
 // validateText checks a text value given by a caller: valid UTF-8, no NUL
 // byte, at most maxBytes. The error starts with field.
 func validateText(field, s string, maxBytes int) error {
