@@ -79,11 +79,11 @@ the first few of them by name. It scans the table.`,
 	},
 	{
 		name:     "list",
-		synopsis: "[-status S] [-kind K] [-queue Q] [-limit N] [-after ID] | -held [-limit N] | -id N",
+		synopsis: "[-status S] [-kind K] [-queue Q] [-partition P] [-limit N] [-after ID] | -held [-limit N] | -id N",
 		summary:  "list rows by status and kind, with their last error; or the held keys; or one row, and why it is not running",
-		doc: `List prints rows in id order: id, event id, kind, key, status, generation,
-attempt/max, lease deadline, next attempt (for a finished row, when it
-finished) and last error. The table shortens
+		doc: `List prints rows in id order: id, event id, kind, key, partition, status,
+generation, attempt/max, lease deadline, next attempt (for a finished row,
+when it finished) and last error. The table shortens
 long event ids, keys and errors to one line; -json gives every field in full.
 Page with -after: pass the last id printed (with -json, "next_after").
 
@@ -95,9 +95,13 @@ row is requeued (leasework requeue -id) or discarded (leasework discard).
 With -id N it shows that row alone, every field in full, and why it is not
 running, one reason a line: its queue paused; waiting for its key's head
 (which row, in which status); not due until when; held by a full
-concurrency limit ("held by concurrency limit kind:send-email (5/5 live)").
-When nothing holds it back it says what takes it. With -json: {"row": ...,
-"why": [{"kind": "limit" | "paused" | "key" | "not_due", "text": ...}]}.`,
+concurrency limit ("held by concurrency limit kind:send-email (5/5 live)");
+held, or set aside (WAITING without a key), by its partition's limit
+("held by concurrency limit partition:acme (1/1 live)", or "partition
+default (2/2 live in partition acme)" under the default limit of the
+partitions). When nothing holds it back it says what takes it. With -json:
+{"row": ..., "why": [{"kind": "limit" | "partition" | "paused" | "key" |
+"not_due", "text": ...}]}.`,
 		new: func() action { return &listCmd{} },
 	},
 	{
@@ -173,27 +177,39 @@ says so and changes nothing.`,
 	},
 	{
 		name:     "limits",
-		synopsis: "[(-kind K | -queue Q) (-max N | -clear) [-by NAME]] | -changes [-n N]",
+		synopsis: "[(-kind K | -queue Q | -partition P | -partition-default) (-max N | -clear) [-by NAME]] | -changes [-n N]",
 		summary:  "each concurrency limit with its live attempts; set, clear or audit one",
 		doc: `Limits lists the concurrency limits, or sets, clears or audits one. A limit
-allows at most N live attempts of one kind (-kind, in every queue) or of one
-queue (-queue, of every kind) at once, across every worker: claims take no
-more. An attempt is live from its claim until it ends or its lease runs out.
+allows at most N live attempts of one kind (-kind, in every queue), of one
+queue (-queue, of every kind) or of one partition (-partition: the events
+enqueued with that partition key, of every kind and queue) at once, across
+every worker: claims take no more. -partition-default names the default
+limit of the partitions: each partition without a limit of its own is held
+to its N, each on its own (an empty -partition is refused rather than taken
+for it, so that a script's unset variable changes no default). An attempt is live from its claim until it ends
+or its lease runs out.
 
 With no flags it lists every limit: its scope and name, the attempts live
 under it now of its maximum (LIVE/MAX), the due READY events of its kind or
 queue it holds back while full (HELD BACK; 0 while it has room; list -id
 says what holds one event), and when and by whom it was last set.
+A partition's HELD BACK counts its events set aside while it was full
+(WAITING without a key, out of the claims' way until it has room). The
+default limit of the partitions is listed as partition (default); its LIVE
+counts the live attempts of every partition under it, "7 (5 each)", and its
+HELD BACK their events set aside.
 The attempts that already ran when a limit was first set hold none of its
 slots, and are not counted.
 
--kind K or -queue Q with -max N sets that limit, new or changed: claims that
-begin after it returns keep it. -max 0 holds the kind or queue: none of its
-attempts starts. Lowering a limit stops no running attempt: those that held
-its slots past the new N run on outside it until they end (meanwhile up to
-the old N may run, and LIVE counts those within it). Idle workers see a
-raised limit at their next poll. -clear removes it, and wakes idle workers
-to claim what it held back. Each change is written to an audit with who
+-kind K, -queue Q, -partition P or -partition-default with -max N sets that
+limit, new or changed: claims that begin after it returns keep it. -max 0
+holds the kind, queue or partition: none of its attempts starts. Lowering
+a limit stops no running attempt: those that held its slots past the new N
+run on outside it until they end (meanwhile up to the old N may run, and
+LIVE counts those within it). Idle workers see a raised limit at their next
+poll. -clear removes it, and wakes idle workers to claim what it held back;
+a partition whose own limit is cleared falls under the default, if one is
+set. Each change is written to an audit with who
 made it, -by (default: your user name); -changes lists the latest first,
 -n of them.
 

@@ -20,25 +20,30 @@ const limitNameWidth = 40
 // maxChanges is the most changes -changes lists (Store.LimitChanges' bound).
 const maxChanges = 1000
 
-// limitsCmd lists the concurrency limits; with -kind or -queue and -max or
-// -clear it sets or clears one, and with -changes it lists the audit.
+// limitsCmd lists the concurrency limits; with -kind, -queue, -partition
+// or -partition-default and -max or -clear it sets or clears one, and with
+// -changes it lists the audit.
 type limitsCmd struct {
-	fs      *flag.FlagSet   // to tell a flag given from its default
-	given   map[string]bool // the flags given, by name, as check found them
-	kind    string
-	queue   string
-	max     int
-	clear   bool
-	by      string
-	changes bool
-	n       int
+	fs          *flag.FlagSet   // to tell a flag given from its default
+	given       map[string]bool // the flags given, by name, as check found them
+	kind        string
+	queue       string
+	partition   string
+	partDefault bool
+	max         int
+	clear       bool
+	by          string
+	changes     bool
+	n           int
 }
 
 func (l *limitsCmd) flags(fs *flag.FlagSet) {
 	l.fs = fs
 	fs.StringVar(&l.kind, "kind", "", "the limit of this `kind`, in every queue")
 	fs.StringVar(&l.queue, "queue", "", "the limit of this `queue`, of every kind")
-	fs.IntVar(&l.max, "max", 0, fmt.Sprintf("set the limit to at most `N` live attempts, from 0 (none starts: the kind or queue is held) to %d", lease.MaxLimit))
+	fs.StringVar(&l.partition, "partition", "", "the limit of this `partition` (an event's partition key), of every kind and queue")
+	fs.BoolVar(&l.partDefault, "partition-default", false, "the default limit of the partitions: each partition without a limit of its own gets this many")
+	fs.IntVar(&l.max, "max", 0, fmt.Sprintf("set the limit to at most `N` live attempts, from 0 (none starts: the kind, queue or partition is held) to %d", lease.MaxLimit))
 	fs.BoolVar(&l.clear, "clear", false, "remove the limit")
 	fs.StringVar(&l.by, "by", operatorName(), "who sets or clears the limit, as the audit (-changes) records it: a `name`, by default your user name")
 	fs.BoolVar(&l.changes, "changes", false, "list the latest changes of the limits instead, latest first: when, which, from what to what, by whom")
@@ -60,7 +65,7 @@ func (l *limitsCmd) check() error {
 	l.given = given
 
 	if l.changes {
-		for _, f := range []string{"kind", "queue", "max", "clear", "by"} {
+		for _, f := range []string{"kind", "queue", "partition", "partition-default", "max", "clear", "by"} {
 			if given[f] {
 				return usagef("-changes lists the changes of every limit: it takes -n, not -%s", f)
 			}
@@ -73,37 +78,57 @@ func (l *limitsCmd) check() error {
 	if given["n"] {
 		return usagef("-n counts the changes that -changes lists; add -changes")
 	}
-	named := given["kind"] || given["queue"]
+	if given["partition-default"] && !l.partDefault {
+		return usagef("-partition-default=false names no limit; give -partition-default to name the default limit of the partitions")
+	}
+	var named []string
+	for _, f := range []string{"kind", "queue", "partition", "partition-default"} {
+		if given[f] {
+			named = append(named, "-"+f)
+		}
+	}
 	acts := given["max"] || l.clear
 	switch {
-	case !named && !acts:
+	case len(named) == 0 && !acts:
 		if given["by"] {
-			return usagef("-by names who sets or clears a limit: name it with -kind K or -queue Q, and add -max N or -clear")
+			return usagef("-by names who sets or clears a limit: name it with -kind K, -queue Q, -partition P or -partition-default, and add -max N or -clear")
 		}
 		return nil // list them
-	case given["kind"] && given["queue"]:
-		return usagef("give one of -kind and -queue, not both: a limit is of one kind (in every queue) or of one queue (of every kind)")
-	case !named:
-		return usagef("name the limit to change: -kind K (a kind, in every queue) or -queue Q (a queue, of every kind)")
+	case len(named) > 1:
+		not := "not both"
+		if len(named) > 2 {
+			not = "not more"
+		}
+		return usagef("give one of %s, %s: a limit is of one kind (in every queue), of one queue (of every kind), of one partition, or the default of the partitions", strings.Join(named, " and "), not)
+	case len(named) == 0:
+		return usagef("name the limit to change: -kind K (a kind, in every queue), -queue Q (a queue, of every kind), -partition P (a partition) or -partition-default (each partition without a limit of its own)")
 	case given["max"] && l.clear:
 		return usagef("give one of -max N (set the limit) and -clear (remove it), not both")
 	}
 	scope, name := l.limit()
-	if name == "" {
-		if scope == lease.ScopeQueue {
-			return usagef("-queue is empty; name the queue to limit (%s for the default queue)", lease.DefaultQueue)
+	switch {
+	case scope == lease.ScopePartition && l.partDefault:
+	case scope == lease.ScopePartition && name == "":
+		return usagef("-partition is empty; name the partition to limit, or give -partition-default for the default limit of the partitions")
+	case scope == lease.ScopePartition:
+		if err := lease.ValidatePartition(name); err != nil {
+			return usagef("-partition: %v", err)
 		}
+	case name == "" && scope == lease.ScopeQueue:
+		return usagef("-queue is empty; name the queue to limit (%s for the default queue)", lease.DefaultQueue)
+	case name == "":
 		return usagef("-kind is empty; name the kind to limit")
-	}
-	if scope == lease.ScopeKind {
+	case scope == lease.ScopeKind:
 		if err := lease.ValidateKind(name); err != nil {
 			return usagef("-kind: %v", err)
 		}
-	} else if err := lease.ValidateQueue(name); err != nil {
-		return usagef("-queue: %v", err)
+	default:
+		if err := lease.ValidateQueue(name); err != nil {
+			return usagef("-queue: %v", err)
+		}
 	}
 	if !acts {
-		return usagef("say what to do with the limit of %s %s: -max N sets it, -clear removes it (leasework limits alone lists the limits)", scope, name)
+		return usagef("say what to do with the %s: -max N sets it, -clear removes it (leasework limits alone lists the limits)", limitOf(scope, name))
 	}
 	if given["max"] && (l.max < 0 || l.max > lease.MaxLimit) {
 		return usagef("-max is %d; it must be from 0 (no attempt starts: the %s is held) to %d", l.max, scope, lease.MaxLimit)
@@ -121,12 +146,27 @@ func (l *limitsCmd) check() error {
 	return nil
 }
 
-// limit returns the scope and name -kind or -queue gives.
+// limit returns the scope and name -kind, -queue, -partition or
+// -partition-default gives: the default partition limit's name is empty.
 func (l *limitsCmd) limit() (scope, name string) {
-	if l.given["queue"] {
+	switch {
+	case l.given["queue"]:
 		return lease.ScopeQueue, l.queue
+	case l.partDefault:
+		return lease.ScopePartition, ""
+	case l.given["partition"]:
+		return lease.ScopePartition, l.partition
 	}
 	return lease.ScopeKind, l.kind
+}
+
+// limitOf names a limit in a sentence: "limit of kind send-email", "limit
+// of partition acme", "default limit of the partitions".
+func limitOf(scope, name string) string {
+	if scope == lease.ScopePartition && name == "" {
+		return "default limit of the partitions"
+	}
+	return "limit of " + scope + " " + name
 }
 
 func (l *limitsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
@@ -142,13 +182,19 @@ func (l *limitsCmd) exec(ctx context.Context, st *lease.Store, out *printer) err
 }
 
 type limitJSON struct {
-	Scope string `json:"scope"` // "kind" or "queue"
-	Name  string `json:"name"`
-	Max   int    `json:"max"`
-	// Live is how many attempts hold a slot of the limit now.
+	Scope string `json:"scope"` // "kind", "queue" or "partition"
+	// Name is the kind, the queue or the partition: "" for the default
+	// limit of the partitions.
+	Name string `json:"name"`
+	Max  int    `json:"max"`
+	// Live is how many attempts hold a slot of the limit now: for the
+	// default limit of the partitions, of every partition under it (each
+	// is held to max on its own).
 	Live int `json:"live"`
 	// HeldBack is how many due READY events of its kind or queue wait
-	// for a place while the limit is full; 0 while it has room.
+	// for a place while the limit is full; 0 while it has room. For a
+	// partition's limit, the events it set aside (WAITING without a
+	// key), of every partition under it for the default.
 	HeldBack int64     `json:"held_back"`
 	SetAt    time.Time `json:"set_at"`
 	SetBy    string    `json:"set_by"`
@@ -171,14 +217,27 @@ func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer)
 	}
 	rows := make([][]string, len(ls))
 	for i, li := range ls {
-		rows[i] = []string{li.Scope, truncate(li.Name, limitNameWidth), liveCell(li), itoa(li.HeldBack), timeCell(&li.SetAt), orDash(truncate(li.SetBy, keyWidth))}
+		name := truncate(li.Name, limitNameWidth)
+		if li.Scope == lease.ScopePartition && li.Name == "" {
+			name = defaultPartitionName
+		}
+		rows[i] = []string{li.Scope, name, liveCell(li), itoa(li.HeldBack), timeCell(&li.SetAt), orDash(truncate(li.SetBy, keyWidth))}
 	}
 	return out.Table([]string{"SCOPE", "NAME", "LIVE/MAX", "HELD BACK", "SET AT", "SET BY"}, rows)
 }
 
-// liveCell is a limit's live attempts of its maximum: "3/5", "0/0 held".
+// defaultPartitionName stands for the default limit of the partitions in
+// the NAME column (its name is empty).
+const defaultPartitionName = "(default)"
+
+// liveCell is a limit's live attempts of its maximum: "3/5", "0/0 held";
+// for the default limit of the partitions, the live attempts of every
+// partition under it and the maximum of each: "7 (5 each)".
 func liveCell(li lease.LimitInfo) string {
 	s := fmt.Sprintf("%d/%d", li.Live, li.Max)
+	if li.Scope == lease.ScopePartition && li.Name == "" {
+		s = fmt.Sprintf("%d (%d each)", li.Live, li.Max)
+	}
 	if li.Max == 0 {
 		s += " held"
 	}
@@ -222,14 +281,21 @@ func (l *limitsCmd) execSet(ctx context.Context, st *lease.Store, out *printer) 
 	if l.max == 1 {
 		noun = "attempt"
 	}
-	line := fmt.Sprintf("limit of %s %s set to %d live %s (was %s)", scope, name, l.max, noun, was)
+	line := fmt.Sprintf("%s set to %d live %s (was %s)", limitOf(scope, name), l.max, noun, was)
+	if scope == lease.ScopePartition && name == "" {
+		line = fmt.Sprintf("%s set to %d live %s each (was %s)", limitOf(scope, name), l.max, noun, was)
+	}
+	live := fmt.Sprintf("%d live now", res.Live)
+	if scope == lease.ScopePartition && name == "" {
+		live += " in the partitions under it"
+	}
 	switch {
 	case l.max == 0:
 		line += "; no attempt of it starts until the limit is raised or cleared; those running finish"
 	case res.Old != nil && *res.Old > l.max:
-		line += fmt.Sprintf("; %d live now; attempts that held its slots past %d run on outside it until they end", res.Live, l.max)
+		line += fmt.Sprintf("; %s; attempts that held its slots past %d run on outside it until they end", live, l.max)
 	default:
-		line += fmt.Sprintf("; %d live now", res.Live)
+		line += "; " + live
 	}
 	return out.Linef("%s", line)
 }
@@ -250,7 +316,16 @@ func (l *limitsCmd) execClear(ctx context.Context, st *lease.Store, out *printer
 	if out.json {
 		return out.JSON(clearLimitJSON{Scope: scope, Name: name, Cleared: was})
 	}
-	if !was {
+	switch {
+	case scope == lease.ScopePartition && name == "" && !was:
+		return out.Linef("there was no default limit of the partitions; nothing changed")
+	case scope == lease.ScopePartition && name == "":
+		return out.Linef("cleared the default limit of the partitions: those without a limit of their own are no longer limited; their events set aside come back as workers claim")
+	case scope == lease.ScopePartition && !was:
+		return out.Linef("partition %s had no limit of its own; nothing changed", name)
+	case scope == lease.ScopePartition:
+		return out.Linef("cleared the limit of partition %s: the default limit of the partitions applies to it, if one is set; its events set aside come back as workers claim", name)
+	case !was:
 		return out.Linef("%s %s had no limit; nothing changed", scope, name)
 	}
 	return out.Linef("cleared the limit of %s %s: its attempts start as workers claim them", scope, name)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,136 @@ func TestLimits(t *testing.T) {
 			}
 			if f := strings.Fields(lines[1]); len(f) != 7 || f[2] != "kind" || f[3] != "send-email" || f[4] != "2" || f[5] != "none" || f[6] != "carol" {
 				t.Errorf("limits -changes' latest line is %q; want when, kind, send-email, 2, none, carol", f)
+			}
+		})
+	}
+}
+
+// Partition limits through both drivers: -partition-default sets the
+// default of the partitions and -partition one partition's own; limits
+// lists them with their live attempts and the events they set aside; list
+// -id shows an event's partition and why it is held; list -partition
+// selects a partition's events; -clear says what each clear leaves.
+func TestPartitionLimits(t *testing.T) {
+	t.Parallel()
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st := pgtest.Store(t, d.New(), lease.Options{})
+			limits := func(args ...string) result {
+				return must(t, exitOK, on(t, st, d.Name, append([]string{"limits"}, args...)...)...)
+			}
+
+			var set setLimitJSON
+			decode(t, limits("-partition-default", "-max", "2", "-by", "alice", "-json"), &set)
+			if set != (setLimitJSON{Scope: "partition", Name: "", Max: 2}) {
+				t.Errorf("limits -partition-default -max 2 -json = %+v; want partition \"\" 2, old null, 0 live", set)
+			}
+			r := limits("-partition", "acme", "-max", "1", "-by", "bob")
+			if got, want := strings.TrimSpace(r.stdout), "limit of partition acme set to 1 live attempt (was none); 0 live now"; got != want {
+				t.Errorf("limits -partition acme -max 1 printed %q; want %q", got, want)
+			}
+			r = limits("-partition-default", "-max", "2")
+			if got, want := strings.TrimSpace(r.stdout), "default limit of the partitions set to 2 live attempts each (was 2); 0 live now in the partitions under it"; got != want {
+				t.Errorf("limits -partition-default -max 2 printed %q; want %q", got, want)
+			}
+			got := storedLimits(t, st)
+			if len(got) != 2 || got[0].Limit != (lease.Limit{Scope: lease.ScopePartition, Name: "", Max: 2}) || got[0].SetBy != operatorName() ||
+				got[1].Limit != (lease.Limit{Scope: lease.ScopePartition, Name: "acme", Max: 1}) || got[1].SetBy != "bob" {
+				t.Fatalf("stored limits = %+v; want the default 2 (by %s), acme 1 (by bob)", got, operatorName())
+			}
+
+			// acme: 1 live, 2 set aside; beta (the default): 2 live, 1
+			// set aside.
+			var es []lease.Event
+			for _, p := range []string{"acme", "acme", "acme", "beta", "beta", "beta"} {
+				es = append(es, lease.Event{Kind: "k", Partition: p})
+			}
+			in := pgtest.Enqueue(t, st, es...)
+			if claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 3 {
+				t.Fatalf("claim under the partition limits = %d claims, %v; want 3", len(claims), err)
+			}
+			var ls []limitJSON
+			decode(t, limits("-json"), &ls)
+			if len(ls) != 2 || ls[0].Scope != "partition" || ls[0].Name != "" || ls[0].Live != 2 || ls[0].Max != 2 || ls[0].HeldBack != 1 ||
+				ls[1].Name != "acme" || ls[1].Live != 1 || ls[1].Max != 1 || ls[1].HeldBack != 2 {
+				t.Errorf("limits -json = %+v; want the default 2 live of 2 each, 1 held back; acme 1/1, 2 held back", ls)
+			}
+			r = limits()
+			if line := lineWith(r.stdout, "(default)"); len(line) != 9 || line[0] != "partition" || strings.Join(line[2:5], " ") != "2 (2 each)" || line[5] != "1" {
+				t.Errorf("limits prints %q for the default; want partition, (default), 2 (2 each), 1 held back, when, by:\n%s", line, r.stdout)
+			}
+			if line := lineWith(r.stdout, "acme"); len(line) != 7 || line[0] != "partition" || line[2] != "1/1" || line[3] != "2" || line[6] != "bob" {
+				t.Errorf("limits prints %q for acme; want partition, acme, 1/1, 2 held back, when, bob:\n%s", line, r.stdout)
+			}
+
+			// list -id of an event set aside, and of one under the default.
+			one := func(id int64, args ...string) result {
+				return must(t, exitOK, on(t, st, d.Name, append([]string{"list", "-id", strconv.FormatInt(id, 10)}, args...)...)...)
+			}
+			r = one(in[1].ID)
+			for label, want := range map[string]string{
+				"partition":       "acme",
+				"status":          "WAITING",
+				"why not running": "held by concurrency limit partition:acme (1/1 live), set aside (WAITING): it starts when one of those attempts ends, or the limit is raised or cleared",
+			} {
+				var got []string
+				for line := range strings.SplitSeq(r.stdout, "\n") {
+					if rest, ok := strings.CutPrefix(line, label+" "); ok {
+						got = append(got, strings.TrimSpace(rest))
+					}
+				}
+				if len(got) != 1 || got[0] != want {
+					t.Errorf("list -id of an event set aside: %s = %q; want %q:\n%s", label, got, want, r.stdout)
+				}
+			}
+			var js oneRowJSON
+			decode(t, one(in[5].ID, "-json"), &js)
+			if js.Row.Partition != "beta" || len(js.Why) != 1 {
+				t.Fatalf("list -id -json of beta's event set aside = %+v; want partition beta, one reason", js)
+			}
+			if w := js.Why[0]; w.Kind != "partition" || w.Scope != "partition" || w.Name != "" || w.Partition != "beta" || w.SetAside == nil || !*w.SetAside ||
+				w.Live == nil || *w.Live != 2 || w.Max == nil || *w.Max != 2 ||
+				w.Text != "held by concurrency limit partition default (2/2 live in partition beta), set aside (WAITING): it starts when one of those attempts ends, or the limit is raised or cleared" {
+				t.Errorf("list -id -json reason = %+v", w)
+			}
+
+			// list -partition: acme's events alone, with their partition.
+			var page listJSON
+			decode(t, must(t, exitOK, on(t, st, d.Name, "list", "-partition", "acme", "-json")...), &page)
+			if len(page.Rows) != 3 || page.Rows[0].ID != in[0].ID || page.Rows[2].Partition != "acme" {
+				t.Errorf("list -partition acme -json = %+v; want acme's 3 events", page.Rows)
+			}
+			r = must(t, exitOK, on(t, st, d.Name, "list", "-partition", "beta")...)
+			if line := lineWith(r.stdout, strconv.FormatInt(in[5].ID, 10)); len(line) < 6 || line[4] != "beta" || line[5] != "WAITING" {
+				t.Errorf("list -partition beta prints %q for its event set aside; want partition beta, WAITING:\n%s", line, r.stdout)
+			}
+
+			// Clears, and clears of nothing.
+			for _, c := range []struct {
+				args []string
+				want string
+			}{
+				{[]string{"-partition", "acme", "-clear"}, "cleared the limit of partition acme: the default limit of the partitions applies to it, if one is set; its events set aside come back as workers claim"},
+				{[]string{"-partition", "acme", "-clear"}, "partition acme had no limit of its own; nothing changed"},
+				{[]string{"-partition-default", "-clear"}, "cleared the default limit of the partitions: those without a limit of their own are no longer limited; their events set aside come back as workers claim"},
+				{[]string{"-partition-default", "-clear"}, "there was no default limit of the partitions; nothing changed"},
+			} {
+				if got := strings.TrimSpace(limits(c.args...).stdout); got != c.want {
+					t.Errorf("limits %v printed %q; want %q", c.args, got, c.want)
+				}
+			}
+			var cl clearLimitJSON
+			decode(t, limits("-partition-default", "-clear", "-json"), &cl)
+			if cl != (clearLimitJSON{Scope: "partition", Name: "", Cleared: false}) {
+				t.Errorf("limits -partition-default -clear -json = %+v", cl)
+			}
+			var cs []limitChangeJSON
+			decode(t, limits("-changes", "-n", "2", "-json"), &cs)
+			if len(cs) != 2 || cs[0].Scope != "partition" || cs[0].Name != "" || maxOf(cs[0].Old) != 2 || maxOf(cs[0].New) != -1 ||
+				cs[1].Name != "acme" || maxOf(cs[1].Old) != 1 {
+				t.Errorf("limits -changes -json = %+v; want the default's clear, then acme's", cs)
 			}
 		})
 	}

@@ -23,6 +23,7 @@ type listCmd struct {
 	status string
 	kind   string
 	queue  string
+	part   string
 	limit  int
 	after  int64
 	held   bool
@@ -35,6 +36,7 @@ func (l *listCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&l.status, "status", "", "only rows in this `status`: READY, INPROGRESS, DONE, FAILED, WAITING or DISCARDED (default any)")
 	fs.StringVar(&l.kind, "kind", "", "only rows of this `kind` (default any)")
 	fs.StringVar(&l.queue, "queue", "", "only rows of this `queue` (default any)")
+	fs.StringVar(&l.part, "partition", "", "only rows of this `partition` (default any, with a partition or not)")
 	fs.IntVar(&l.limit, "limit", 100, "print at most `N` rows")
 	fs.Int64Var(&l.after, "after", 0, "only rows with an id greater than `ID`, for paging")
 	fs.BoolVar(&l.held, "held", false, "list the keys held by a FAILED event instead of rows: key, the FAILED row, its error, the events waiting")
@@ -44,7 +46,7 @@ func (l *listCmd) check() error {
 	given := map[string]bool{}
 	l.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	if given["id"] {
-		for _, f := range []string{"status", "kind", "queue", "limit", "after", "held"} {
+		for _, f := range []string{"status", "kind", "queue", "partition", "limit", "after", "held"} {
 			if given[f] {
 				return usagef("-id shows one row: it takes no -%s", f)
 			}
@@ -61,8 +63,8 @@ func (l *listCmd) check() error {
 		}
 		l.status = string(s)
 	}
-	if l.held && (l.status != "" || l.kind != "" || l.queue != "" || l.after != 0) {
-		return usagef("-held lists keys, not rows: it takes no -status, -kind, -queue or -after")
+	if l.held && (l.status != "" || l.kind != "" || l.queue != "" || l.part != "" || l.after != 0) {
+		return usagef("-held lists keys, not rows: it takes no -status, -kind, -queue, -partition or -after")
 	}
 	if l.limit < 1 {
 		return usagef("-limit is %d; it must be at least 1", l.limit)
@@ -91,6 +93,7 @@ type rowJSON struct {
 	FinishedAt    *time.Time `json:"finished_at"`
 	Queue         string     `json:"queue"`
 	Priority      int        `json:"priority"`
+	Partition     string     `json:"partition"` // "" for none
 }
 
 type listJSON struct {
@@ -108,11 +111,12 @@ func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error
 		return l.execOne(ctx, st, out)
 	}
 	rows, err := st.List(ctx, lease.ListRequest{
-		Status:  leasework.Status(l.status),
-		Kind:    l.kind,
-		Queue:   l.queue,
-		AfterID: l.after,
-		Limit:   l.limit,
+		Status:    leasework.Status(l.status),
+		Kind:      l.kind,
+		Queue:     l.queue,
+		Partition: l.part,
+		AfterID:   l.after,
+		Limit:     l.limit,
 	})
 	if err != nil {
 		return err
@@ -139,6 +143,7 @@ func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error
 			truncate(r.EventID, eventIDWidth),
 			r.Kind,
 			orDash(truncate(r.Key, keyWidth)),
+			orDash(truncate(r.Partition, keyWidth)),
 			string(r.Status),
 			itoa(r.Generation),
 			fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts),
@@ -147,7 +152,7 @@ func (l *listCmd) exec(ctx context.Context, st *lease.Store, out *printer) error
 			orDash(truncate(r.LastError, lastErrorWidth)),
 		}
 	}
-	header := []string{"ID", "EVENT ID", "KIND", "KEY", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT / FINISHED", "LAST ERROR"}
+	header := []string{"ID", "EVENT ID", "KIND", "KEY", "PARTITION", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT / FINISHED", "LAST ERROR"}
 	if err := out.Table(header, table); err != nil {
 		return err
 	}
@@ -171,7 +176,7 @@ func toRowJSON(r lease.Row) rowJSON {
 		LeaseUntil: utc(r.LeaseUntil), NextAttemptAt: r.NextAttemptAt.UTC(),
 		LastError: r.LastError, Worker: r.Worker,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), FinishedAt: utc(r.FinishedAt),
-		Queue: r.Queue, Priority: r.Priority,
+		Queue: r.Queue, Priority: r.Priority, Partition: r.Partition,
 	}
 }
 
@@ -237,14 +242,21 @@ func nextOrFinished(r lease.Row) string {
 // reasonJSON is one reason a row is not running (lease.Reason); the
 // fields after text are those of its kind.
 type reasonJSON struct {
-	// Kind is "limit", "paused", "key" or "not_due".
+	// Kind is "limit", "partition", "paused", "key" or "not_due".
 	Kind string `json:"kind"`
 	Text string `json:"text"`
-	// limit
+	// limit and partition: the limit and its live attempts. For
+	// partition: the partition's own limit, or the default (no name);
+	// no scope, name, live or max when the limit was cleared since the
+	// row was set aside; live counts the row's partition's attempts.
 	Scope string `json:"scope,omitempty"`
 	Name  string `json:"name,omitempty"`
 	Live  *int   `json:"live,omitempty"`
 	Max   *int   `json:"max,omitempty"`
+	// partition: the row's partition, and whether the limit set it aside
+	// (WAITING without a key)
+	Partition string `json:"partition,omitempty"`
+	SetAside  *bool  `json:"set_aside,omitempty"`
 	// paused
 	Queue    string     `json:"queue,omitempty"`
 	PausedAt *time.Time `json:"paused_at,omitempty"`
@@ -262,6 +274,11 @@ func toReasonJSON(r lease.Reason) reasonJSON {
 	switch r.Kind {
 	case lease.ReasonLimit:
 		out.Scope, out.Name, out.Live, out.Max = r.Limit.Scope, r.Limit.Name, &r.Live, &r.Limit.Max
+	case lease.ReasonPartition:
+		out.Partition, out.SetAside = r.Partition, &r.SetAside
+		if r.Limit.Scope != "" {
+			out.Scope, out.Name, out.Live, out.Max = r.Limit.Scope, r.Limit.Name, &r.Live, &r.Limit.Max
+		}
 	case lease.ReasonPaused:
 		at := r.PausedAt.UTC()
 		out.Queue, out.PausedAt = r.Queue, &at
@@ -310,6 +327,7 @@ func (l *listCmd) execOne(ctx context.Context, st *lease.Store, out *printer) er
 		{"queue", r.Queue},
 		{"priority", itoa(int64(r.Priority))},
 		{"key", orDash(r.Key)},
+		{"partition", orDash(r.Partition)},
 		{"status", string(r.Status)},
 		{"generation", itoa(r.Generation)},
 		{"attempt", fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts)},

@@ -44,14 +44,14 @@ func TestListFailedShowsLastError(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("table has %d lines; want a header and one row:\n%s", len(lines), r.stdout)
 	}
-	for _, col := range []string{"ID", "EVENT ID", "KIND", "KEY", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT", "LAST ERROR"} {
+	for _, col := range []string{"ID", "EVENT ID", "KIND", "KEY", "PARTITION", "STATUS", "GEN", "ATTEMPT", "LEASE UNTIL", "NEXT ATTEMPT", "LAST ERROR"} {
 		if !strings.Contains(lines[0], col) {
 			t.Errorf("header %q lacks column %q", lines[0], col)
 		}
 	}
 	fields := strings.Fields(lines[1])
-	if fields[0] != strconv.FormatInt(id, 10) || fields[1] != row.EventID || fields[2] != "email" || fields[3] != "-" ||
-		fields[4] != "FAILED" || fields[5] != "1" || fields[6] != "1/1" || fields[7] != "-" {
+	if fields[0] != strconv.FormatInt(id, 10) || fields[1] != row.EventID || fields[2] != "email" || fields[3] != "-" || fields[4] != "-" ||
+		fields[5] != "FAILED" || fields[6] != "1" || fields[7] != "1/1" || fields[8] != "-" {
 		t.Errorf("row line = %q", lines[1])
 	}
 	if !strings.Contains(lines[1], "handler panicked: connection reset by peer goroutine 7") || !strings.HasSuffix(lines[1], "...") {

@@ -3,8 +3,9 @@
 // their last error and the keys held by a FAILED event, shows one row and
 // why it is not running, sends FAILED rows back
 // to READY, discards the ones an operator gives up on (releasing their
-// key), pauses and resumes queues, sets the concurrency limits of kinds
-// and queues, and serves the operator console, a web UI for all of these.
+// key), pauses and resumes queues, sets the concurrency limits of kinds,
+// queues and partitions, and serves the operator console, a web UI for all
+// of these.
 //
 // Usage:
 //

@@ -115,6 +115,17 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"limits", "-changes", "-n", "1001"}, "-n is 1001"},
 		{[]string{"limits", "-n", "5"}, "-n counts the changes that -changes lists; add -changes"},
 		{[]string{"limits", "set", "kind:send-email", "5"}, `unexpected argument "set"`},
+		{[]string{"limits", "-partition", "", "-max", "1"}, "-partition is empty; name the partition to limit, or give -partition-default"},
+		{[]string{"limits", "-partition", "a", "-partition-default", "-max", "1"}, "give one of -partition and -partition-default, not both"},
+		{[]string{"limits", "-kind", "k", "-queue", "q", "-partition", "p", "-clear"}, "give one of -kind and -queue and -partition, not more"},
+		{[]string{"limits", "-partition-default"}, "say what to do with the default limit of the partitions: -max N sets it"},
+		{[]string{"limits", "-partition", "acme"}, "say what to do with the limit of partition acme"},
+		{[]string{"limits", "-partition-default=false", "-max", "1"}, "-partition-default=false names no limit"},
+		{[]string{"limits", "-partition", "a\x00b", "-max", "1"}, "-partition: lease: partition"},
+		{[]string{"limits", "-partition-default", "-max", "-1"}, "the partition is held"},
+		{[]string{"limits", "-changes", "-partition-default"}, "it takes -n, not -partition-default"},
+		{[]string{"list", "-id", "3", "-partition", "a"}, "-id shows one row: it takes no -partition"},
+		{[]string{"list", "-held", "-partition", "a"}, "-held lists keys, not rows: it takes no -status, -kind, -queue, -partition or -after"},
 	}
 	for _, c := range cases {
 		args := c.args
