@@ -200,14 +200,21 @@ func (c *Console) limitAction(w http.ResponseWriter, r *http.Request) {
 	// take it: the rows' forms carry it back exactly. (The form that sets
 	// a limit by name asks the browser to refuse white space at its ends.)
 	l := lease.Limit{Scope: r.PostForm.Get("scope"), Name: r.PostForm.Get("name")}
+	// The default limit of the partitions is the partition limit of no
+	// name, as the store names it: the form that sets it carries an empty
+	// name; the form that sets a limit by name asks the browser for one.
 	var err error
 	switch l.Scope {
 	case lease.ScopeKind:
 		err = lease.ValidateKind(l.Name)
 	case lease.ScopeQueue:
 		err = lease.ValidateQueue(l.Name)
+	case lease.ScopePartition:
+		if l.Name != "" {
+			err = lease.ValidatePartition(l.Name)
+		}
 	default:
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown scope %q: a limit is of a kind (in every queue) or of a queue (of every kind).", l.Scope))
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown scope %q: a limit is of a kind (in every queue), of a queue (of every kind) or of a partition.", l.Scope))
 		return
 	}
 	if err != nil {
@@ -244,10 +251,7 @@ func (c *Console) limitAction(w http.ResponseWriter, r *http.Request) {
 			c.dbFail(w, r, "clear the limit", err)
 			return
 		}
-		f = flash{OK: was, Message: fmt.Sprintf("The limit of %s %s is cleared: workers claim its events as they have room.", l.Scope, l.Name)}
-		if !was {
-			f.Message = fmt.Sprintf("%s %s had no limit; nothing changed.", upper(l.Scope), l.Name)
-		}
+		f = flash{OK: was, Message: clearLimitMessage(l, was)}
 	}
 	c.log.Info("leasework console: action", "action", name, "scope", l.Scope, "name", l.Name, "max", l.Max,
 		"done", f.OK, "result", f.Message, "by", by, "remote", r.RemoteAddr)
@@ -265,6 +269,9 @@ func setLimitMessage(l lease.Limit, old int) string {
 		noun = "attempt"
 	}
 	msg := fmt.Sprintf("The limit of %s %s is %d live %s (was %s).", l.Scope, l.Name, l.Max, noun, was)
+	if l.Scope == lease.ScopePartition && l.Name == "" {
+		msg = fmt.Sprintf("The default limit of the partitions is %d live %s each (was %s): each partition without a limit of its own is held to it.", l.Max, noun, was)
+	}
 	switch {
 	case l.Max == 0:
 		msg += " None of its attempts starts until the limit is raised or cleared; those running finish."
@@ -272,6 +279,22 @@ func setLimitMessage(l lease.Limit, old int) string {
 		msg += fmt.Sprintf(" Attempts that held its slots past %d run on outside it until they end.", l.Max)
 	}
 	return msg
+}
+
+// clearLimitMessage says what clearing l did: was is whether there was
+// such a limit.
+func clearLimitMessage(l lease.Limit, was bool) string {
+	switch {
+	case l.Scope == lease.ScopePartition && l.Name == "" && was:
+		return "The default limit of the partitions is cleared: those without a limit of their own are no longer limited; their events set aside come back as workers claim."
+	case l.Scope == lease.ScopePartition && l.Name == "":
+		return "There was no default limit of the partitions; nothing changed."
+	case l.Scope == lease.ScopePartition && was:
+		return fmt.Sprintf("The limit of partition %s is cleared: the default limit of the partitions applies to it, if one is set; its events set aside come back as workers claim.", l.Name)
+	case was:
+		return fmt.Sprintf("The limit of %s %s is cleared: workers claim its events as they have room.", l.Scope, l.Name)
+	}
+	return fmt.Sprintf("%s %s had no limit; nothing changed.", upper(l.Scope), l.Name)
 }
 
 // upper returns s with its first letter upper case: "kind" as "Kind".

@@ -344,6 +344,64 @@ func TestNewChecksOptions(t *testing.T) {
 	}
 }
 
+// Set and clear partition limits from the queues page: a partition's own
+// by name, the default of the partitions with its own form (an empty
+// name); each says what it did and what a clear leaves, and the page
+// lists them. Authorize is asked about the default's form as a partition
+// limit of no name.
+func TestSetAndClearPartitionLimits(t *testing.T) {
+	var mu sync.Mutex
+	var asked []console.Action
+	s := newSite(t, console.Options{Actions: true, Authorize: func(_ *http.Request, a console.Action) error {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, a)
+		return nil
+	}})
+	ctx := context.Background()
+	p := s.get("queues", http.StatusOK)
+	contains(t, p, "Set a limit", "Default of the partitions: at most live attempts each")
+	if !strings.Contains(p.body, `<option value="partition">partition</option>`) || !strings.Contains(p.body, `<input type="hidden" name="name" value="">`) {
+		t.Errorf("the queues page lacks the partition scope, or the default's form:\n%s", p.body)
+	}
+	mu.Lock()
+	if !slices.Contains(asked, console.Action{Name: console.ActionSetLimit, Limit: lease.Limit{Scope: lease.ScopePartition}}) {
+		t.Errorf("Authorize was asked %+v; want the default's form among them, a partition limit of no name", asked)
+	}
+	mu.Unlock()
+	tok := token(t, p)
+
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"partition"}, "name": {"acme"}, "max": {"1"}}))
+	contains(t, p, "The limit of partition acme is 1 live attempt (was none).", "partition acme 0/1 live 0")
+	p = s.follow(s.post("limits/set", url.Values{"csrf": {tok}, "scope": {"partition"}, "name": {""}, "max": {"3"}}))
+	contains(t, p, "The default limit of the partitions is 3 live attempts each (was none): each partition without a limit of its own is held to it.",
+		"partition default 0 live, 3 each 0", "partition default none 3")
+	ls, err := s.store.Limits(ctx)
+	if err != nil || len(ls) != 2 || ls[0].Limit != (lease.Limit{Scope: lease.ScopePartition, Name: "", Max: 3}) ||
+		ls[1].Limit != (lease.Limit{Scope: lease.ScopePartition, Name: "acme", Max: 1}) || ls[0].SetBy != "console 127.0.0.1" {
+		t.Fatalf("stored limits = %+v, %v; want the default 3 and acme 1, set by the console", ls, err)
+	}
+	// The rows' forms carry the default's empty name back.
+	if !strings.Contains(p.body, `<input type="hidden" name="scope" value="partition"><input type="hidden" name="name" value=""><input name="max" type="number" min="0" max="10000" value="3"`) {
+		t.Errorf("the default's row lacks its set form:\n%s", p.body)
+	}
+
+	for _, c := range []struct {
+		name, says string
+	}{
+		{"acme", "The limit of partition acme is cleared: the default limit of the partitions applies to it, if one is set; its events set aside come back as workers claim."},
+		{"acme", "Partition acme had no limit; nothing changed."},
+		{"", "The default limit of the partitions is cleared: those without a limit of their own are no longer limited; their events set aside come back as workers claim."},
+		{"", "There was no default limit of the partitions; nothing changed."},
+	} {
+		p = s.follow(s.post("limits/clear", url.Values{"csrf": {tok}, "scope": {"partition"}, "name": {c.name}}))
+		contains(t, p, c.says)
+	}
+	if ls, err := s.store.Limits(ctx); err != nil || len(ls) != 0 {
+		t.Errorf("stored limits after the clears = %+v, %v; want none", ls, err)
+	}
+}
+
 // Set and clear a limit from the queues page: the store keeps what the
 // form asked, recorded as set by the console and the request's address,
 // the page it lands on shows it and says what changed; clearing a limit
@@ -399,7 +457,9 @@ func TestSetAndClearLimit(t *testing.T) {
 		form url.Values
 		says string
 	}{
-		{"limits/set", url.Values{"scope": {"topic"}, "name": {"x"}, "max": {"1"}}, `Unknown scope "topic": a limit is of a kind (in every queue) or of a queue (of every kind).`},
+		{"limits/set", url.Values{"scope": {"topic"}, "name": {"x"}, "max": {"1"}}, `Unknown scope "topic": a limit is of a kind (in every queue), of a queue (of every kind) or of a partition.`},
+		{"limits/set", url.Values{"scope": {"partition"}, "name": {"a\x00b"}, "max": {"1"}}, "Not a partition name: partition"},
+		{"limits/set", url.Values{"scope": {"partition"}, "name": {""}, "max": {"-1"}}, `"-1" is not a limit`},
 		{"limits/clear", url.Values{"name": {"x"}}, `Unknown scope ""`},
 		{"limits/set", url.Values{"scope": {"kind"}, "name": {""}, "max": {"1"}}, "Not a kind name: kind is empty."},
 		{"limits/clear", url.Values{"scope": {"queue"}, "name": {""}}, "Not a queue name: queue is empty."},

@@ -57,9 +57,10 @@ type Action struct {
 	Queue string
 	// Limit is the limit set, for ActionSetLimit, or cleared, for
 	// ActionClearLimit (its Scope and Name; Max is zero). Zero otherwise.
-	// Asked whether to show a form, it has no Max (the form's is not
-	// known yet), and for the form that sets a limit by name, no Scope
-	// or Name either.
+	// The default limit of the partitions has Scope
+	// [lease.ScopePartition] and an empty Name. Asked whether to show a
+	// form, it has no Max (the form's is not known yet), and for the form
+	// that sets a limit by name, no Scope or Name either.
 	Limit lease.Limit
 }
 

@@ -13,24 +13,29 @@
 //     eligible age, expired claims, held keys and paused queues; a chart of
 //     the events finished DONE and FAILED per minute over the last hour,
 //     drawn as SVG by the server; events per queue, kind and status;
-//   - the events ("/events"): filtered by status, kind and queue, paged in
-//     id order ("after");
+//   - the events ("/events"): filtered by status, kind, queue and
+//     partition, paged in id order ("after");
 //   - an event ("/events/{id}"): every field of its row (event id, kind,
-//     queue, priority, key, status, generation, attempt of the budget,
+//     queue, priority, key, partition, status, generation, attempt of the budget,
 //     worker, lease deadline, next attempt, times, last error) and a
 //     preview of its payload and progress: the first [PreviewBytes], as
 //     text when they are UTF-8 text, otherwise in hex, saying when they are
 //     cut; and, for a READY, WAITING or INPROGRESS event, why it is not
 //     running ([lease.Store.WhyNotRunning]: each reason's sentence, with a
-//     link to its key's head or to the queues), or, when nothing holds it
-//     back, what takes it;
+//     link to its key's head or to the queues; an event set aside by its
+//     partition's limit says so), or, when nothing holds it back, what
+//     takes it;
 //   - the queues ("/queues"), paused or running, with their rows per status;
 //     then the concurrency limits ([lease.Store.Limits]), each with the
 //     attempts live under it of its maximum ("kind send-email 3/5 live"),
 //     the due events it holds back while full ([lease.LimitInfo].HeldBack,
 //     a link to its READY events), when and by whom it was set, and the latest changes of the limits
 //     ([lease.Store.LimitChanges]); a queue's own limit is shown in its
-//     row too;
+//     row too. A partition's limit shows the events it set aside
+//     (WAITING, linked to them); the default limit of the partitions
+//     ("partition default 7 live, 5 each") the live attempts of every
+//     partition under it, the most each may have, and their events set
+//     aside;
 //   - the held keys ("/keys"): keys whose head event FAILED, with the
 //     events waiting behind each.
 //
@@ -46,7 +51,8 @@
 // With [Options.Actions] set, the pages show forms that requeue a FAILED
 // event ([lease.Store.Requeue]), discard it ([lease.Store.Discard]), cancel
 // an unfinished one ([lease.Store.Cancel]), pause and resume a queue, and
-// set or clear a concurrency limit of a kind or a queue
+// set or clear a concurrency limit of a kind, a queue or a partition, or
+// the default limit of the partitions, which has a form of its own
 // ([lease.Store.SetLimit], [lease.Store.ClearLimit]). The discard form
 // carries the generation the page showed: if the event changed since, the
 // discard is refused and the page says so. A limit's change is recorded

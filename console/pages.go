@@ -111,12 +111,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 }
 
 type eventsData struct {
-	Status      leasework.Status
-	Kind, Queue string
-	After       int64
-	Statuses    []leasework.Status
-	Rows        []lease.Row
-	Next        int64 // the after of the next page; zero when this is the last
+	Status                 leasework.Status
+	Kind, Queue, Partition string
+	After                  int64
+	Statuses               []leasework.Status
+	Rows                   []lease.Row
+	Next                   int64 // the after of the next page; zero when this is the last
 }
 
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
@@ -124,7 +124,8 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	d := eventsData{Status: leasework.Status(q.Get("status")), Kind: q.Get("kind"), Queue: q.Get("queue"), Statuses: statuses}
+	d := eventsData{Status: leasework.Status(q.Get("status")), Kind: q.Get("kind"), Queue: q.Get("queue"), Partition: q.Get("partition"),
+		Statuses: statuses}
 	if d.Status != "" && !d.Status.Valid() {
 		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown status %q: choose READY, WAITING, INPROGRESS, DONE, FAILED or DISCARDED.", d.Status))
 		return
@@ -139,7 +140,8 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	rows, err := c.store.List(ctx, lease.ListRequest{Status: d.Status, Kind: d.Kind, Queue: d.Queue, AfterID: d.After, Limit: c.opts.PageSize + 1})
+	rows, err := c.store.List(ctx, lease.ListRequest{Status: d.Status, Kind: d.Kind, Queue: d.Queue, Partition: d.Partition,
+		AfterID: d.After, Limit: c.opts.PageSize + 1})
 	if err != nil {
 		c.dbFail(w, r, "list the events", err)
 		return
@@ -236,9 +238,12 @@ type queuesData struct {
 	Queues   []queueRow
 	PauseAny bool // whether to show the form that pauses a queue by name
 	Limits   []limitRow
-	SetAny   bool                // whether to show the form that sets a limit by name
-	Changes  []lease.LimitChange // the latest, latest first
-	MaxLimit int                 // the most a limit allows, for the forms
+	SetAny   bool // whether to show the form that sets a limit by name
+	// SetDefault: whether to show the form that sets the default limit
+	// of the partitions.
+	SetDefault bool
+	Changes    []lease.LimitChange // the latest, latest first
+	MaxLimit   int                 // the most a limit allows, for the forms
 	// NoLimits: the schema predates the limits (it lacks migration 17).
 	NoLimits bool
 }
@@ -249,6 +254,8 @@ const sqlStateUndefinedTable = "42P01"
 type limitRow struct {
 	lease.LimitInfo
 	Set, Clear bool // whether to show the forms
+	// Default: the default limit of the partitions (its Name is empty).
+	Default bool
 }
 
 // limitChanges is how many of the latest changes of the limits the queues
@@ -285,6 +292,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		d.SetAny = c.may(r, Action{Name: ActionSetLimit})
+		d.SetDefault = c.may(r, Action{Name: ActionSetLimit, Limit: lease.Limit{Scope: lease.ScopePartition}})
 	}
 	queueLimits := map[string]*lease.LimitInfo{}
 	for i, l := range limits {
@@ -296,6 +304,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 			LimitInfo: l,
 			Set:       c.may(r, Action{Name: ActionSetLimit, Limit: named}),
 			Clear:     c.may(r, Action{Name: ActionClearLimit, Limit: named}),
+			Default:   l.Scope == lease.ScopePartition && l.Name == "",
 		})
 	}
 	for _, q := range qs {

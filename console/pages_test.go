@@ -360,6 +360,68 @@ func TestLimitsOnQueuesPage(t *testing.T) {
 	contains(t, p, "kind send-email 2/2 live 1 due ")
 }
 
+// The queues page lists the partition limits: a partition's own with its
+// live attempts of its max and the events it set aside, linked to them;
+// the default with the live attempts of every partition under it and the
+// max of each. An event set aside says why on its page, with its
+// partition linked to its events; the events page filters by partition.
+func TestPartitionLimitsOnThePages(t *testing.T) {
+	s := newSite(t, console.Options{})
+	ctx := context.Background()
+	for _, l := range []lease.Limit{{Scope: lease.ScopePartition, Name: "", Max: 2}, {Scope: lease.ScopePartition, Name: "acme", Max: 1}} {
+		if _, err := s.store.SetLimit(ctx, l, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var es []lease.Event
+	for _, p := range []string{"acme", "acme", "acme", "beta", "beta", "beta"} {
+		es = append(es, lease.Event{Kind: "k", Partition: p})
+	}
+	in := pgtest.Enqueue(t, s.store, es...)
+	if claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 3 {
+		t.Fatalf("claim under the partition limits: %d claims, %v; want 3", len(claims), err)
+	}
+	ls, err := s.store.Limits(ctx)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("limits: %+v, %v", ls, err)
+	}
+
+	p := s.get("queues", http.StatusOK)
+	contains(t, p,
+		// Columns: limit, live of max, held back, set.
+		"partition default 2 live, 2 each 1 set aside "+ls[0].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by alice",
+		"partition acme 1/1 live 2 set aside "+ls[1].SetAt.UTC().Format("2006-01-02 15:04:05Z07:00")+" by alice",
+		"partition default none 2 alice", "partition acme none 1 alice",
+	)
+	for _, link := range []string{`href="./events?partition=acme&amp;status=INPROGRESS"`, `href="./events?partition=acme&amp;status=WAITING"`} {
+		if !strings.Contains(p.body, link) {
+			t.Errorf("the queues page lacks the link %s:\n%s", link, p.body)
+		}
+	}
+	if strings.Contains(p.body, `events?partition=&amp;`) {
+		t.Errorf("the default limit links to the events of an empty partition:\n%s", p.body)
+	}
+
+	p = s.get(fmt.Sprintf("events/%d", in[1].ID), http.StatusOK)
+	contains(t, p, "Why it is not running held by concurrency limit partition:acme (1/1 live), set aside (WAITING): it starts when one of those attempts ends, or the limit is raised or cleared ( queues and limits )",
+		"Partition acme")
+	if !strings.Contains(p.body, `<a href="../events?partition=acme"><code>acme</code></a>`) {
+		t.Errorf("the event's page does not link its partition to its events:\n%s", p.body)
+	}
+	p = s.get(fmt.Sprintf("events/%d", in[5].ID), http.StatusOK)
+	contains(t, p, "held by concurrency limit partition default (2/2 live in partition beta), set aside (WAITING)")
+
+	p = s.get("events?partition=beta", http.StatusOK)
+	contains(t, p, fmt.Sprintf("%d", in[3].ID), fmt.Sprintf("%d", in[5].ID), "beta WAITING")
+	for _, r := range in[:3] {
+		if strings.Contains(p.body, fmt.Sprintf(`href="./events/%d"`, r.ID)) {
+			t.Errorf("the events of partition beta list acme's event %d:\n%s", r.ID, p.body)
+		}
+	}
+	p = s.get("events?partition=gamma", http.StatusOK)
+	contains(t, p, "No events match these filters.")
+}
+
 // On a schema from before the limits (it lacks their tables), the queues
 // page shows the queues and says to migrate, instead of failing.
 func TestQueuesPageBeforeTheLimits(t *testing.T) {
