@@ -98,8 +98,11 @@ func (w *Worker) Stats(ctx context.Context) (lease.Stats, error) {
 // its series per kind and queue (claims, outcomes, and histograms of queue
 // wait and run time), the table's [Worker.Stats], and each concurrency
 // limit's figures ([lease.Store.Limits]: leasework_limit_live,
-// leasework_limit_max and leasework_limit_held_back, labelled by scope and
-// name) in the Prometheus text exposition format, for a Prometheus (or
+// leasework_limit_max and leasework_limit_held_back, labelled by scope
+// (kind, queue or partition) and name: a partition's limit is named by
+// its partition, and the default limit of the partitions has an empty
+// name, its live and held-back figures those of every partition under it)
+// in the Prometheus text exposition format, for a Prometheus (or
 // OpenTelemetry collector) scrape. It needs no client library. The stats
 // and the limits are two queries, read within statsTimeout (zero: 5s)
 // together; when one cannot be read, the counters are still served, and
@@ -191,7 +194,7 @@ func (w *Worker) writeLimits(b *strings.Builder, limits []lease.LimitInfo, limit
 	}{
 		{"live", "Attempts counted under the concurrency limit now.", func(l lease.LimitInfo) int64 { return int64(l.Live) }},
 		{"max", "The most live attempts the concurrency limit allows.", func(l lease.LimitInfo) int64 { return int64(l.Max) }},
-		{"held_back", "Due READY rows the full concurrency limit holds back now; 0 while it has room.", func(l lease.LimitInfo) int64 { return l.HeldBack }},
+		{"held_back", "Rows the full concurrency limit holds back now: due READY rows of its kind or queue; for a partition's limit, its rows set aside.", func(l lease.LimitInfo) int64 { return l.HeldBack }},
 	} {
 		fmt.Fprintf(b, "# HELP leasework_limit_%s %s\n# TYPE leasework_limit_%s gauge\n", m.name, m.help, m.name)
 		for _, l := range limits {

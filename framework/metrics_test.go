@@ -259,3 +259,88 @@ func TestLimitMetrics(t *testing.T) {
 		t.Errorf("metrics without the limits' table give a limit's figures:\n%s", body)
 	}
 }
+
+// The metrics give the partition limits' figures, labelled scope
+// "partition": a partition's own limit by its name, the default of the
+// partitions by an empty name, with the live attempts of every partition
+// under it; held back counts the rows each set aside.
+func TestPartitionLimitMetrics(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, pgtest.Drivers[0].New())
+	for _, l := range []lease.Limit{{Scope: lease.ScopePartition, Name: "", Max: 1}, {Scope: lease.ScopePartition, Name: "acme", Max: 2}} {
+		if _, err := s.SetLimit(ctx, l, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var es []lease.Event
+	for _, p := range []string{"acme", "acme", "acme", "beta", "beta", "gamma"} {
+		es = append(es, lease.Event{Kind: "slow", Partition: p})
+	}
+	pgtest.Enqueue(t, s, es...)
+	w := newWorker(t, s, framework.Config{WorkerID: "w1", Concurrency: 10})
+	release := make(chan struct{})
+	started := make(chan struct{}, len(es))
+	register(t, w, "slow", framework.RetryPolicy{}, func(ctx context.Context, _ *leasework.Claim) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	stop := start(t, w)
+	defer stop()
+	// acme's 2, beta's 1 and gamma's 1 run; acme's third and beta's second
+	// are set aside.
+	heldBack := func() map[string]int64 {
+		ls, err := s.Limits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, l := range ls {
+			out[l.Name] = l.HeldBack
+		}
+		return out
+	}
+	waitFor(t, "4 handlers started and 2 rows set aside", func() bool {
+		h := heldBack()
+		return len(started) == 4 && h["acme"] == 1 && h[""] == 1
+	})
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		w.MetricsHandler(0).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	body := scrape()
+	table := s.Schema() + ".events"
+	for _, want := range []string{
+		`leasework_limits_up{table="` + table + `"} 1` + "\n",
+		`leasework_limit_live{table="` + table + `",scope="partition",name="acme"} 2` + "\n",
+		`leasework_limit_max{table="` + table + `",scope="partition",name="acme"} 2` + "\n",
+		`leasework_limit_held_back{table="` + table + `",scope="partition",name="acme"} 1` + "\n",
+		`leasework_limit_live{table="` + table + `",scope="partition",name=""} 2` + "\n",
+		`leasework_limit_max{table="` + table + `",scope="partition",name=""} 1` + "\n",
+		`leasework_limit_held_back{table="` + table + `",scope="partition",name=""} 1` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+
+	close(release)
+	waitFor(t, "every event completed", func() bool { return w.Counters().Completed == int64(len(es)) })
+	stop()
+	body = scrape()
+	for _, want := range []string{
+		`leasework_limit_live{table="` + table + `",scope="partition",name="acme"} 0` + "\n",
+		`leasework_limit_held_back{table="` + table + `",scope="partition",name="acme"} 0` + "\n",
+		`leasework_limit_live{table="` + table + `",scope="partition",name=""} 0` + "\n",
+		`leasework_limit_held_back{table="` + table + `",scope="partition",name=""} 0` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics once every event completed lack %q:\n%s", want, body)
+		}
+	}
+}

@@ -25,8 +25,8 @@ const (
 	DuplicatesKey = attribute.Key("leasework.duplicates")  // events of one enqueue call skipped as duplicates
 	LeaseLossKey  = attribute.Key("leasework.lease_loss")  // on leasework.lease_losses: "lost", "unconfirmed" or "cancelled"
 	TableKey      = attribute.Key("leasework.table")       // on the limits' gauges: the events table, schema.table
-	LimitScopeKey = attribute.Key("leasework.limit.scope") // on the limits' gauges: "kind" or "queue"
-	LimitNameKey  = attribute.Key("leasework.limit.name")  // on the limits' gauges: the kind's or the queue's name
+	LimitScopeKey = attribute.Key("leasework.limit.scope") // on the limits' gauges: "kind", "queue" or "partition"
+	LimitNameKey  = attribute.Key("leasework.limit.name")  // on the limits' gauges: the kind's, the queue's or the partition's name; "" for the default limit of the partitions
 )
 
 // MessagingSystem is the value of messaging.system on every span.

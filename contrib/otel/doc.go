@@ -151,13 +151,14 @@
 //
 // [ObserveLimits] observes the concurrency limits of a store's table at
 // each collection, read with lease.Store.Limits in one query, with the
-// attributes leasework.table, leasework.limit.scope ("kind" or "queue")
-// and leasework.limit.name:
+// attributes leasework.table, leasework.limit.scope ("kind", "queue" or
+// "partition") and leasework.limit.name (empty for the default limit of
+// the partitions, whose figures are those of every partition under it):
 //
 //	name                        type   unit       what it measures
 //	leasework.limit.live        gauge  {attempt}  attempts counted under the limit now
 //	leasework.limit.max         gauge  {attempt}  the most live attempts it allows
-//	leasework.limit.held_back   gauge  {event}    due READY events the full limit holds back; 0 while it has room
+//	leasework.limit.held_back   gauge  {event}    due READY events the full limit holds back; a partition's: its events set aside
 //	leasework.limits.up         gauge  1          1 when the limits could be read, else 0 (leasework.table only)
 //
 // The figures are the table's, the same from every process: observe them

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -173,6 +174,56 @@ func TestLimitMetrics(t *testing.T) {
 		}
 		if errs := handled.all(); len(errs) != 1 {
 			t.Errorf("errors handled after Unregister = %v; want no more", errs)
+		}
+	})
+}
+
+// ObserveLimits observes the partition limits with the scope "partition":
+// a partition's own limit by its name, the default of the partitions by an
+// empty name, with the live attempts of every partition under it; held
+// back counts the events each set aside.
+func TestPartitionLimitMetrics(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		tel := newTelemetry(t)
+		s := newStore(t, drv)
+		for _, l := range []lease.Limit{{Scope: lease.ScopePartition, Name: "", Max: 1}, {Scope: lease.ScopePartition, Name: "acme", Max: 2}} {
+			if _, err := s.SetLimit(ctx, l, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reg, err := leaseworkotel.ObserveLimits(s, tel.options()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Unregister()
+		var es []lease.Event
+		for _, p := range []string{"acme", "acme", "acme", "beta", "beta", "gamma"} {
+			es = append(es, lease.Event{Kind: "k", Partition: p})
+		}
+		pgtest.Enqueue(t, s, es...)
+		// acme's 2, beta's 1 and gamma's 1 are claimed; acme's third and
+		// beta's second are set aside.
+		if claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 4 {
+			t.Fatalf("claim under the partition limits = %d claims, %v; want 4", len(claims), err)
+		}
+
+		m := tel.metrics(t)
+		table := s.Schema() + ".events"
+		byLimit := []attribute.Key{leaseworkotel.TableKey, leaseworkotel.LimitScopeKey, leaseworkotel.LimitNameKey}
+		for name, want := range map[string]map[string]int64{
+			"leasework.limits.up":       {table: 1},
+			"leasework.limit.live":      {table + "/partition/acme": 2, table + "/partition/": 2},
+			"leasework.limit.max":       {table + "/partition/acme": 2, table + "/partition/": 1},
+			"leasework.limit.held_back": {table + "/partition/acme": 1, table + "/partition/": 1},
+		} {
+			keys := byLimit
+			if name == "leasework.limits.up" {
+				keys = byLimit[:1]
+			}
+			if got := points(t, m[name], keys...); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s = %v; want %v", name, got, want)
+			}
 		}
 	})
 }

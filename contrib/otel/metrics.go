@@ -103,9 +103,12 @@ const LimitsTimeout = 5 * time.Second
 // WithMeterProvider), the concurrency limits of store's table, read with
 // [lease.Store.Limits] in one query: for each limit, its live attempts
 // (leasework.limit.live), its maximum (leasework.limit.max) and the due
-// events it holds back while full (leasework.limit.held_back), with the
-// attributes leasework.table, leasework.limit.scope and
-// leasework.limit.name; and leasework.limits.up, 1 when they could be
+// events it holds back while full (leasework.limit.held_back; for a
+// partition's limit, the events it set aside), with the attributes
+// leasework.table, leasework.limit.scope ("kind", "queue" or "partition")
+// and leasework.limit.name (for the default limit of the partitions, "",
+// with the live attempts and events set aside of every partition under
+// it); and leasework.limits.up, 1 when they could be
 // read within [LimitsTimeout], else 0 (the error then goes to otel.Handle,
 // and no limit is observed). The figures are the table's, the same from
 // every process: call it in one of them (or let each process report
@@ -128,7 +131,7 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 	up := gauge("leasework.limits.up", "1", "Whether the concurrency limits could be read: 1, or 0.")
 	live := gauge("leasework.limit.live", "{attempt}", "Attempts counted under the concurrency limit now.")
 	most := gauge("leasework.limit.max", "{attempt}", "The most live attempts the concurrency limit allows.")
-	held := gauge("leasework.limit.held_back", "{event}", "Due READY events the full concurrency limit holds back now; 0 while it has room.")
+	held := gauge("leasework.limit.held_back", "{event}", "Events the full concurrency limit holds back now: due READY events of its kind or queue; for a partition's limit, its events set aside.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
