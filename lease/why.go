@@ -39,8 +39,9 @@ const (
 	// (WAITING without a key, see [Limit]). It starts when an attempt
 	// of the partition ends, or the limit is raised or cleared. A row set
 	// aside has this reason whatever its partition's room: while the
-	// partition has room again, or no limit any more, the next claims
-	// bring it back READY.
+	// partition has room again, the next claims of its queue take it (or
+	// bring it back READY, for the workers of its kind); with no limit any
+	// more, they bring it back READY.
 	ReasonPartition ReasonKind = "partition"
 )
 
@@ -293,7 +294,7 @@ func partitionText(r Reason) string {
 		name = fmt.Sprintf("partition default (%d/%d live in partition %s)", r.Live, r.Limit.Max, r.Partition)
 	}
 	if r.Live < r.Limit.Max {
-		return "set aside by concurrency limit " + name + " while it was full: it has room now, and the next claims bring it back READY"
+		return "set aside by concurrency limit " + name + " while it was full: it has room now, and the next claims take it or bring it back READY"
 	}
 	head := "held by concurrency limit " + name
 	if r.SetAside {

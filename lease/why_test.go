@@ -350,7 +350,7 @@ func TestWhyAPartitionLimitHoldsARow(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rs := why(t, s, acme2); len(rs) != 1 || rs[0].Kind != lease.ReasonPartition || rs[0].Live != 0 || !rs[0].SetAside ||
-			rs[0].Text != "set aside by concurrency limit partition:acme (0/1 live) while it was full: it has room now, and the next claims bring it back READY" {
+			rs[0].Text != "set aside by concurrency limit partition:acme (0/1 live) while it was full: it has room now, and the next claims take it or bring it back READY" {
 			t.Errorf("reasons of a row set aside once its partition's attempt's lease ran out = %q (%+v)", texts(rs), rs)
 		}
 		wantNoReason(t, s, acmeKeyed, "a due keyed row of a partition whose attempt's lease ran out")
