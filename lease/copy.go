@@ -252,6 +252,10 @@ func (s *Store) copyRows(ctx context.Context, tx leasework.CopyTx, out []Enqueue
 	if partitioned {
 		columns = append(columns, "partition_key")
 	}
+	costly := slices.ContainsFunc(cols.costs, func(c int64) bool { return c != 1 })
+	if costly {
+		columns = append(columns, "cost")
+	}
 	buf := takeCopyBuffer(len(order), len(columns))
 	defer buf.give()
 	var kind, queue lastBox[string]
@@ -264,8 +268,16 @@ func (s *Store) copyRows(ctx context.Context, tx leasework.CopyTx, out []Enqueue
 		if runAt != nil {
 			row[9] = runAt[i]
 		}
+		next := 9
+		if runAt != nil {
+			next++
+		}
 		if partitioned {
-			row[len(columns)-1] = nullIfEmpty(cols.partitions[i])
+			row[next] = nullIfEmpty(cols.partitions[i])
+			next++
+		}
+		if costly {
+			row[next] = cols.costs[i]
 		}
 	}
 	n, err := tx.CopyFrom(ctx, s.cq.table, columns, buf.rows)

@@ -43,6 +43,10 @@ type Event struct {
 	// for order). Valid UTF-8 without NUL bytes, at most
 	// [MaxPartitionBytes].
 	Partition string
+	// Cost is how many starts the event's attempts take under rate limits
+	// (see [RateLimit]): a call that sends ten messages, say. Zero means 1;
+	// at most [MaxCost].
+	Cost int
 	// Payload is the event's body, any bytes. Nil is stored as empty.
 	Payload []byte
 	// MaxAttempts is the attempt budget. Zero means the store's default;
@@ -282,7 +286,7 @@ func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 type columns struct {
 	ids, kinds, keys, runAt, queues, metadata, partitions []string
 	payloads                                              [][]byte
-	maxAtt, priorities                                    []int64
+	maxAtt, priorities, costs                             []int64
 }
 
 // makeColumns returns columns with room for n events, so that a batch of
@@ -291,7 +295,7 @@ func makeColumns(n int) columns {
 	return columns{
 		ids: make([]string, 0, n), kinds: make([]string, 0, n), keys: make([]string, 0, n),
 		runAt: make([]string, 0, n), queues: make([]string, 0, n), metadata: make([]string, 0, n),
-		partitions: make([]string, 0, n), payloads: make([][]byte, 0, n), maxAtt: make([]int64, 0, n), priorities: make([]int64, 0, n),
+		partitions: make([]string, 0, n), costs: make([]int64, 0, n), payloads: make([][]byte, 0, n), maxAtt: make([]int64, 0, n), priorities: make([]int64, 0, n),
 	}
 }
 
@@ -317,6 +321,7 @@ func (c *columns) add(e Event, defaultAttempts int) {
 	c.payloads, c.maxAtt, c.runAt = append(c.payloads, payload), append(c.maxAtt, attempts), append(c.runAt, at)
 	c.queues, c.priorities = append(c.queues, queue), append(c.priorities, int64(e.Priority))
 	c.metadata, c.partitions = append(c.metadata, metadataText(e.Metadata)), append(c.partitions, e.Partition)
+	c.costs = append(c.costs, int64(max(e.Cost, 1)))
 }
 
 // pick returns the entries whose index keep accepts.
@@ -328,21 +333,22 @@ func (c columns) pick(keep func(i int) bool) columns {
 			p.payloads, p.maxAtt, p.runAt = append(p.payloads, c.payloads[i]), append(p.maxAtt, c.maxAtt[i]), append(p.runAt, c.runAt[i])
 			p.queues, p.priorities = append(p.queues, c.queues[i]), append(p.priorities, c.priorities[i])
 			p.metadata, p.partitions = append(p.metadata, c.metadata[i]), append(p.partitions, c.partitions[i])
+			p.costs = append(p.costs, c.costs[i])
 		}
 	}
 	return p
 }
 
-// args are the columns as the insert's parameters, $1 to $10.
+// args are the columns as the insert's parameters, $1 to $11.
 func (c columns) args() []any {
-	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities, c.metadata, c.partitions}
+	return []any{c.ids, c.kinds, c.keys, c.payloads, c.maxAtt, c.runAt, c.queues, c.priorities, c.metadata, c.partitions, c.costs}
 }
 
 // one is the only event of c as the parameters of enqueueOneSQL, $1 to
-// $10, in the order of args.
+// $11, in the order of args.
 func (c columns) one() []any {
 	return []any{c.ids[0], c.kinds[0], c.keys[0], c.payloads[0], c.maxAtt[0], c.runAt[0], c.queues[0], c.priorities[0], c.metadata[0],
-		c.partitions[0]}
+		c.partitions[0], c.costs[0]}
 }
 
 // insert runs the insert statement q and records the row id of each event
@@ -533,6 +539,9 @@ func (s *Store) checkEvent(e Event) error {
 	}
 	if err := validateText("Partition", e.Partition, MaxPartitionBytes); err != nil {
 		return err
+	}
+	if e.Cost < 0 || e.Cost > MaxCost {
+		return fmt.Errorf("Cost is %d; it must be between 1 and %d, or zero for 1", e.Cost, MaxCost)
 	}
 	if e.MaxAttempts < 0 {
 		return fmt.Errorf("MaxAttempts is %d; it must be positive, or zero for the default", e.MaxAttempts)

@@ -134,7 +134,7 @@ const claimSQL = `
 WITH paused AS (
     -- A paused queue gives nothing: one primary-key probe.
     SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} WHERE queue = $5) AS yes
-), ` + slotsCTEs + `, exhausted AS (
+), ` + slotsCTEs + `, ` + rateCTEs + `, exhausted AS (
     -- Invariant 5: a lease that expired on the last allowed attempt ends the
     -- row in FAILED instead of granting another attempt. The exhausted
     -- index holds the leases on their last attempt only: the other expired
@@ -189,7 +189,7 @@ WITH paused AS (
             FOR UPDATE SKIP LOCKED) AS k))
     RETURNING o.id
 ), expired AS (
-    SELECT id, kind, generation, lease_until, kind_slot, queue_slot, key, partition_key, partition_slot FROM {{table}}
+    SELECT id, kind, generation, lease_until, kind_slot, queue_slot, key, partition_key, partition_slot, cost FROM {{table}}
     WHERE queue = $5 AND status = 'INPROGRESS' AND lease_until <= statement_timestamp()
       AND attempt < max_attempts AND cancelled_at IS NULL
       AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
@@ -205,14 +205,16 @@ WITH paused AS (
     -- One range of the queue's READY index per priority level, 0 first:
     -- each reads due rows only, so rows not yet due (retries backing off,
     -- events scheduled for later) cost nothing, whatever their priority.
-    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at, r.key, r.partition_key
+    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at, r.key, r.partition_key, r.cost
     FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
     CROSS JOIN LATERAL (
-        SELECT id, kind, generation, next_attempt_at, key, partition_key FROM {{table}}
+        SELECT id, kind, generation, next_attempt_at, key, partition_key, cost FROM {{table}}
         WHERE queue = $5 AND priority = p.level
           AND status = 'READY' AND next_attempt_at <= statement_timestamp()
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
-          AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0))
+          AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
+                                 UNION ALL
+                                 SELECT name FROM rate_free WHERE scope = 'kind' AND n = 0))
           -- A keyed row is claimable once ordering has put it in line
           -- (key_seq, at its enqueue's commit): READY before that only to
           -- its own transaction, it may be behind its key's head.
@@ -236,7 +238,7 @@ WITH paused AS (
     -- are newer, so that rows set aside are not passed over for good by a
     -- partition that keeps getting new ones. Read through the index of
     -- rows set aside, by partition.
-    SELECT a.id, a.kind, a.generation, a.priority AS level, a.next_attempt_at, a.partition_key
+    SELECT a.id, a.kind, a.generation, a.priority AS level, a.next_attempt_at, a.partition_key, a.cost
     FROM (SELECT r.partition_key FROM ready AS r
           WHERE r.partition_key IS NOT NULL AND r.key IS NULL AND ` + anyPartitionLimit + `
           UNION
@@ -252,11 +254,13 @@ WITH paused AS (
                       FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition_key), 0), 0) AS room
         OFFSET 0) AS x
     CROSS JOIN LATERAL (
-        SELECT e.id, e.kind, e.generation, e.priority, e.next_attempt_at, e.partition_key FROM {{table}} AS e
+        SELECT e.id, e.kind, e.generation, e.priority, e.next_attempt_at, e.partition_key, e.cost FROM {{table}} AS e
         WHERE e.partition_key = d.partition_key AND e.status = 'WAITING' AND e.key IS NULL
           AND e.queue = $5
           AND (cardinality($2::text[]) = 0 OR e.kind = ANY($2::text[]))
-          AND e.kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0))
+          AND e.kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
+                                   UNION ALL
+                                   SELECT name FROM rate_free WHERE scope = 'kind' AND n = 0))
         ORDER BY e.priority, e.next_attempt_at, e.id
         LIMIT x.room
         FOR UPDATE SKIP LOCKED) AS a
@@ -339,6 +343,70 @@ const slotsCTEs = `limited AS (
         COALESCE((SELECT sum(r.n) FROM returned AS r WHERE r.key = o.key), 0)::integer AS back,
         GREATEST(o.cap - o.used + COALESCE((SELECT sum(r.n) FROM returned AS r WHERE r.key = o.key), 0), 0)::integer AS room
     FROM open AS o
+)`
+
+// rateCTEs are the claim's reads of the rate limits it keeps (migration
+// 21) before it reads any row: the rate limits of its queue and of the
+// kinds it claims (rated), the shares it takes starts from (rate_picked,
+// then rate_rooms), each locked SKIP LOCKED as the concurrency limits'
+// slots are, from a share drawn from the worker's name, no more than its
+// Limit needs; each share's room now: its cap less its starts within the
+// period that ends at this statement's time; and each limit's room
+// (rate_free), in starts.
+const rateCTEs = `rated AS (
+    SELECT l.scope, l.name, l.id, l.period_us * interval '1 microsecond' AS period,
+        l.id::bigint * 100000 AS first, l.id::bigint * 100000 + ` + limitSlots + ` AS past,
+        CASE WHEN $4 = '' THEN floor(random() * ` + limitSlots + `)::integer
+             ELSE mod(abs(hashtext($4)::bigint), ` + limitSlots + `)::integer END AS start
+    FROM {{schema}}.{{name "rate_limits"}} AS l
+    WHERE (l.scope = 'queue' AND l.name = $5)
+       OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
+), rate_picked AS (
+    SELECT p.key FROM (
+        SELECT s.key, sum(x.room) OVER (PARTITION BY l.id ORDER BY (s.share - l.start + ` + limitSlots + `) % ` + limitSlots + `) - x.room AS before
+        FROM rated AS l
+        JOIN {{schema}}.{{name "rate_shares"}} AS s ON s.key >= l.first AND s.key < l.past
+        CROSS JOIN LATERAL (SELECT s.cap - (SELECT count(*) FROM unnest(s.starts) AS t WHERE t > statement_timestamp() - l.period) AS room) AS x
+        WHERE x.room > 0) AS p
+    WHERE p.before < $1
+), rate_rooms AS (
+    SELECT l.scope, l.name, l.period, o.key,
+        GREATEST(o.cap - (SELECT count(*) FROM unnest(o.starts) AS t WHERE t > statement_timestamp() - l.period), 0) AS room
+    FROM (SELECT s.key, s.cap, s.starts FROM {{schema}}.{{name "rate_shares"}} AS s
+          WHERE s.key = ANY (ARRAY(SELECT key FROM rate_picked))
+          ORDER BY s.key
+          FOR UPDATE SKIP LOCKED) AS o
+    JOIN rated AS l ON o.key >= l.first AND o.key < l.past
+), rate_free AS (
+    SELECT l.scope, l.name, COALESCE((SELECT sum(r.room) FROM rate_rooms AS r WHERE r.scope = l.scope AND r.name = l.name), 0) AS n
+    FROM rated AS l
+)`
+
+// rateTakingCTEs record the starts of the rows claimed under rate limits:
+// each limit's starts (rate_used: the costs of its kind's rows, or of all
+// of them for the queue's), taken from its locked shares in key order, as
+// many from each as it has room (rate_taking), and written (rate_held): a
+// share keeps its starts within the period and adds one at this
+// statement's time for each it gives. held_whole fails the statement if a
+// start was not written.
+const rateTakingCTEs = `rate_used AS (
+    SELECT l.scope, l.name,
+        CASE WHEN l.scope = 'kind' THEN (SELECT COALESCE(sum(c.cost), 0) FROM chosen AS c WHERE c.kind = l.name)
+             ELSE (SELECT COALESCE(sum(c.cost), 0) FROM chosen AS c) END AS units
+    FROM rated AS l
+), rate_taking AS (
+    SELECT r.key, r.period,
+        LEAST(r.room, GREATEST((SELECT u.units FROM rate_used AS u WHERE u.scope = r.scope AND u.name = r.name)
+                               - (sum(r.room) OVER (PARTITION BY r.scope, r.name ORDER BY r.key) - r.room), 0))::integer AS k
+    FROM rate_rooms AS r
+), rate_held AS (
+    UPDATE {{schema}}.{{name "rate_shares"}} AS s
+    SET starts = ARRAY(SELECT t FROM unnest(s.starts) AS t
+                       WHERE t > statement_timestamp() - (SELECT r.period FROM rate_taking AS r WHERE r.key = s.key)
+                       ORDER BY t)
+                 || array_fill(statement_timestamp(), ARRAY[(SELECT r.k FROM rate_taking AS r WHERE r.key = s.key)])
+    WHERE s.key = ANY (ARRAY(SELECT key FROM rate_taking WHERE k > 0))
+    RETURNING s.key
 )`
 
 // hasReleases says whether slot s has releases not yet counted: one probe
@@ -431,7 +499,8 @@ const limitsCTEs = `stale AS (
 ), room AS (
     -- The most rows the claim takes: its Limit, and its queue's limit.
     SELECT LEAST($1::bigint, (SELECT n FROM usable WHERE scope = 'queue')
-                             + (SELECT count(*) FROM carried WHERE queue)) AS n
+                             + (SELECT count(*) FROM carried WHERE queue),
+                  (SELECT n FROM rate_free WHERE scope = 'queue')) AS n
 )`
 
 // admitCTEs keep each kind's limit among the rows found (expired, then
@@ -442,33 +511,37 @@ const limitsCTEs = `stale AS (
 // READY row due earlier than a row claimed, or an expired lease older
 // than one taken back, may be left.
 const admitCTEs = `candidates AS (
-    SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot, c.part, c.key, c.partition_key, c.partition_slot,
+    SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot, c.part, c.key, c.partition_key, c.partition_slot, c.cost,
         COALESCE(k.kind, false) AS carry_kind, COALESCE(k.queue, false) AS carry_queue,
         row_number() OVER (ORDER BY c.part = 1, c.part, c.level, c.at, c.id) AS ord
     FROM (SELECT id, kind, generation, kind_slot, queue_slot, 0 AS part, 0 AS level, lease_until AS at,
-              key, partition_key, partition_slot FROM expired
+              key, partition_key, partition_slot, cost FROM expired
           UNION ALL
-          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at, key, partition_key, NULL FROM ready
+          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at, key, partition_key, NULL, cost FROM ready
           UNION ALL
-          SELECT id, kind, generation, NULL, NULL, 2, level, next_attempt_at, NULL, partition_key, NULL FROM aside) AS c
+          SELECT id, kind, generation, NULL, NULL, 2, level, next_attempt_at, NULL, partition_key, NULL, cost FROM aside) AS c
     LEFT JOIN carried AS k ON k.id = c.id
 ), ranked AS (
-    -- in_kind: a row's place among its kind's rows that need one.
-    SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.carry_kind ORDER BY c.ord) AS in_kind
+    -- in_kind: a row's place among its kind's rows that need one;
+    -- kind_units: the starts of its kind's rows up to it.
+    SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.carry_kind ORDER BY c.ord) AS in_kind,
+        sum(c.cost) OVER (PARTITION BY c.kind ORDER BY c.ord) AS kind_units
     FROM candidates AS c
 ), admitted AS (
     SELECT r.*, row_number() OVER (PARTITION BY r.carry_queue ORDER BY r.ord) AS in_queue
     FROM ranked AS r
-    WHERE r.carry_kind
-       OR r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind)
+    WHERE (r.carry_kind
+           OR r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind))
+      AND r.kind_units <= COALESCE((SELECT f.n FROM rate_free AS f WHERE f.scope = 'kind' AND f.name = r.kind), r.kind_units)
 ), taken AS (
     -- The expired leases are read before the queue's limit is known. No
     -- more than the claim's Limit: the rows set aside come on top of the
     -- others.
     SELECT * FROM (
-        SELECT a.*, row_number() OVER (ORDER BY a.ord) AS nth FROM admitted AS a
+        SELECT a.*, row_number() OVER (ORDER BY a.ord) AS nth, sum(a.cost) OVER (ORDER BY a.ord) AS queue_units FROM admitted AS a
         WHERE a.carry_queue OR a.in_queue <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'queue'), a.in_queue)) AS a
     WHERE a.nth <= $1
+      AND a.queue_units <= COALESCE((SELECT f.n FROM rate_free AS f WHERE f.scope = 'queue'), a.queue_units)
 ), ` + partitionCTEs + `, placed AS (
     -- The place each row claimed takes under each limit, as [slot key,
     -- row it is taken from]: its own, when it keeps it; else the i-th row
@@ -524,7 +597,7 @@ const admitCTEs = `candidates AS (
     SELECT p.partition_slot, count(*) FROM pstale AS p
     WHERE p.id = ANY (ARRAY(SELECT id FROM moved))
     GROUP BY p.partition_slot
-), slot_map AS (
+), ` + rateTakingCTEs + `, slot_map AS (
     -- The rows' places by row id, for the UPDATE below to look up: none
     -- when no limit applies.
     SELECT jsonb_object_agg(u.id::text, jsonb_build_array(u.kind_slot, u.queue_slot, u.part_slot)) AS m
@@ -544,6 +617,8 @@ const admitCTEs = `candidates AS (
     -- not commit past it.
     SELECT 1 / ((SELECT count(*) FROM held) = (SELECT count(*) FROM counted)
                 AND (SELECT count(*) FROM part_held) = (SELECT count(*) FROM part_counted WHERE d <> 0)
+                AND (SELECT COALESCE(sum(k), 0) FROM rate_taking) = (SELECT COALESCE(sum(units), 0) FROM rate_used)
+                AND (SELECT count(*) FROM rate_held) = (SELECT count(*) FROM rate_taking WHERE k > 0)
                 AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT u.id) FROM (
                     SELECT kind_from AS id FROM slotted WHERE kind_from > 0
                     UNION ALL
@@ -555,6 +630,7 @@ const admitCTEs = `candidates AS (
 ), held_back AS (
     SELECT (SELECT n FROM room) < $1
         OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)
+        OR EXISTS (SELECT 1 FROM rate_free WHERE n = 0)
         OR (SELECT count(*) FROM chosen) < (SELECT count(*) FROM candidates) AS yes`
 
 // anyPartitionLimit says whether a partition limit is declared: one probe
@@ -687,11 +763,11 @@ const maxPriorityText = "9"
 // deadlock.
 const insertEvents = `
 INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata,
-    partition_key)
+    partition_key, cost)
 OVERRIDING SYSTEM VALUE
 SELECT e.id, e.event_id, e.kind, NULLIF(e.key, ''), e.payload, e.max_attempts,
     COALESCE(NULLIF(e.run_at, '')::timestamptz, statement_timestamp()), e.queue, e.priority,
-    NULLIF(e.metadata, '')::jsonb, NULLIF(e.partition_key, '')
+    NULLIF(e.metadata, '')::jsonb, NULLIF(e.partition_key, ''), e.cost
 FROM `
 
 const insertEventsEnd = ` AS e
@@ -712,8 +788,9 @@ const enqueueSQL = `
 WITH input AS (
     SELECT e.*, ` + nextRowID + ` AS id
     FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[], $6::text[], $7::text[], $8::smallint[],
-        $9::text[], $10::text[])
-        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, partition_key, n)
+        $9::text[], $10::text[], $11::integer[])
+        WITH ORDINALITY AS e(event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata, partition_key,
+            cost, n)
     ORDER BY e.key, e.n
 ), ids AS (
     INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
@@ -736,10 +813,10 @@ WITH input AS (
 const enqueueOneSQL = `
 WITH e AS (
     INSERT INTO {{table}} (event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata,
-        partition_key)
+        partition_key, cost)
     VALUES ($1::text, $2::text, NULLIF($3::text, ''), $4::bytea, $5::bigint,
         COALESCE(NULLIF($6::text, '')::timestamptz, statement_timestamp()), $7::text, $8::smallint, NULLIF($9::text, '')::jsonb,
-        NULLIF($10::text, ''))
+        NULLIF($10::text, ''), $11::integer)
     RETURNING id, event_id
 )
 INSERT INTO {{schema}}.{{name "event_ids"}} (event_id, id)
@@ -760,11 +837,11 @@ WITH taken AS (
     RETURNING event_id, id
 )
 INSERT INTO {{table}} (id, event_id, kind, key, payload, max_attempts, next_attempt_at, queue, priority, metadata,
-    partition_key)
+    partition_key, cost)
 OVERRIDING SYSTEM VALUE
 SELECT t.id, t.event_id, $2::text, NULLIF($3::text, ''), $4::bytea, $5::bigint,
     COALESCE(NULLIF($6::text, '')::timestamptz, statement_timestamp()), $7::text, $8::smallint, NULLIF($9::text, '')::jsonb,
-    NULLIF($10::text, '')
+    NULLIF($10::text, ''), $11::integer
 FROM taken AS t
 RETURNING id, event_id`
 
@@ -785,9 +862,9 @@ RETURNING event_id, id`
 // id the first step took, with the row ids it took.
 const insertClaimedSQL = insertEvents + `(
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bigint[], $7::text[],
-        $8::text[], $9::smallint[], $10::text[], $11::text[])
+        $8::text[], $9::smallint[], $10::text[], $11::text[], $12::integer[])
         WITH ORDINALITY AS u(id, event_id, kind, key, payload, max_attempts, run_at, queue, priority, metadata,
-            partition_key, n))` + insertEventsEnd
+            partition_key, cost, n))` + insertEventsEnd
 
 // existingSQL reads which of the event ids $1 are in the event id table,
 // for an enqueue that skipped them as taken, with their row ids and whether
@@ -917,13 +994,16 @@ const handingOn = `, freed AS (
           AND (kind = ANY (ARRAY(SELECT name FROM freed WHERE scope = 'kind'))
                OR kind <> ALL (ARRAY(SELECT name FROM over WHERE scope = 'kind')))
           AND (key IS NULL OR key_seq IS NOT NULL)
-          -- A partition limit's place is taken by a claim only.
+          -- A partition limit's place is taken by a claim only, and a
+          -- rate limit's starts.
           AND (partition_key IS NULL OR NOT ` + anyPartitionLimit + `)
+          AND kind <> ALL (ARRAY(SELECT l.name FROM {{schema}}.{{name "rate_limits"}} AS l WHERE l.scope = 'kind'))
         ORDER BY next_attempt_at, id
         LIMIT GREATEST($4 - (SELECT count(*) FROM taken), 0)
         FOR UPDATE SKIP LOCKED) AS r
     WHERE EXISTS (SELECT 1 FROM freed)
       AND NOT EXISTS (SELECT 1 FROM {{schema}}.{{name "queues"}} AS q WHERE q.queue = $3)
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.{{name "rate_limits"}} AS l WHERE l.scope = 'queue' AND l.name = $3)
     LIMIT GREATEST($4 - (SELECT count(*) FROM taken), 0)
 ), in_kind AS (
     SELECT n.*, row_number() OVER (PARTITION BY n.kind ORDER BY n.level, n.next_attempt_at, n.id) AS i,
@@ -1188,7 +1268,20 @@ SELECT EXTRACT(EPOCH FROM LEAST(l.lease_until,
          WHERE queue = $1 AND status = 'READY' AND priority = p.priority
            AND next_attempt_at > statement_timestamp()
          ORDER BY next_attempt_at
-         LIMIT 1) AS r)
+         LIMIT 1) AS r),
+    -- A full rate limit over the queue's rows (the queue's own, or a
+    -- kind's) has room again when the oldest start of a share's window
+    -- leaves it.
+    (SELECT min(w.at) FROM {{schema}}.{{name "rate_limits"}} AS rl
+     CROSS JOIN LATERAL (
+         SELECT CASE WHEN sum(GREATEST(s.cap - x.recent, 0)) = 0
+                     THEN min(x.oldest) + rl.period_us * interval '1 microsecond' END AS at
+         FROM {{schema}}.{{name "rate_shares"}} AS s
+         CROSS JOIN LATERAL (
+             SELECT count(*) AS recent, min(t) AS oldest FROM unnest(s.starts) AS t
+             WHERE t > statement_timestamp() - rl.period_us * interval '1 microsecond') AS x
+         WHERE s.key BETWEEN rl.id::bigint * 100000 AND rl.id::bigint * 100000 + ` + limitSlots + ` - 1) AS w
+     WHERE rl.scope = 'kind' OR rl.name = $1)
     ) - statement_timestamp())::float8,
     COALESCE((EXTRACT(EPOCH FROM l.lease_until) * 1000000)::bigint, 0)
 FROM (SELECT (
@@ -1207,6 +1300,7 @@ type queries struct {
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
 	setLimit, shares, clearLimit, limits, limitChanges      string
 	setPartitionLimit, clearPartitionLimit, partitionLimits string
+	setRateLimit, rateShares, clearRateLimit, rateLimits    string
 }
 
 func (s *Store) renderQueries() queries {
@@ -1250,6 +1344,10 @@ func (s *Store) renderQueries() queries {
 		setPartitionLimit:    s.render(setPartitionLimitSQL),
 		clearPartitionLimit:  s.render(clearPartitionLimitSQL),
 		partitionLimits:      s.render(partitionLimitsSQL),
+		setRateLimit:         s.render(setRateLimitSQL),
+		rateShares:           s.render(rateSharesSQL),
+		clearRateLimit:       s.render(clearRateLimitSQL),
+		rateLimits:           s.render(rateLimitsSQL),
 		cancel:               s.render(cancelSQL),
 		stop:                 s.render(stopSQL),
 		requeueRefs:          s.render(requeueRefsSQL),

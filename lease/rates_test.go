@@ -1,0 +1,218 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/rig/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// setRateLimit declares l on s or fails the test.
+func setRateLimit(t *testing.T, s *lease.Store, l lease.RateLimit) {
+	t.Helper()
+	if _, _, err := s.SetRateLimit(context.Background(), l, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ageStarts moves every start a rate limit counts d into the past: the
+// fixture that stands for time passing, as ExpireLease does for a lease.
+func ageStarts(t *testing.T, s *lease.Store, d time.Duration) {
+	t.Helper()
+	if _, err := s.DB().Exec(`UPDATE `+lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(s.Table()+"_rate_shares")+`
+		SET starts = ARRAY(SELECT t - $1 * interval '1 microsecond' FROM unnest(starts) AS t ORDER BY t)`, d.Microseconds()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A kind's rate limit admits Max starts in any window of Per: the rows past
+// it stay READY while other kinds are claimed, an ended attempt gives no
+// start back, NextWake and RateLimits say when the window allows again,
+// and the rows are claimed once it does.
+func TestRateLimitBoundsStartsPerWindow(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "a", Max: 3, Per: time.Hour})
+		pgtest.EnqueueN(t, s, 10, "a")
+		pgtest.EnqueueN(t, s, 2, "b")
+		first, heldBack := claimAll(t, s, lease.ClaimRequest{Limit: 100})
+		if got := kindsOf(first); got["a"] != 3 || got["b"] != 2 {
+			t.Fatalf("first claim = %v; want 3 of a and 2 of b", got)
+		}
+		if !heldBack {
+			t.Error("first claim: heldBack false; the rate limit held rows back")
+		}
+		for _, c := range first {
+			write(t, s, lease.Complete(c.Ref()))
+		}
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100}); len(got) != 0 {
+			t.Fatalf("claim in the same window after the attempts ended = %v; want none (an ended attempt has started)", kindsOf(got))
+		}
+		d, ok, err := s.NextWake(ctx, "")
+		if err != nil || !ok || d < 59*time.Minute || d > time.Hour {
+			t.Errorf("NextWake = %v, %v, %v; want about an hour (the oldest start leaves the window)", d, ok, err)
+		}
+		rls, err := s.RateLimits(ctx)
+		if err != nil || len(rls) != 1 {
+			t.Fatalf("RateLimits = %+v, %v", rls, err)
+		}
+		if l := rls[0]; l.Recent != 3 || l.Max != 3 || l.Per != time.Hour || l.NextAt.IsZero() {
+			t.Errorf("RateLimits: %+v; want 3 recent of 3 per hour, and when it next has room", l)
+		}
+
+		// Half the window on, still full; past it, three more.
+		ageStarts(t, s, 30*time.Minute)
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100}); len(got) != 0 {
+			t.Fatalf("claim half a window on = %v; want none", kindsOf(got))
+		}
+		ageStarts(t, s, 30*time.Minute+time.Second)
+		again, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100})
+		if got := kindsOf(again); got["a"] != 3 || len(again) != 3 {
+			t.Fatalf("claim after the window = %v; want 3 of a", got)
+		}
+		if rls, err := s.RateLimits(ctx); err != nil || rls[0].Recent != 3 || !rls[0].NextAt.After(time.Now().Add(30*time.Minute)) {
+			t.Errorf("RateLimits after the second window's claim = %+v, %v; want 3 recent, the old starts gone", rls, err)
+		}
+	})
+}
+
+// An event's cost takes that many starts; the claim keeps its order, and
+// takes no row after one that does not fit.
+func TestRateLimitCountsCosts(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "c", Max: 5, Per: time.Hour})
+		for i, cost := range []int{2, 2, 2, 1} {
+			pgtest.Enqueue(t, s, lease.Event{Kind: "c", EventID: fmt.Sprint("c-", i), Cost: cost})
+		}
+		got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 100, Lease: time.Minute})
+		if fmt.Sprint(got) != "[c-0 c-1]" {
+			t.Fatalf("claim = %v; want c-0 and c-1 (4 of 5 starts; c-2 costs 2)", got)
+		}
+		ageStarts(t, s, time.Hour+time.Second)
+		got = claimEventIDs(t, s, lease.ClaimRequest{Limit: 100, Lease: time.Minute})
+		if fmt.Sprint(got) != "[c-2 c-3]" {
+			t.Fatalf("claim after the window = %v; want c-2 and c-3", got)
+		}
+	})
+}
+
+// A queue's rate limit counts the starts of every kind of the queue, and
+// a retry, a take-back after a lease ran out and a first attempt each
+// start.
+func TestQueueRateLimitCountsEveryStart(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeQueue, Name: "q", Max: 4, Per: time.Hour})
+		for i := range 2 {
+			pgtest.Enqueue(t, s, lease.Event{Kind: "x", EventID: fmt.Sprint("x-", i), Queue: "q"},
+				lease.Event{Kind: "y", EventID: fmt.Sprint("y-", i), Queue: "q"})
+		}
+		pgtest.Enqueue(t, s, lease.Event{Kind: "x", EventID: "x-late", Queue: "q"})
+		first, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100, Queue: "q"})
+		if len(first) != 4 {
+			t.Fatalf("claim of queue q took %d; want 4", len(first))
+		}
+		write(t, s, lease.Retry(first[0].Ref(), 0, "again"))
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100, Queue: "q"}); len(got) != 0 {
+			t.Fatalf("claim in the first window after a retry = %d rows; want none", len(got))
+		}
+		ageStarts(t, s, time.Hour+time.Second)
+		second, _ := claimAll(t, s, lease.ClaimRequest{Limit: 100, Queue: "q"})
+		if len(second) != 2 || !containsID(second, first[0].ID) {
+			t.Fatalf("claim after the window = %d rows; want 2, the retried row among them", len(second))
+		}
+		rls, err := s.RateLimits(context.Background())
+		if err != nil || len(rls) != 1 || rls[0].Recent != 2 {
+			t.Errorf("RateLimits = %+v, %v; want 2 starts in the window (the retry's and x-late's)", rls, err)
+		}
+	})
+}
+
+// containsID says whether claims hold the row of id.
+func containsID(claims []leasework.Claim, id int64) bool {
+	for _, c := range claims {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Concurrent claimers together start no more than the limit allows in its
+// window.
+func TestConcurrentClaimsKeepTheRateLimit(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "k", Max: 37, Per: time.Hour})
+		pgtest.EnqueueN(t, s, 200, "k")
+		var started atomic.Int64
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for range 20 {
+					got, err := s.Claim(ctx, lease.ClaimRequest{Limit: 7, Lease: time.Minute, Worker: fmt.Sprint("w", w)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					started.Add(int64(len(got)))
+				}
+			})
+		}
+		wg.Wait()
+		if n := started.Load(); n != 37 {
+			t.Errorf("8 claimers, 20 claims each, started %d; want 37 (the limit, every share used)", n)
+		}
+	})
+}
+
+// SetRateLimit refuses what it cannot keep, and an event's cost is checked.
+func TestSetRateLimitRejectsBadInput(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	for _, l := range []lease.RateLimit{
+		{Scope: lease.ScopeKind, Name: "k", Max: 0, Per: time.Second},
+		{Scope: lease.ScopeKind, Name: "k", Max: lease.MaxRateStarts + 1, Per: time.Second},
+		{Scope: lease.ScopeKind, Name: "k", Max: 1, Per: 0},
+		{Scope: lease.ScopeKind, Name: "k", Max: 1, Per: 25 * time.Hour},
+		{Scope: lease.ScopeKind, Name: "k", Max: 1, Per: time.Second + time.Nanosecond},
+		{Scope: lease.ScopePartition, Name: "p", Max: 1, Per: time.Second},
+		{Scope: lease.ScopeKind, Name: "", Max: 1, Per: time.Second},
+	} {
+		if _, _, err := s.SetRateLimit(ctx, l, ""); err == nil {
+			t.Errorf("SetRateLimit(%+v): no error", l)
+		}
+	}
+	old, had, err := s.SetRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: "k", Max: 2, Per: time.Second}, "a")
+	if err != nil || had {
+		t.Fatalf("first SetRateLimit: %+v, %v, %v; want none replaced", old, had, err)
+	}
+	old, had, err = s.SetRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: "k", Max: 5, Per: time.Minute}, "b")
+	if err != nil || !had || old.Max != 2 || old.Per != time.Second {
+		t.Fatalf("second SetRateLimit: %+v, %v, %v; want 2 per second replaced", old, had, err)
+	}
+	changes, err := s.LimitChanges(ctx, 10)
+	if err != nil || len(changes) != 2 || changes[0].Scope != "rate:kind" || changes[0].Old != 2 || changes[0].New != 5 {
+		t.Errorf("LimitChanges = %+v, %v; want the two rate changes, latest first", changes, err)
+	}
+	if ok, err := s.ClearRateLimit(ctx, lease.ScopeKind, "k", "c"); err != nil || !ok {
+		t.Errorf("ClearRateLimit = %v, %v; want true", ok, err)
+	}
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := s.Enqueue(ctx, tx, lease.Event{Kind: "k", Cost: lease.MaxCost + 1}); err == nil {
+		t.Error("Enqueue with a Cost past MaxCost: no error")
+	}
+}
