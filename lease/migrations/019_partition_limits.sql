@@ -162,9 +162,22 @@ BEGIN
                 WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
                 ORDER BY a.priority, a.next_attempt_at, a.id
                 LIMIT CASE WHEN c.cap IS NULL THEN NULL ELSE GREATEST(c.cap - c.used, 0) END
-                FOR UPDATE) AS w))
+                FOR UPDATE SKIP LOCKED) AS w))
           AND o.status = 'WAITING' COLLATE "C" AND o.key IS NULL
-        RETURNING o.kind
+        RETURNING o.id, o.kind, o.partition_key
+    ), look AS (
+        -- A row set aside that a claim holds (it read it to take it, and
+        -- may not) is passed over, not waited for: two claims each
+        -- waiting for the other's would deadlock. A partition left with
+        -- room and rows set aside gets a release of n = 0 for the claims
+        -- that follow.
+        INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+        SELECT c.id, 0 FROM counted AS c
+        WHERE c.cap IS NOT NULL
+          AND c.cap - c.used > (SELECT count(*) FROM woken AS k WHERE k.partition_key = c.partition)
+          AND EXISTS (SELECT 1 FROM {{table}} AS a
+                      WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
+                        AND a.id <> ALL (ARRAY(SELECT k.id FROM woken AS k)))
     ), kept AS (
         UPDATE {{schema}}.{{name "partition_slots"}} AS s
         SET used = c.used
