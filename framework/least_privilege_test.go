@@ -97,6 +97,10 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_limits") + " TO " + worker,
 			"GRANT SELECT, INSERT, UPDATE, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_slots") + " TO " + worker,
 			"GRANT SELECT, INSERT, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_releases") + " TO " + worker,
+			// The claim reads the rate limits and records starts in
+			// their shares.
+			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_rate_limits") + " TO " + worker,
+			"GRANT SELECT, UPDATE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_rate_shares") + " TO " + worker,
 		} {
 			if _, err := ownerDB.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
@@ -169,6 +173,10 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 		// Under a partition limit: claims count in the partition's slot,
 		// set rows aside, and bring them back.
 		if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopePartition, Max: 2}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		// Under a rate limit that admits them all: claims record starts.
+		if _, _, err := s.SetRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: "plain", Max: 1000, Per: time.Hour}, "test"); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 8 {

@@ -204,6 +204,14 @@
 // again as many rows set aside as they have room for; the next claim takes
 // them.
 //
+// [Store.SetRateLimit] declares a rate limit: at most M attempt starts of a
+// kind or a queue in any window of a period ([RateLimit]), an event taking
+// its [Event].Cost of them. It is kept in 16 shares, each holding the times
+// of its latest starts; a claim locks the shares it takes starts from,
+// SKIP LOCKED, and records a start at its own time for each unit. A row a
+// full rate limit holds back stays READY, and [Store.NextWake] says when
+// the window next has room.
+//
 // [Store.Limits] reads each limit with its live attempts and, while it is
 // full, the due rows it holds back ([LimitInfo].HeldBack).
 // [Store.WhyNotRunning] says, for one row, every reason it is not running

@@ -1281,7 +1281,7 @@ SELECT EXTRACT(EPOCH FROM LEAST(l.lease_until,
              SELECT count(*) AS recent, min(t) AS oldest FROM unnest(s.starts) AS t
              WHERE t > statement_timestamp() - rl.period_us * interval '1 microsecond') AS x
          WHERE s.key BETWEEN rl.id::bigint * 100000 AND rl.id::bigint * 100000 + ` + limitSlots + ` - 1) AS w
-     WHERE rl.scope = 'kind' OR rl.name = $1)
+     WHERE (rl.scope = 'queue' AND rl.name = $1) OR (rl.scope = 'kind' AND rl.name >= ''))
     ) - statement_timestamp())::float8,
     COALESCE((EXTRACT(EPOCH FROM l.lease_until) * 1000000)::bigint, 0)
 FROM (SELECT (

@@ -17,7 +17,7 @@ import (
 // shows, compiled and never called; docs_test.go in the module's root
 // checks each snippet against its function. The names a snippet takes as
 // given are the function's parameters.
-var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning, partitionLimits}
+var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning, partitionLimits, rateLimits}
 
 // storeRoundTrip is the store without a worker (docs/store.md): migrate,
 // enqueue with the business write, claim, and record the outcomes.
@@ -104,6 +104,23 @@ func partitionLimits(ctx context.Context, store *lease.Store, tx *sql.Tx, payloa
 
 	// Inside the business transaction:
 	_, err = store.Enqueue(ctx, tx, lease.Event{Kind: "invoice.send", Partition: "acme", Payload: payload})
+	return err
+}
+
+// rateLimits declares, reads and clears a rate limit, and enqueues an
+// event that costs more than one start (docs/flow-control.md).
+func rateLimits(ctx context.Context, store *lease.Store, tx *sql.Tx, payload []byte) error {
+	// At most 100 "sms.send" starts in any minute, across every worker.
+	_, _, err := store.SetRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: "sms.send", Max: 100, Per: time.Minute}, "ops: provider quota")
+
+	// A message to ten recipients takes ten of them.
+	_, err = store.Enqueue(ctx, tx, lease.Event{Kind: "sms.send", Payload: payload, Cost: 10})
+
+	rates, err := store.RateLimits(ctx) // each with Recent: the starts in the window that ends now
+	for _, r := range rates {
+		_ = fmt.Sprintf("%s %s: %d/%d per %v, next room at %v", r.Scope, r.Name, r.Recent, r.Max, r.Per, r.NextAt)
+	}
+	_, err = store.ClearRateLimit(ctx, lease.ScopeKind, "sms.send", "ops")
 	return err
 }
 
