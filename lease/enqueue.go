@@ -541,6 +541,7 @@ func (s *Store) checkEvent(e Event) error {
 		return err
 	}
 	if e.Cost < 0 || e.Cost > MaxCost {
+		//lint:ignore ST1005 the message starts with the field's name, Cost
 		return fmt.Errorf("Cost is %d; it must be between 1 and %d, or zero for 1", e.Cost, MaxCost)
 	}
 	if e.MaxAttempts < 0 {
