@@ -118,7 +118,7 @@ func Run(t *testing.T, target Target) {
 
 func properties() []property {
 	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(),
-		orderProperties(), queueProperties(), limitProperties(), cancelProperties(), snoozeProperties(), copyProperties(),
+		orderProperties(), queueProperties(), limitProperties(), partitionProperties(), cancelProperties(), snoozeProperties(), copyProperties(),
 		deadConnProperties())
 }
 

@@ -95,6 +95,32 @@
 //     one slot, killed with SIGKILL or stopped with SIGSTOP, keeps it until
 //     the lease fixture, then the slot is reused; the stopped child,
 //     continued, has its completion, renewal and release refused;
+//   - PartitionLimitHoldsUnderConcurrentClaims,
+//     KilledPartitionHolderFreesItsPlaceAtLeaseEnd,
+//     PausedPartitionHolderIsRefusedAfterItsPlaceIsReused,
+//     PartitionLimitComposesWithKeyOrder and
+//     SetAsideRowsAllRunOncePlacesFree: a limit per partition
+//     (lease.Limit of lease.ScopePartition, lease.Event.Partition; a
+//     default and a partition's own) holds across claimers and queues.
+//     Eight claimers through the driver, ending claims at random as above,
+//     over six partitions in two queues, while a child process killed with
+//     SIGKILL and one stopped with SIGSTOP hold a place each (their leases
+//     expired by fixture mid-run, the stopped one continued once its row
+//     was claimed again, its late writes refused), never hold more live
+//     attempts of a partition than its limit, by a reader's count in one
+//     snapshot and by their own tally, and finish every row. A killed or
+//     stopped holder keeps its place until its lease runs out: then the
+//     claim that takes its row back keeps the place, or a claim of another
+//     queue without floors takes it for one of its rows, within three
+//     claims (one counts the place given back, one brings a row set aside
+//     back, one takes it), and the holder's late writes are refused. A
+//     keyed event of a limited partition waits for its key's turn and a
+//     place, keeps its key's order, is never set aside, and is never
+//     handed on by a completion taking turns. The rows a full partition
+//     sets aside (WAITING) all run: through every end of an attempt
+//     (completion, retry, release, cancel, expiry, a completion in the
+//     caller's transaction), a raise and a cleared limit, three claims in
+//     a row take exactly the places freed, and none is left set aside;
 //   - CancelledAttemptCannotWriteAnything,
 //     CancelledEventIsNeverClaimedAndPassesItsKeyOn and
 //     CancelNeverUndoesACommittedCompletion: once Store.Cancel has marked a
@@ -193,12 +219,15 @@
 // # Child processes
 //
 // KilledWorkerClaimIsRecovered (and KilledHeadIsClaimedBeforeFollowers,
-// KilledLimitHolderFreesItsSlotAtLeaseEnd) re-executes the test binary
+// KilledLimitHolderFreesItsSlotAtLeaseEnd,
+// KilledPartitionHolderFreesItsPlaceAtLeaseEnd,
+// PartitionLimitHoldsUnderConcurrentClaims) re-executes the test binary
 // (os.Args[0]) with
 // -test.run narrowed to itself, as os/exec's helper-process tests do; the
 // child claims one row in autocommit mode, prints the claim, and waits to be
 // killed with SIGKILL. PausedLimitHolderIsRefusedAfterItsSlotIsReused's
-// child waits instead for a line on its stdin, is stopped with SIGSTOP
+// child (and those of PausedPartitionHolderIsRefusedAfterItsPlaceIsReused
+// and PartitionLimitHoldsUnderConcurrentClaims) waits instead for a line on its stdin, is stopped with SIGSTOP
 // meanwhile, and once continued writes to its claim and prints how each
 // write went. The child reaches Run through the same test function,
 // so keep the code before Run cheap. The DSN and schema reach it through the
@@ -206,7 +235,8 @@
 // Target.OpenDB that the test function builds again in the child. Build
 // the factory in the test function, from nothing the parent process set up
 // before calling Run. On systems without SIGKILL (SIGSTOP, and a wait
-// that reports a stopped child) the subtest is skipped.
+// that reports a stopped child) the subtest is skipped;
+// PartitionLimitHoldsUnderConcurrentClaims runs without its children.
 //
 // # Lease expiry is a fixture
 //
@@ -252,8 +282,9 @@
 // StaleOwnerCannotRetry, ExpiredOwnerCannotFinalize) and two pass, as in
 // the article; TestBaselineSelfTest asserts that.
 //
-// The limit properties fail against a store whose every limit admits one
-// attempt more than its Max (a SetLimit that declares Max + 1);
+// The limit properties, per partition too, fail against a store whose
+// every limit admits one attempt more than its Max (a SetLimit that
+// declares Max + 1);
 // TestLimitSelfTest asserts that, with ClaimThenComplete passing as a
 // control.
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -199,25 +198,26 @@ func (e *env) endAtRandom(rng *rand.Rand, c leasework.Claim, tally *liveTally, d
 type liveTally struct {
 	mu    sync.Mutex
 	limit map[string]int // limit ("kind a", "queue mail") -> Max
+	of    func(leasework.Claim) []string
 	live  map[string]int
 	most  map[string]int
 	over  []string
 }
 
 func newLiveTally(limits map[string]int) *liveTally {
-	return &liveTally{limit: limits, live: map[string]int{}, most: map[string]int{}}
+	return &liveTally{limit: limits, of: limitsOf, live: map[string]int{}, most: map[string]int{}}
 }
 
-// limitsOf are the limits a claim counts under.
-func limitsOf(c leasework.Claim) [2]string {
-	return [2]string{"kind " + c.Kind, "queue " + c.Queue}
+// limitsOf are the kind and queue limits a claim counts under.
+func limitsOf(c leasework.Claim) []string {
+	return []string{"kind " + c.Kind, "queue " + c.Queue}
 }
 
 func (t *liveTally) add(claims []leasework.Claim) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range claims {
-		for _, l := range limitsOf(c) {
+		for _, l := range t.of(c) {
 			limit, ok := t.limit[l]
 			if !ok {
 				continue
@@ -235,7 +235,7 @@ func (t *liveTally) add(claims []leasework.Claim) {
 func (t *liveTally) remove(c leasework.Claim) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, l := range limitsOf(c) {
+	for _, l := range t.of(c) {
 		if _, ok := t.limit[l]; ok {
 			t.live[l]--
 		}
@@ -447,129 +447,18 @@ func limitComposesWithKeyOrder(e *env) {
 	e.enqueue(events...)
 	total := int64(len(events))
 
-	seed := rand.Uint64()
-	e.t.Logf("seed %d", seed)
 	tally := newLiveTally(map[string]int{"kind a": maxA})
 	reader := e.readLive(`
 SELECT count(*) FROM `+e.fix.QualifiedTable()+`
 WHERE kind = $1 AND status = 'INPROGRESS' AND lease_until > now()`,
 		[]any{"a"}, []string{"kind a"}, []int{maxA})
-
-	var mu sync.Mutex
-	inFlight := map[string]int64{} // key -> its row claimed and unfinished
-	next := map[string]int{}       // key -> the sequence number of its next first claim
-	firstClaimed := map[int64]bool{}
-	var violations []string
-	violate := func(format string, args ...any) {
-		if len(violations) < 20 {
-			violations = append(violations, fmt.Sprintf(format, args...))
-		}
-	}
-	// check records claims (how: by a claim, or as a turn) against the
-	// order of their keys; finished takes a key out of flight, before the
-	// write that ends its row.
-	check := func(got []leasework.Claim, how string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range got {
-			if other, ok := inFlight[c.Key]; ok && other != c.ID {
-				violate("%s: row %d (%s) of key %s claimed while row %d of the key is unfinished", how, c.ID, c.EventID, c.Key, other)
+	e.runKeyOrder(keyOrderRun{total: total, claimers: claimers, tally: tally, reader: reader,
+		turns: func(c leasework.Claim, turns []leasework.Claim) string {
+			if len(turns) > 1 {
+				return fmt.Sprintf("the completion of %s took %s of kind a, more than the one place it gave up", c.EventID, eventIDs(turns))
 			}
-			inFlight[c.Key] = c.ID
-			if firstClaimed[c.ID] {
-				continue
-			}
-			firstClaimed[c.ID] = true
-			seq, _ := strconv.Atoi(c.EventID[strings.IndexByte(c.EventID, '/')+1:])
-			if seq != next[c.Key] {
-				violate("%s: key %s: event %d first claimed when event %d was next", how, c.Key, seq, next[c.Key])
-			}
-			next[c.Key] = seq + 1
-		}
-	}
-	finished := func(c leasework.Claim) {
-		mu.Lock()
-		defer mu.Unlock()
-		if inFlight[c.Key] == c.ID {
-			delete(inFlight, c.Key)
-		}
-	}
-
-	// A claimer that fails stops them all: the claims it holds would
-	// never end, and the others would wait for them until the watchdog.
-	run, stop := context.WithCancel(e.ctx)
-	defer stop()
-	var done atomic.Int64
-	errs := make(chan error, claimers)
-	fail := func(err error) { errs <- err; stop() }
-	var wg sync.WaitGroup
-	for w := range claimers {
-		rng := rand.New(rand.NewPCG(seed, uint64(w)))
-		wg.Go(func() {
-			var pending []leasework.Claim // claims to end, from claims and turns
-			for n := 0; done.Load() < total && run.Err() == nil; n++ {
-				if len(pending) == 0 {
-					got, err := e.store.Claim(e.ctx, lease.ClaimRequest{Limit: 1 + (w+n)%3, Lease: testLease})
-					if err != nil {
-						fail(fmt.Errorf("claimer %d: claim: %w", w, err))
-						return
-					}
-					if len(got) == 0 {
-						select {
-						case <-run.Done():
-						case <-time.After(time.Millisecond):
-						}
-						continue
-					}
-					tally.add(got)
-					check(got, "claim")
-					pending = got
-				}
-				c := pending[0]
-				pending = pending[1:]
-				tally.remove(c)
-				var err error
-				switch r := rng.IntN(16); {
-				case r < 2:
-					// Abandoned: the key stays held, by this row, until it is
-					// claimed again and ends.
-					err = leasetest.ExpireLease(e.ctx, e.fix, c.ID) // fixture: the owner died holding it
-				case r < 4 && c.Attempt < 3:
-					err = e.write(lease.Retry(c.Ref(), 0, "again"))
-				case r < 10:
-					finished(c)
-					var turns []leasework.Claim
-					turns, err = e.completeTakingTurns(c)
-					if len(turns) > 0 {
-						if len(turns) > 1 {
-							mu.Lock()
-							violate("the completion of %s took %s of kind a, more than the one place it gave up", c.EventID, eventIDs(turns))
-							mu.Unlock()
-						}
-						tally.add(turns)
-						check(turns, "turn")
-						pending = append(pending, turns...)
-					}
-					if err == nil {
-						done.Add(1)
-					}
-				default:
-					finished(c)
-					if err = e.write(lease.Complete(c.Ref())); err == nil {
-						done.Add(1)
-					}
-				}
-				if err != nil {
-					fail(fmt.Errorf("claimer %d: row %d generation %d: %w", w, c.ID, c.Generation, err))
-					return
-				}
-			}
-		})
-	}
-	e.claimersDone(&wg, reader, tally, errs, &done, total)
-	if len(violations) > 0 {
-		e.t.Errorf("order per key under a limit violated:\n%s", strings.Join(violations, "\n"))
-	}
+			return ""
+		}})
 	e.wantAllDone(total)
 
 	// Turns alone: kind b hands over, kind a does not.

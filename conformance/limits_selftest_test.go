@@ -49,7 +49,14 @@ var limitResults = map[string]string{
 	"LimitComposesWithKeyOrder":                      "FAIL",
 	"KilledLimitHolderFreesItsSlotAtLeaseEnd":        "FAIL",
 	"PausedLimitHolderIsRefusedAfterItsSlotIsReused": "FAIL",
-	"ClaimThenComplete":                              "PASS",
+
+	"PartitionLimitHoldsUnderConcurrentClaims":            "FAIL",
+	"KilledPartitionHolderFreesItsPlaceAtLeaseEnd":        "FAIL",
+	"PausedPartitionHolderIsRefusedAfterItsPlaceIsReused": "FAIL",
+	"PartitionLimitComposesWithKeyOrder":                  "FAIL",
+	"SetAsideRowsAllRunOncePlacesFree":                    "FAIL",
+
+	"ClaimThenComplete": "PASS",
 }
 
 // TestLimitSelfTest proves the limit properties can fail: in a child
@@ -58,7 +65,9 @@ var limitResults = map[string]string{
 // single-claimer properties fail at their first claim past the limit;
 // the concurrent ones when their reader or their claimers' tally sees
 // Max + 1 live attempts, which eight (or four) claimers of batches of up
-// to four (three) rows reach at once.
+// to four (three) rows reach at once; PartitionLimitComposesWithKeyOrder
+// at the latest when its claim of three heads of one partition takes
+// them all.
 func TestLimitSelfTest(t *testing.T) {
 	if os.Getenv(envLimitTarget) == "plus-one" {
 		conformance.Run(t, conformance.Target{Driver: pgxdriver.New(), DSN: pgtest.DSN(t), NewStore: newLimitPlusOne})
@@ -69,7 +78,7 @@ func TestLimitSelfTest(t *testing.T) {
 	var table strings.Builder
 	failed := false
 	for _, name := range names {
-		fmt.Fprintf(&table, "%-48s %s\n", name, results[name])
+		fmt.Fprintf(&table, "%-52s %s\n", name, results[name])
 		if results[name] != limitResults[name] {
 			t.Errorf("%s against a limit of Max + 1: %s, want %s", name, results[name], limitResults[name])
 			failed = true

@@ -37,50 +37,13 @@ func pausedLimitHolderIsRefused(e *env) {
 	e.setLimit(lease.Limit{Scope: lease.ScopeKind, Name: "k", Max: 1})
 	evs := e.enqueueN(2)
 
-	cmd := exec.CommandContext(e.ctx, os.Args[0], "-test.run="+runPattern(e.t.Name()), "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), envRole+"="+roleLateChild, envDSN+"="+e.target.DSN, envSchema+"="+e.schema)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	wantOK(e.t, "child's stdin", err)
-	stdout, err := cmd.StdoutPipe()
-	wantOK(e.t, "child's stdout", err)
-	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("start child: %v", err)
+	child := e.startLateChild()
+	defer child.kill()
+	if child.id != evs[0].ID || child.gen != e.gen(1) {
+		e.t.Fatalf("child claimed row %d generation %d; want row %d generation %d", child.id, child.gen, evs[0].ID, e.gen(1))
 	}
-	pid := cmd.Process.Pid
-	defer func() { // only matters if the test fails before the child exits
-		syscall.Kill(pid, syscall.SIGCONT)
-		cmd.Process.Kill()
-	}()
-	lines := bufio.NewScanner(stdout)
-	line := func(prefix string) string {
-		e.t.Helper()
-		for lines.Scan() {
-			if strings.HasPrefix(lines.Text(), prefix) {
-				return lines.Text()
-			}
-		}
-		e.t.Fatalf("child's output ended before a line %q (scan error %v)", prefix, lines.Err())
-		return ""
-	}
-
-	var id, gen int64
-	var eventID string
-	claimed := line("LEASEWORK-CLAIM ")
-	if _, err := fmt.Sscanf(claimed, "LEASEWORK-CLAIM id=%d event=%s generation=%d", &id, &eventID, &gen); err != nil {
-		e.t.Fatalf("child's claim %q: %v", claimed, err)
-	}
-	if id != evs[0].ID || gen != e.gen(1) {
-		e.t.Fatalf("child claimed row %d generation %d; want row %d generation %d", id, gen, evs[0].ID, e.gen(1))
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		e.t.Fatalf("SIGSTOP: %v", err)
-	}
-	var ws syscall.WaitStatus
-	if _, err := syscall.Wait4(pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
-		e.t.Fatalf("child %d after SIGSTOP: status %v, %v; want stopped", pid, ws, err)
-	}
-	e.t.Logf("child %d stopped (%v) holding row %d generation %d", pid, ws.StopSignal(), id, gen)
+	wantOK(e.t, "stop the child", child.stop())
+	id := child.id
 
 	if got := e.claim(10); len(got) != 0 {
 		e.t.Fatalf("claim while the stopped child's lease runs = %s; want nothing (it holds kind k's one slot)", eventIDs(got))
@@ -92,22 +55,10 @@ func pausedLimitHolderIsRefused(e *env) {
 	}
 	newOwner := got[0]
 
-	if _, err := io.WriteString(stdin, "write\n"); err != nil {
-		e.t.Fatalf("tell the child to write: %v", err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		e.t.Fatalf("SIGCONT: %v", err)
-	}
-	late := line("LEASEWORK-LATE ")
-	go func() { // drain, so the child is never blocked on a full pipe
-		for lines.Scan() {
-		}
-	}()
-	if err := cmd.Wait(); err != nil {
-		e.t.Fatalf("child after its late writes: %v; want exit status 0", err)
-	}
-	if want := "LEASEWORK-LATE complete=lost renew=lost release=lost"; late != want {
-		e.t.Fatalf("the woken child's writes: %q; want %q", late, want)
+	late, err := child.wake()
+	wantOK(e.t, "wake the child", err)
+	if late != lateRefused {
+		e.t.Fatalf("the woken child's writes: %q; want %q", late, lateRefused)
 	}
 
 	e.wantState(id, leasework.StatusInProgress, e.gen(2))
@@ -119,6 +70,102 @@ func pausedLimitHolderIsRefused(e *env) {
 	if next := e.claim(10); len(next) != 1 || next[0].ID != evs[1].ID {
 		e.t.Fatalf("claim after the new owner completed = %+v; want row %d", next, evs[1].ID)
 	}
+}
+
+// lateRefused is the line of a woken child whose every write was refused.
+const lateRefused = "LEASEWORK-LATE complete=lost renew=lost release=lost"
+
+// lateHolder is a child process that claimed one row (in autocommit mode,
+// as lateChild does) and waits, to be stopped with SIGSTOP and woken to
+// write late.
+type lateHolder struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	lines   *bufio.Scanner
+	pid     int
+	id, gen int64
+	eventID string
+}
+
+// startLateChild starts a child in the role lateChild and reads its
+// claim. The child runs the calling property's function again, which
+// must hand the role to lateChild (or to a function that does the same)
+// before anything else.
+func (e *env) startLateChild() *lateHolder {
+	e.t.Helper()
+	cmd := exec.CommandContext(e.ctx, os.Args[0], "-test.run="+runPattern(e.t.Name()), "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), envRole+"="+roleLateChild, envDSN+"="+e.target.DSN, envSchema+"="+e.schema)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	wantOK(e.t, "child's stdin", err)
+	stdout, err := cmd.StdoutPipe()
+	wantOK(e.t, "child's stdout", err)
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("start child: %v", err)
+	}
+	h := &lateHolder{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), pid: cmd.Process.Pid}
+	claimed, err := h.line("LEASEWORK-CLAIM ")
+	if err != nil {
+		h.kill()
+		e.t.Fatal(err)
+	}
+	if _, err := fmt.Sscanf(claimed, "LEASEWORK-CLAIM id=%d event=%s generation=%d", &h.id, &h.eventID, &h.gen); err != nil {
+		h.kill()
+		e.t.Fatalf("child's claim %q: %v", claimed, err)
+	}
+	return h
+}
+
+// line returns the child's next line that starts with prefix.
+func (h *lateHolder) line(prefix string) (string, error) {
+	for h.lines.Scan() {
+		if strings.HasPrefix(h.lines.Text(), prefix) {
+			return h.lines.Text(), nil
+		}
+	}
+	return "", fmt.Errorf("child's output ended before a line %q (scan error %v)", prefix, h.lines.Err())
+}
+
+// stop sends the child SIGSTOP and waits until it is seen stopped.
+func (h *lateHolder) stop() error {
+	if err := syscall.Kill(h.pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("SIGSTOP: %w", err)
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(h.pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		return fmt.Errorf("child %d after SIGSTOP: status %v, %v; want stopped", h.pid, ws, err)
+	}
+	return nil
+}
+
+// wake tells the stopped child to write, continues it, and returns the
+// line that says how its late writes went, once it exited with status 0.
+func (h *lateHolder) wake() (string, error) {
+	if _, err := io.WriteString(h.stdin, "write\n"); err != nil {
+		return "", fmt.Errorf("tell the child to write: %w", err)
+	}
+	if err := syscall.Kill(h.pid, syscall.SIGCONT); err != nil {
+		return "", fmt.Errorf("SIGCONT: %w", err)
+	}
+	late, err := h.line("LEASEWORK-LATE ")
+	if err != nil {
+		return "", err
+	}
+	go func() { // drain, so the child is never blocked on a full pipe
+		for h.lines.Scan() {
+		}
+	}()
+	if err := h.cmd.Wait(); err != nil {
+		return late, fmt.Errorf("child after its late writes: %w; want exit status 0", err)
+	}
+	return late, nil
+}
+
+// kill ends the child whatever its state; it only matters when a
+// property fails before the child exits.
+func (h *lateHolder) kill() {
+	syscall.Kill(h.pid, syscall.SIGCONT)
+	h.cmd.Process.Kill()
 }
 
 // lateChild is the stopped child's side: claim and print the claim, wait
