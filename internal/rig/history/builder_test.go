@@ -67,7 +67,7 @@ func (b *builder) put(row int64, opName, writer string, ms int, old, n State) *W
 	b.seq++
 	b.txid++
 	m := b.meta[row]
-	w := Write{Seq: b.seq, Op: opName, Row: row, EventID: m.EventID, Kind: m.Kind, Key: m.Key, Queue: m.Queue,
+	w := Write{Seq: b.seq, Op: opName, Row: row, EventID: m.EventID, Kind: m.Kind, Key: m.Key, Queue: m.Queue, Partition: m.Partition,
 		Writer: writer, Txid: b.txid, Stmt: b.at(ms), At: b.at(ms), Old: old, New: n}
 	b.h.Writes = append(b.h.Writes, w)
 	b.cur[row] = n
@@ -76,7 +76,7 @@ func (b *builder) put(row int64, opName, writer string, ms int, old, n State) *W
 
 // ev is an event to enqueue.
 type ev struct {
-	id, kind, key, queue, want string
+	id, kind, key, queue, want, partition string
 }
 
 // enqueue is an acknowledged enqueue called at ms, returned at ms+1: it
@@ -93,7 +93,7 @@ func (b *builder) enqueueCall(invoked, returned int, acked bool, events ...ev) [
 		id := b.next
 		b.next++
 		ids = append(ids, id)
-		b.meta[id] = Write{EventID: x.id, Kind: cmpOr(x.kind, plain), Key: x.key, Queue: cmpOr(x.queue, "default")}
+		b.meta[id] = Write{EventID: x.id, Kind: cmpOr(x.kind, plain), Key: x.key, Queue: cmpOr(x.queue, "default"), Partition: x.partition}
 		b.put(id, Insert, op, invoked, State{}, State{Status: Ready, MaxAttempts: budget, NextAttempt: b.at(invoked)})
 		e.Events = append(e.Events, Event{EventID: x.id, Kind: cmpOr(x.kind, plain), Key: x.key, Want: x.want})
 	}
@@ -127,6 +127,27 @@ func (b *builder) claim(row int64, worker string, ms int) *Write {
 		s.Status, s.Generation, s.Attempt = InProgress, s.Generation+1, s.Attempt+1
 		s.Worker, s.LeaseUntil = worker, b.at(ms+lease)
 	})
+}
+
+// claimIn claims row for worker at ms, counted in its partition's slot.
+func (b *builder) claimIn(row int64, worker string, ms int, slot int64) *Write {
+	w := b.claim(row, worker, ms)
+	w.New.PartitionSlot = slot
+	s := b.cur[row]
+	s.PartitionSlot = slot
+	b.cur[row] = s
+	return w
+}
+
+// setAside is a claim's write, by worker at ms, that sets row aside
+// (READY to WAITING) under its partition's limit; wake brings it back
+// READY.
+func (b *builder) setAside(row int64, worker string, ms int) *Write {
+	return b.write(row, worker, ms, func(s *State) { s.Status = Waiting })
+}
+
+func (b *builder) wake(row int64, worker string, ms int) *Write {
+	return b.write(row, worker, ms, func(s *State) { s.Status = Ready })
 }
 
 func (b *builder) gen(row int64) int64 { return b.cur[row].Generation }

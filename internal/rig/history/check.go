@@ -10,20 +10,21 @@ import (
 // The properties, in the order a verdict lists them (see the package
 // documentation).
 const (
-	Owners   = "owners"
-	KeyOrder = "key_order"
-	Terminal = "terminal"
-	Effects  = "effects"
-	Cancels  = "cancels"
-	Ticks    = "ticks"
-	Snoozes  = "snoozes"
-	Retries  = "retries"
-	Pauses   = "pauses"
-	Limits   = "limits"
+	Owners     = "owners"
+	KeyOrder   = "key_order"
+	Terminal   = "terminal"
+	Effects    = "effects"
+	Cancels    = "cancels"
+	Ticks      = "ticks"
+	Snoozes    = "snoozes"
+	Retries    = "retries"
+	Pauses     = "pauses"
+	Limits     = "limits"
+	Partitions = "partitions"
 )
 
 // Properties lists every property, in order.
-var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses, Limits}
+var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses, Limits, Partitions}
 
 // Violation is one broken promise.
 type Violation struct {
@@ -40,11 +41,14 @@ type Verdict struct {
 	// keyed rows (key_order), events (terminal), Transactional events
 	// DONE (effects), cancels that wrote (cancels), firings (ticks),
 	// snoozes written (snoozes), retries written (retries), pauses
-	// (pauses), claims under a concurrency limit (limits).
+	// (pauses), claims under a concurrency limit of a kind or a queue
+	// (limits), claims under a partition's limit and rows set aside
+	// (partitions).
 	Checked    map[string]int
 	Violations []Violation
-	// Limits is what the limits property found of each concurrency
-	// limit, per limit in force for the claims it checked.
+	// Limits is what the limits and partitions properties found of each
+	// concurrency limit, per limit in force for the claims it checked (a
+	// partition's under the default named after the partition).
 	Limits []LimitSeen
 	// Figures are counts for the report that no property judges: re-runs
 	// (a run returned nil, its completion was never written, and the event
@@ -102,6 +106,7 @@ func Check(h *History) Verdict {
 	c.checkBudgets()
 	c.checkPauses()
 	c.checkLimits()
+	c.checkSetAside()
 	sort.SliceStable(c.v.Violations, func(i, j int) bool {
 		return propertyIndex(c.v.Violations[i].Property) < propertyIndex(c.v.Violations[j].Property)
 	})
@@ -130,11 +135,11 @@ type checker struct {
 
 // row is one events row's history, and what its replay derived.
 type row struct {
-	id                        int64
-	eventID, kind, key, queue string
-	writes                    []*Write // by Seq
-	runs                      []*Run   // by Start
-	effects                   []*Effect
+	id                                   int64
+	eventID, kind, key, queue, partition string
+	writes                               []*Write // by Seq
+	runs                                 []*Run   // by Start
+	effects                              []*Effect
 
 	insert   *Write
 	origMax  int              // max_attempts at insert
@@ -147,6 +152,7 @@ type row struct {
 	cancels  []*Write         // operators' cancel writes that end the row
 	marks    []*Write         // operators' cancels that mark a running attempt's row
 	stops    []*Write         // the ends of rows marked cancelled
+	setAside []*Write         // claims' writes that set it aside (WAITING, keyless) under its partition's limit
 	deleted  bool
 }
 
@@ -173,7 +179,7 @@ func newChecker(h *History) *checker {
 		r := get(w.Row)
 		r.writes = append(r.writes, w)
 		if r.eventID == "" {
-			r.eventID, r.kind, r.key, r.queue = w.EventID, w.Kind, w.Key, w.Queue
+			r.eventID, r.kind, r.key, r.queue, r.partition = w.EventID, w.Kind, w.Key, w.Queue, w.Partition
 		}
 	}
 	for i := range h.Runs {

@@ -175,6 +175,34 @@ func good() *builder {
 	b.write(sw[0], "w1", 1101+lease, func(s *State) { s.KindSlot = 0 })
 	b.handle(sw[0], "w1", 1101+lease+1)
 
+	// Partitions under a default limit of 1 and one of their own of 2:
+	// a claim sets a row held back aside, and a later one brings it back
+	// once a sweep took the place of a killed owner's attempt at the end
+	// of its lease (its partition slot cleared); the killed attempt's row
+	// is taken back after.
+	b.limit(ScopePartition, "", 1, 1190)
+	b.limit(ScopePartition, "wide", 2, 1190)
+	p := b.enqueue(1200, ev{id: "p1", partition: "acme"}, ev{id: "p2", partition: "acme"},
+		ev{id: "p3", partition: "wide"}, ev{id: "p4", partition: "wide"})
+	b.claimIn(p[0], "w8", 1210, 1)
+	b.run(p[0], "w8", 1211, -1, "", 0)
+	b.h.Processes["w8"] = Process{Exited: b.at(1212)}
+	b.setAside(p[1], "w1", 1213)
+	b.claimIn(p[2], "w1", 1213, 2)
+	b.claimIn(p[3], "w2", 1214, 2)
+	b.run(p[2], "w1", 1215, 1216, ResultOK, 0)
+	b.run(p[3], "w2", 1215, 1216, ResultOK, 0)
+	b.finish(p[2], 1217, Done)
+	b.finish(p[3], 1217, Done)
+	b.write(p[0], "w1", 1210+lease, func(s *State) { s.PartitionSlot = 0 })
+	b.wake(p[1], "w2", 1210+lease+1)
+	b.claimIn(p[1], "w2", 1210+lease+2, 1)
+	b.run(p[1], "w2", 1210+lease+3, 1210+lease+4, ResultOK, 0)
+	b.finish(p[1], 1210+lease+5, Done)
+	b.claimIn(p[0], "w1", 1210+lease+5, 1)
+	b.run(p[0], "w1", 1210+lease+6, 1210+lease+7, ResultOK, 0)
+	b.finish(p[0], 1210+lease+8, Done)
+
 	// A schedule's firings.
 	b.firing(1000, "w1")
 	b.firing(2000, "w2")
@@ -203,7 +231,9 @@ func TestGoodHistory(t *testing.T) {
 	if got, outside := v.Figures["reruns"], v.Figures["reruns_outside_faults"]; got != 2 || outside != 0 {
 		t.Errorf("reruns = %d, outside faults %d; want 2 (the stopped owners'), 0", got, outside)
 	}
-	if want := []LimitSeen{{Scope: ScopeKind, Name: lim, Max: 2, Claims: 6, MostLive: 2, Full: 4}}; !slices.Equal(v.Limits, want) {
+	if want := []LimitSeen{{Scope: ScopeKind, Name: lim, Max: 2, Claims: 6, MostLive: 2, Full: 4},
+		{Scope: ScopePartition, Name: "wide", Max: 2, Claims: 2, MostLive: 2, Full: 1},
+		{Scope: ScopePartition, Name: "acme", Max: 1, Claims: 3, MostLive: 1, Full: 3}}; !slices.Equal(v.Limits, want) {
 		t.Errorf("limits seen %+v, want %+v", v.Limits, want)
 	}
 	if !strings.HasPrefix(v.String(), "history: ok owners=") {
@@ -787,6 +817,79 @@ var bad = []struct {
 		b.finish(l[0], 14, Done)
 		b.run(l[1], "w2", 12, 13, ResultOK, 0)
 		b.effect(l[1], b.finish(l[1], 15, Done))
+		return b
+	}},
+
+	// partitions
+	{"two live attempts of a partition under a default of 1", Partitions, "partition \"acme\": the claim by w2", func() *builder {
+		b := newBuilder()
+		b.limit(ScopePartition, "", 1, 0)
+		l := b.enqueue(5, ev{id: "p1", partition: "acme"}, ev{id: "p2", partition: "acme"}, ev{id: "p3", partition: "beta"})
+		b.claimIn(l[0], "w1", 10, 1)
+		b.claimIn(l[2], "w3", 10, 2)
+		b.claimIn(l[1], "w2", 11, 1)
+		for i, w := range []string{"w1", "w2", "w3"} {
+			b.run(l[i], w, 12, 13, ResultOK, 0)
+			b.finish(l[i], 14+i, Done)
+		}
+		return b
+	}},
+	{"three live attempts of a partition under its own limit of 2", Partitions, "made 3 attempts live, above its limit of 2", func() *builder {
+		b := newBuilder()
+		b.limit(ScopePartition, "", 1, 0)
+		b.limit(ScopePartition, "wide", 2, 0)
+		l := b.enqueue(5, ev{id: "p1", partition: "wide"}, ev{id: "p2", partition: "wide"}, ev{id: "p3", partition: "wide"})
+		for i, w := range []string{"w1", "w2", "w3"} {
+			b.claimIn(l[i], w, 10+i, 1)
+		}
+		for i, w := range []string{"w1", "w2", "w3"} {
+			b.run(l[i], w, 13, 14, ResultOK, 0)
+			b.finish(l[i], 15+i, Done)
+		}
+		return b
+	}},
+	{"a row set aside left behind", Partitions, "left behind", func() *builder {
+		b := newBuilder()
+		b.limit(ScopePartition, "", 1, 0)
+		l := b.enqueue(5, ev{id: "p1", partition: "acme"}, ev{id: "p2", partition: "acme"})
+		b.claimIn(l[0], "w1", 10, 1)
+		b.setAside(l[1], "w1", 10)
+		b.run(l[0], "w1", 11, 12, ResultOK, 0)
+		b.finish(l[0], 13, Done)
+		b.h.Settled = b.at(20)
+		return b
+	}},
+	{"a keyed row set aside", Partitions, "a keyed row is never set aside", func() *builder {
+		b := newBuilder()
+		b.limit(ScopePartition, "", 1, 0)
+		l := b.enqueue(5, ev{id: "p1", partition: "acme"}, ev{id: "k1", key: "k", partition: "acme"})
+		b.claimIn(l[0], "w1", 10, 1)
+		b.setAside(l[1], "w1", 10)
+		b.run(l[0], "w1", 11, 12, ResultOK, 0)
+		b.finish(l[0], 13, Done)
+		b.wake(l[1], "w1", 14)
+		b.handle(l[1], "w1", 15)
+		return b
+	}},
+	{"a row set aside claimed without being brought back", Partitions, "taken without being brought back", func() *builder {
+		b := newBuilder()
+		b.limit(ScopePartition, "", 1, 0)
+		l := b.enqueue(5, ev{id: "p1", partition: "acme"}, ev{id: "p2", partition: "acme"})
+		b.claimIn(l[0], "w1", 10, 1)
+		b.setAside(l[1], "w1", 10)
+		b.run(l[0], "w1", 11, 12, ResultOK, 0)
+		b.finish(l[0], 13, Done)
+		b.handle(l[1], "w1", 15)
+		return b
+	}},
+	{"a sweep takes a partition's place while the holder's lease runs", Owners, "took the places of generation 1", func() *builder {
+		b := newBuilder()
+		b.limit(ScopePartition, "", 1, 0)
+		l := b.enqueue(5, ev{id: "p1", partition: "acme"})
+		b.claimIn(l[0], "w1", 10, 1)
+		b.write(l[0], "w2", 10+lease-1, func(s *State) { s.PartitionSlot = 0 })
+		b.run(l[0], "w1", 11, 12, ResultOK, 0)
+		b.finish(l[0], 13, Done)
 		return b
 	}},
 

@@ -77,4 +77,14 @@
 //     takes its row off its generation or out of INPROGRESS) and the end
 //     of its lease (the last lease_until its generation got; a write that
 //     moves it into the past, the expiry fixture, ends it at that write).
+//   - partitions: the same for the limits per partition (Write.Partition):
+//     no claim makes more attempts of a partition live than its own limit
+//     in force, or the default's (Name empty) for a partition with none;
+//     only a worker's claim sets a row aside (READY to WAITING, nothing
+//     else changed), and only a keyless row of a partition; a row set
+//     aside is brought back READY before a claim takes it; and none is
+//     left set aside at the end (inserted before Settled, still WAITING).
+//     The owners property accepts a sweep that clears an attempt's
+//     partition slot (State.PartitionSlot), as its kind's and queue's,
+//     only once its lease ran out.
 package history

@@ -139,12 +139,12 @@ type Write struct {
 	Seq int64  // the audit's order: for one row, the order of the commits
 	Op  string // Insert, Update or Delete
 	Row int64
-	// The row's constants.
-	EventID, Kind, Key, Queue string
-	Writer                    string    // the writing session's application_name
-	Txid                      int64     // the writing transaction
-	Stmt                      time.Time // statement_timestamp() of the writing statement
-	At                        time.Time // clock_timestamp() in the trigger
+	// The row's constants; Partition is empty for a row of no partition.
+	EventID, Kind, Key, Queue, Partition string
+	Writer                               string    // the writing session's application_name
+	Txid                                 int64     // the writing transaction
+	Stmt                                 time.Time // statement_timestamp() of the writing statement
+	At                                   time.Time // clock_timestamp() in the trigger
 	// Old is the row before the write (zero for an insert), New after it
 	// (zero for a delete).
 	Old, New State
@@ -173,6 +173,10 @@ type State struct {
 	// out, and count its place for a row it takes: no other write changes
 	// them but a claim.
 	KindSlot, QueueSlot int64
+	// PartitionSlot names the slot of its partition's limit the row's
+	// attempt is counted in (zero: none); as KindSlot, a sweep may clear
+	// it on a row whose lease ran out.
+	PartitionSlot int64
 }
 
 // The results of a [Run]: what the handler returned.
@@ -237,14 +241,18 @@ type Pause struct {
 
 // The scopes of a [Limit], as lease names them.
 const (
-	ScopeKind  = "kind"  // the attempts of one kind, in every queue
-	ScopeQueue = "queue" // the attempts of one queue, of every kind
+	ScopeKind      = "kind"      // the attempts of one kind, in every queue
+	ScopeQueue     = "queue"     // the attempts of one queue, of every kind
+	ScopePartition = "partition" // the attempts of each partition: Name's, or every partition's ("")
 )
 
 // Limit is one setting of a concurrency limit by the test (lease's
 // Store.SetLimit): claims that begin after it committed, somewhere between
 // Invoked and Returned, admit an attempt of the kind (Scope [ScopeKind])
-// or of the queue ([ScopeQueue]) Name only while fewer than Max are live.
+// or of the queue ([ScopeQueue]) Name only while fewer than Max are live;
+// one of [ScopePartition], an attempt of partition Name, or of any
+// partition that has no setting of its own when Name is empty (the
+// default).
 // A setting whose call failed and was made again, with the same Max, is
 // one setting, from the first call's invocation to the return of the call
 // that succeeded. Returned is zero when no call succeeded: the setting may

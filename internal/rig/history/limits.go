@@ -41,9 +41,9 @@ func (c *checker) checkLimits() {
 	var order []ident
 	sets := map[ident][]Limit{}
 	for _, l := range c.h.Limits {
-		if l.Scope != ScopeKind && l.Scope != ScopeQueue || l.Max < 0 {
-			c.fail(Limits, nil, "a limit setting of scope %q, name %q, max %d: want scope %q or %q and a max of 0 or more",
-				l.Scope, l.Name, l.Max, ScopeKind, ScopeQueue)
+		if l.Scope != ScopeKind && l.Scope != ScopeQueue && l.Scope != ScopePartition || l.Max < 0 {
+			c.fail(Limits, nil, "a limit setting of scope %q, name %q, max %d: want scope %q, %q or %q and a max of 0 or more",
+				l.Scope, l.Name, l.Max, ScopeKind, ScopeQueue, ScopePartition)
 			continue
 		}
 		id := ident{l.Scope, l.Name}
@@ -60,7 +60,49 @@ func (c *checker) checkLimits() {
 		}
 	}
 	for _, id := range order {
+		if id.scope == ScopePartition && id.name == "" {
+			continue // the default: below
+		}
 		c.checkLimit(id.scope, id.name, sets[id], completions)
+	}
+	// The default partition limit binds every partition that has no
+	// setting of its own; each is checked apart, under the default's
+	// settings. (A partition given its own setting after the default
+	// is checked under its own only, from when it was set: a lenient
+	// check of the claims before, which the soak does not make.)
+	if def := sets[ident{ScopePartition, ""}]; len(def) > 0 {
+		var parts []string
+		seen := map[string]bool{}
+		for _, r := range c.ordered {
+			if r.partition != "" && !seen[r.partition] && len(sets[ident{ScopePartition, r.partition}]) == 0 {
+				seen[r.partition] = true
+				parts = append(parts, r.partition)
+			}
+		}
+		sort.Strings(parts)
+		for _, p := range parts {
+			c.checkLimit(ScopePartition, p, def, completions)
+		}
+	}
+}
+
+// checkSetAside checks that no row set aside by its partition's limit is
+// left behind: every row a claim set aside (WAITING, keyless) was brought
+// back READY (or ended, by a cancel), unless it was inserted after the
+// test began to wait for every event to finish.
+func (c *checker) checkSetAside() {
+	for _, r := range c.ordered {
+		if len(r.setAside) == 0 {
+			continue
+		}
+		c.v.Checked[Partitions]++
+		c.v.Figures["set_aside"] += len(r.setAside)
+		last := r.writes[len(r.writes)-1]
+		if last.Op == Delete || last.New.Status != Waiting || r.insert == nil || !r.insert.At.Before(c.h.Settled) {
+			continue
+		}
+		w := r.setAside[len(r.setAside)-1]
+		c.fail(Partitions, r, "set aside by %s at %s (audit %d), and left behind: still WAITING at the end", w.Writer, ts(w.At), w.Seq)
 	}
 }
 
@@ -85,10 +127,15 @@ func (c *checker) checkLimits() {
 // those outside) are allowed beyond Max, but never beyond the largest Max
 // in force since the first of them was claimed.
 func (c *checker) checkLimit(scope, name string, sets []Limit, completions map[int64]bool) {
+	property := Limits
+	if scope == ScopePartition {
+		property = Partitions
+	}
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Invoked.Before(sets[j].Invoked) })
 	var atts []*attempt
 	for _, r := range c.ordered {
-		if (scope == ScopeKind && r.kind != name) || (scope == ScopeQueue && r.queue != name) {
+		if (scope == ScopeKind && r.kind != name) || (scope == ScopeQueue && r.queue != name) ||
+			(scope == ScopePartition && r.partition != name) {
 			continue
 		}
 		for _, cl := range r.claims {
@@ -120,7 +167,7 @@ func (c *checker) checkLimit(scope, name string, sets []Limit, completions map[i
 		}
 		live = append(kept, a)
 		n := len(live)
-		c.v.Checked[Limits]++
+		c.v.Checked[property]++
 		allowed, outside, since := a.max, 0, time.Time{}
 		for _, x := range live[:n-1] {
 			if x.claim.At.Before(a.lowered) {
@@ -163,7 +210,7 @@ func (c *checker) checkLimit(scope, name string, sets []Limit, completions map[i
 			if outside > 0 {
 				why += fmt.Sprintf(" and the %d attempts claimed before it was lowered (at most %d allowed)", outside, allowed)
 			}
-			c.fail(Limits, a.r, "%s %q: the claim by %s at %s (generation %d, live to %s) made %d attempts live, above %s: %s",
+			c.fail(property, a.r, "%s %q: the claim by %s at %s (generation %d, live to %s) made %d attempts live, above %s: %s",
 				scope, name, a.claim.Writer, ts(a.start), a.claim.New.Generation, ts(a.end), n, why, strings.Join(others, "; "))
 		}
 	}

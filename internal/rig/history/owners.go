@@ -81,6 +81,9 @@ func (c *checker) classify(r *row, w *Write) {
 	case o.Status == InProgress:
 		c.ownerWrite(r, w, op)
 
+	case o.Status == Ready && n.Status == Waiting && o.KeySeq == n.KeySeq && sameState(n, withStatusOf(o, Waiting)):
+		c.setAside(r, w, op)
+
 	case o.Status == Ready || o.Status == Waiting:
 		// Commit-time order of a key (its place, and WAITING behind a
 		// live row), the promotion of a key's next row, or a write that
@@ -135,7 +138,12 @@ func (c *checker) claim(r *row, w *Write) {
 		}
 	case Waiting:
 		// Only the completion of the key's previous row may claim it,
-		// in the same transaction (a turn taken): checkKeyOrder.
+		// in the same transaction (a turn taken): checkKeyOrder. A
+		// keyless row is WAITING only set aside by its partition's
+		// limit, and is brought back READY before a claim takes it.
+		if r.key == "" {
+			c.fail(Partitions, r, "claimed by %s at %s from WAITING: a row set aside taken without being brought back READY", w.Writer, ts(w.Stmt))
+		}
 	default:
 		c.fail(Owners, r, "claimed by %s at %s from %s", w.Writer, ts(w.Stmt), o.Status)
 	}
@@ -299,15 +307,39 @@ func sameState(a, b State) bool {
 	return a.Status == b.Status && a.Generation == b.Generation && a.Attempt == b.Attempt &&
 		a.MaxAttempts == b.MaxAttempts && a.LeaseUntil.Equal(b.LeaseUntil) && a.NextAttempt.Equal(b.NextAttempt) &&
 		a.Worker == b.Worker && a.KeySeq == b.KeySeq && a.LastError == b.LastError && a.CancelledAt.Equal(b.CancelledAt) &&
-		a.KindSlot == b.KindSlot && a.QueueSlot == b.QueueSlot
+		a.KindSlot == b.KindSlot && a.QueueSlot == b.QueueSlot && a.PartitionSlot == b.PartitionSlot
 }
 
-// placeTaken says whether n is o with one or both of its limits' places
-// cleared, and nothing else changed: a sweep that took the places of an
-// attempt whose lease ran out.
+// withStatusOf returns s with status st.
+func withStatusOf(s State, st string) State {
+	s.Status = st
+	return s
+}
+
+// placeTaken says whether n is o with some of its limits' places (its
+// kind's, its queue's, its partition's) cleared, and nothing else
+// changed: a sweep that took the places of an attempt whose lease ran
+// out.
 func placeTaken(o, n State) bool {
 	cleared := o
-	cleared.KindSlot, cleared.QueueSlot = n.KindSlot, n.QueueSlot
+	cleared.KindSlot, cleared.QueueSlot, cleared.PartitionSlot = n.KindSlot, n.QueueSlot, n.PartitionSlot
 	return sameState(n, cleared) && !sameState(n, o) &&
-		(n.KindSlot == 0 || n.KindSlot == o.KindSlot) && (n.QueueSlot == 0 || n.QueueSlot == o.QueueSlot)
+		(n.KindSlot == 0 || n.KindSlot == o.KindSlot) && (n.QueueSlot == 0 || n.QueueSlot == o.QueueSlot) &&
+		(n.PartitionSlot == 0 || n.PartitionSlot == o.PartitionSlot)
+}
+
+// setAside checks a write that made a READY row WAITING, and changed
+// nothing else: a claim that set the row aside, its partition full. Only
+// a worker's claim does, and only to a keyless row of a partition (a
+// keyed row waits for its place READY, in its key's line).
+func (c *checker) setAside(r *row, w *Write, op bool) {
+	switch {
+	case op:
+		c.fail(Owners, r, "audit %d: the operator %s made the READY row WAITING", w.Seq, w.Writer)
+	case r.key != "":
+		c.fail(Partitions, r, "audit %d: %s set aside a row of key %q (READY to WAITING); a keyed row is never set aside", w.Seq, w.Writer, r.key)
+	case r.partition == "":
+		c.fail(Partitions, r, "audit %d: %s set aside a row of no partition (READY to WAITING)", w.Seq, w.Writer)
+	}
+	r.setAside = append(r.setAside, w)
 }
