@@ -63,7 +63,7 @@ func breakQueries(q *queries) {
 		// row's lock: a renewal that commits during the claim is missed,
 		// and the renewed attempt runs on beside the one that took its
 		// place.
-		q.claim = mustReplace(q.claim, "    LIMIT $1\n    FOR UPDATE SKIP LOCKED\n), stale_places AS (", "    LIMIT $1\n), stale_places AS (")
+		q.claim = mustReplace(q.claim, "    LIMIT $1\n    FOR UPDATE SKIP LOCKED\n), pstale AS (", "    LIMIT $1\n), pstale AS (")
 	}
 }
 
