@@ -45,6 +45,7 @@ var breaks = map[string]libraryBreak{
 	"limit-handoff-doubled": {"a completion hands each place its rows held under a concurrency limit on to two rows", []string{history.Limits}},
 	"limit-ignores-holder-lease": {"the claim takes the place of a holder whose lease ran out in its snapshot without locking the holder's row: a renewal committed meanwhile is missed",
 		[]string{history.Limits}},
+	"partition-off-by-one": {"the claim admits one attempt more than a partition's room", []string{history.Partitions}},
 }
 
 // breakOf returns the break $LEASEWORK_BREAK names, "" for none.

@@ -22,8 +22,10 @@ const (
 	auditTable     = `"soak"."audit"`
 	slotAuditTable = `"soak"."slot_audit"`
 	// slotsTable is the lease store's table of its limits' slots
-	// (migration 17), named after the events table.
-	slotsTable = `"soak"."events_limit_slots"`
+	// (migration 17), and partitionSlotsTable of its partitions' slots
+	// (migration 19), named after the events table.
+	slotsTable          = `"soak"."events_limit_slots"`
+	partitionSlotsTable = `"soak"."events_partition_slots"`
 )
 
 // Application names of the test's own sessions; a worker's is its id.
@@ -62,10 +64,11 @@ func withApp(dsn, app string) (string, error) {
 // waits for the first's commit before its own write). What the writes mean
 // is the history checker's business (internal/rig/history).
 //
-// The limits' slots (the lease store's own table) have an audit of the
-// same shape (slot_audit), which the checker does not read: a history with
-// violations is written with it beside it, to tell which claim took which
-// slot (see checkHistory).
+// The limits' slots and the partitions' slots (the lease store's own
+// tables) have an audit of the same shape (slot_audit, with the table
+// written), which the checker does not read: a history with violations
+// is written with it beside it, to tell which claim took which slot (see
+// checkHistory).
 //
 // One more trigger slows the commit of the slow renewals (limits_test.go):
 // deferred to the commit of a renewal written as edgeApp, it sleeps
@@ -127,6 +130,7 @@ func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 			EXECUTE FUNCTION "soak"."slow_commit"()`,
 		`CREATE TABLE ` + slotAuditTable + ` (
 			id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			tab     text        NOT NULL,
 			op      text        NOT NULL,
 			writer  text        NOT NULL,
 			txid    bigint      NOT NULL,
@@ -137,12 +141,14 @@ func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 		)`,
 		`CREATE FUNCTION "soak"."slot_audit"() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			INSERT INTO ` + slotAuditTable + ` (op, writer, txid, stmt_at, at, old, new)
-			VALUES (TG_OP, current_setting('application_name'), txid_current(), statement_timestamp(), clock_timestamp(),
+			INSERT INTO ` + slotAuditTable + ` (tab, op, writer, txid, stmt_at, at, old, new)
+			VALUES (TG_TABLE_NAME, TG_OP, current_setting('application_name'), txid_current(), statement_timestamp(), clock_timestamp(),
 				CASE WHEN TG_OP <> 'INSERT' THEN to_jsonb(OLD) END, CASE WHEN TG_OP <> 'DELETE' THEN to_jsonb(NEW) END);
 			RETURN NULL;
 		END $$`,
 		`CREATE TRIGGER soak_slot_audit AFTER INSERT OR UPDATE OR DELETE ON ` + slotsTable + `
+			FOR EACH ROW EXECUTE FUNCTION "soak"."slot_audit"()`,
+		`CREATE TRIGGER soak_slot_audit AFTER INSERT OR UPDATE OR DELETE ON ` + partitionSlotsTable + `
 			FOR EACH ROW EXECUTE FUNCTION "soak"."slot_audit"()`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {

@@ -59,14 +59,18 @@
 // keyed, over two hundred cold keys and three hot ones, and now and then a
 // chain, a holding head with events behind it on a fresh key; events
 // without a key spread over the queues and priorities, a few scheduled for
-// later. A canceller cancels running chain heads most, and other running,
+// later. Some events are of a tenant, t-0 to t-3 (lease.Event.Partition):
+// a quarter of the keyless plain and tx events, the events of one cold
+// key in four, and now and then a burst of two to four keyless events of
+// one tenant, in the default or the bulk queue. A canceller cancels running chain heads most, and other running,
 // waiting, not yet due and finished events. The bulk queue is paused and
 // resumed now and then.
 //
 // Concurrency limits are declared before the workers start, small enough
 // to bind: the tx kind at 2 live attempts (48 handler slots of the four
 // workers serve it), the bulk queue at 3 (16 serve it), the edge kind at
-// 1. While the faults are done, the tx kind's limit is lowered to 1 now
+// 1; and per partition, every tenant at 2 (the default) but t-0 at 1
+// (its own), so that claims set rows aside and bring them back. While the faults are done, the tx kind's limit is lowered to 1 now
 // and then, for a while, and raised again once the attempts claimed
 // before the lowering have ended (a raise while one of them runs lets the
 // store admit more than any limit set: see limitLoop); each setting is
@@ -129,7 +133,11 @@
 // limited kind or queue live in the database than the limit in force for
 // it (limits: the live attempts counted at each claim, from its write to
 // the write that ends each or its lease's end; after a lowering, those
-// claimed before it may run beside, up to the old limit). A history with violations
+// claimed before it may run beside, up to the old limit); the same per
+// tenant, under its own limit or the default, and no row set aside left
+// behind (partitions); a sweep may take the place of an expired attempt
+// (clear its kind, queue or partition slot) only once its lease ran out
+// (owners). A history with violations
 // is written to the temporary directory, and the run says where; beside
 // it, the audit of the limits' slots (which the checker does not read),
 // for the diagnosis of a limits violation: which slot each claim took.
@@ -138,14 +146,15 @@
 // picks up a probe well within PollInterval (30s) by NOTIFY after the last
 // fault, stops with status 0 on SIGTERM within a bound, and none exited by
 // itself, panicked or hung; every property checked something, each limit
-// was reached, and a slow renewal was made. The run ends with its
+// was reached (t-0's own, and the default by another tenant), a claim set
+// a row aside, and a slow renewal was made. The run ends with its
 // figures (for each limit and each Max it had, the claims checked, the
 // most attempts live and the claims that reached it) and, last, the
 // history's verdict:
 //
-//	soak limits (… settings; slow renewals …, failed …): kind tx under 1: … claims (… handed on by completions), at most 1 live, … reached it; kind tx under 2: …; queue bulk under 3: …; kind edge under 1: …
+//	soak limits (… settings; slow renewals …, failed …; rows set aside by partition limits …): kind tx under 1: … claims (… handed on by completions), at most 1 live, … reached it; kind tx under 2: …; queue bulk under 3: …; kind edge under 1: …; partition t-0 under 1: …; partition t-1 under 2: …
 //	soak: seed=… events=… kill=… stop=… terminate=… blackhole=… restart=… failover=… duplicates=… reruns=… (outside faults …) stale_rejected=… pickup_after_restart=…
-//	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=… limits=…
+//	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=… limits=… partitions=…
 //
 // # Deliberate breaks
 //
@@ -158,7 +167,9 @@
 // retry-doubled (retries), pause-ignored (pauses), floors-only (terminal),
 // limit-off-by-one, limit-handoff-doubled and limit-ignores-holder-lease
 // (limits; the last takes the place of a holder whose lease ran out
-// without the holder row's lock, and only the slow renewals catch it). Such a run passes
+// without the holder row's lock, and only the slow renewals catch it),
+// partition-off-by-one (partitions: the claim admits one attempt more
+// than a partition's room). Such a run passes
 // when the history shows the break's properties violated, and prints the
 // violations.
 //

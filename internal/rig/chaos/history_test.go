@@ -79,12 +79,13 @@ func writeHistory(path string, h *history.History) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// writeSlotAudit writes the audit of the limits' slots to path, a JSON
-// object a line, in order, and returns how many it wrote. The checker does
+// writeSlotAudit writes the audit of the limits' slots (of kinds and
+// queues, and of partitions: "table" says which) to path, a JSON object a
+// line, in order, and returns how many it wrote. The checker does
 // not read it: with the history's claims (their transactions), it tells
 // which slot each claim took, for the diagnosis of a limits violation.
 func (s *soak) writeSlotAudit(ctx context.Context, path string) (int, error) {
-	rows, err := s.admin.QueryContext(ctx, `SELECT json_build_object('seq', id, 'op', op, 'writer', writer, 'txid', txid,
+	rows, err := s.admin.QueryContext(ctx, `SELECT json_build_object('seq', id, 'table', tab, 'op', op, 'writer', writer, 'txid', txid,
 		'stmt', stmt_at, 'at', at, 'old', old, 'new', new)::text FROM `+slotAuditTable+` ORDER BY id`)
 	if err != nil {
 		return 0, err
@@ -157,6 +158,7 @@ func rowColumns(side string) string {
 		f("lease_until", "timestamptz"), f("next_attempt_at", "timestamptz"), f("worker", "text"),
 		f("key_seq", "bigint"), f("last_error", "text"), f("cancelled_at", "timestamptz"), // cancelled_at: from migration 11 on
 		f("kind_slot", "bigint"), f("queue_slot", "bigint"), // from migration 17 on
+		f("partition_key", "text"), f("partition_slot", "bigint"), // from migration 19 on
 	}, ", ")
 }
 
@@ -167,20 +169,22 @@ type image struct {
 	generation                           sql.NullInt64
 	attempt, maxAttempts                 sql.NullInt32
 	leaseUntil, nextAttempt, cancelledAt sql.NullTime
-	worker, lastError                    sql.NullString
+	worker, lastError, partition         sql.NullString
 	keySeq, kindSlot, queueSlot          sql.NullInt64
+	partitionSlot                        sql.NullInt64
 }
 
 func (m *image) dest() []any {
 	return []any{&m.id, &m.eventID, &m.kind, &m.key, &m.queue, &m.status, &m.generation, &m.attempt, &m.maxAttempts,
-		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt, &m.kindSlot, &m.queueSlot}
+		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt, &m.kindSlot, &m.queueSlot,
+		&m.partition, &m.partitionSlot}
 }
 
 func (m *image) state() history.State {
 	return history.State{Status: m.status.String, Generation: m.generation.Int64, Attempt: int(m.attempt.Int32),
 		MaxAttempts: int(m.maxAttempts.Int32), LeaseUntil: m.leaseUntil.Time, NextAttempt: m.nextAttempt.Time,
 		Worker: m.worker.String, KeySeq: m.keySeq.Int64, LastError: m.lastError.String, CancelledAt: m.cancelledAt.Time,
-		KindSlot: m.kindSlot.Int64, QueueSlot: m.queueSlot.Int64}
+		KindSlot: m.kindSlot.Int64, QueueSlot: m.queueSlot.Int64, PartitionSlot: m.partitionSlot.Int64}
 }
 
 // readAudit reads every audit row, in order.
@@ -205,6 +209,7 @@ func (s *soak) readAudit(ctx context.Context) ([]history.Write, error) {
 			im = &o
 		}
 		w.Row, w.EventID, w.Kind, w.Key, w.Queue = im.id.Int64, im.eventID.String, im.kind.String, im.key.String, im.queue.String
+		w.Partition = im.partition.String
 		out = append(out, w)
 	}
 	return out, rows.Err()

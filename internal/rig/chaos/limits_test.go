@@ -28,6 +28,15 @@ const (
 	limitSetter    = "soak" // who sets them, for the limits' audit
 )
 
+// The partition limits: the default for every tenant (tenants of them,
+// t-0 to t-3, see nextEvents), and t-0's own, lower.
+const (
+	tenants          = 4
+	partitionDefault = 2
+	hotTenant        = "t-0"
+	hotTenantLimit   = 1
+)
+
 // The slow renewals: the edge kind has one slot, which the test holds now
 // and then with a claim of its own (as a worker whose application_name
 // is edgeApp) while events of the kind wait for it. It renews that claim
@@ -55,6 +64,8 @@ func (s *soak) declareLimits(ctx context.Context) error {
 		{Scope: lease.ScopeKind, Name: txKind, Max: txLimit},
 		{Scope: lease.ScopeQueue, Name: bulkQueue, Max: bulkLimit},
 		{Scope: lease.ScopeKind, Name: edgeKind, Max: edgeLimit},
+		{Scope: lease.ScopePartition, Name: "", Max: partitionDefault},
+		{Scope: lease.ScopePartition, Name: hotTenant, Max: hotTenantLimit},
 	} {
 		if err := s.setLimit(ctx, l); err != nil {
 			return err

@@ -100,7 +100,11 @@ func (s *soak) record(e history.Enqueue) {
 // and Transactional ones keyed (a quarter of those on the hot keys); and,
 // in a quarter of the transactions, a chain: a keyed event that holds its
 // handler (a target of the canceller) with one or two events behind it on
-// a fresh key. Of the payloads some ask to fail (keyless plain events
+// a fresh key. A quarter of the keyless plain and Transactional events,
+// and the events of one cold key in four, are of a tenant (a partition,
+// t-0 to t-3, under the partition limits); and in a quarter of the
+// transactions comes a burst of two to four keyless events of one
+// tenant. Of the payloads some ask to fail (keyless plain events
 // only: a FAILED event would hold its key), to fail once, to be retried
 // after a delay of their own, or to hold (keyless, or a chain's head: a
 // hot key must keep up with its events); a few are due later, a few were
@@ -109,11 +113,12 @@ func (s *soak) record(e history.Enqueue) {
 func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []history.Event) {
 	var events []lease.Event
 	var recorded []history.Event
+	partition := "" // of the next event added
 	add := func(kind, key, queue, payload string, priority int, runAt time.Time) {
 		*n++
 		id := "e-" + strconv.Itoa(*n)
 		events = append(events, lease.Event{EventID: id, Kind: kind, Key: key, Queue: queue, Priority: priority,
-			Payload: []byte(payload), MaxAttempts: maxAttempts, RunAt: runAt})
+			Payload: []byte(payload), MaxAttempts: maxAttempts, RunAt: runAt, Partition: partition})
 		want := history.Done
 		if payload == payloadFail {
 			want = history.Failed
@@ -139,12 +144,21 @@ func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []histo
 			kind = txKind
 		}
 		var key string
+		partition = ""
 		if rng.IntN(10) < 3 {
 			if rng.IntN(4) == 0 {
 				key = "hot-" + strconv.Itoa(rng.IntN(hotKeys))
 			} else {
-				key = "k-" + strconv.Itoa(rng.IntN(coldKeys))
+				k := rng.IntN(coldKeys)
+				key = "k-" + strconv.Itoa(k)
+				if k%4 == 0 {
+					// A key of a tenant: its events wait for their turn
+					// and a place of the tenant's.
+					partition = "t-" + strconv.Itoa(k/4%tenants)
+				}
 			}
+		} else if rng.IntN(4) == 0 {
+			partition = "t-" + strconv.Itoa(rng.IntN(tenants))
 		}
 		payload := payloadOK
 		switch p := rng.IntN(100); {
@@ -152,7 +166,7 @@ func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []histo
 			payload = payloadFlaky
 		case p < 16:
 			payload = payloadRetry + strconv.Itoa(20+rng.IntN(180))
-		case p < 20 && key == "":
+		case p < 20 && key == "" && partition != hotTenant: // the hot tenant's one place would be held most of the time
 			payload = payloadHold
 		case p < 24 && key == "" && kind == plainKind:
 			payload = payloadFail
@@ -163,6 +177,30 @@ func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []histo
 		}
 		add(kind, key, queue, payload, priority, runAt)
 	}
+	if rng.IntN(4) == 0 {
+		// A burst of one tenant's events, more than its limit: a claim
+		// takes what the tenant has room for, and sets the others aside.
+		partition = "t-" + strconv.Itoa(rng.IntN(tenants))
+		kind := plainKind
+		if rng.IntN(3) == 0 {
+			kind = txKind
+		}
+		queue := "default"
+		if rng.IntN(4) == 0 {
+			queue = bulkQueue
+		}
+		for range 2 + rng.IntN(3) {
+			payload := payloadOK
+			switch p := rng.IntN(20); {
+			case p < 1 && partition != hotTenant:
+				payload = payloadHold
+			case p < 3:
+				payload = payloadFlaky
+			}
+			add(kind, "", queue, payload, rng.IntN(4), time.Time{})
+		}
+	}
+	partition = ""
 	if rng.IntN(4) == 0 {
 		*chains++
 		key := "c-" + strconv.Itoa(*chains)

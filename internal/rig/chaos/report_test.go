@@ -94,6 +94,21 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 				fail("no claim of %s %s made %d attempts live, its limit: the soak did not reach it", l.scope, l.name, l.max)
 			}
 		}
+		// The partition limits bound too: the hot tenant's own, and the
+		// default for another tenant; and rows were set aside.
+		if !slices.ContainsFunc(v.Limits, func(x history.LimitSeen) bool {
+			return x.Scope == history.ScopePartition && x.Name == hotTenant && x.Max == hotTenantLimit && x.Full > 0
+		}) {
+			fail("no claim of partition %s made %d attempts live, its own limit: the soak did not reach it", hotTenant, hotTenantLimit)
+		}
+		if !slices.ContainsFunc(v.Limits, func(x history.LimitSeen) bool {
+			return x.Scope == history.ScopePartition && x.Name != hotTenant && x.Max == partitionDefault && x.Full > 0
+		}) {
+			fail("no claim of a tenant under the default partition limit made %d attempts live: the soak did not reach it", partitionDefault)
+		}
+		if v.Figures["set_aside"] == 0 {
+			fail("no claim set a row aside under a partition limit: the soak did not exercise it")
+		}
 	}
 	var limits []string
 	for _, l := range v.Limits {
@@ -124,7 +139,8 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		cancels, v.Figures["cancelled_inprogress"], v.Figures["cancelled_waiting"], v.Figures["cancelled_ready"], v.Figures["cancelled_ran_on_ms"],
 		pauses, v.Figures["ticks_missed"],
 		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned, sum.RerunsFromAbandonedOutcomes, splits)
-	t.Logf("soak limits (%d settings; slow renewals %d, failed %d): %s", settings, slowRenewals, slowMissed, strings.Join(limits, "; "))
+	t.Logf("soak limits (%d settings; slow renewals %d, failed %d; rows set aside by partition limits %d): %s",
+		settings, slowRenewals, slowMissed, v.Figures["set_aside"], strings.Join(limits, "; "))
 	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
 		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
 		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))
