@@ -525,3 +525,54 @@ func TestValidatePartition(t *testing.T) {
 		}
 	}
 }
+
+// A row set aside and brought back READY (by wake_partitions, in a claim
+// of another queue) is found by a claim with floors
+// (ClaimRequest.DueFrom), as a key's promoted row is: a worker's claim
+// loop reads each level from a second before the latest due time it
+// claimed, and a row brought back with the due time it had when it was
+// set aside, long before, would wait for the worker's sweep, which takes
+// few rows at a time.
+func TestPartitionRowBroughtBackIsAboveTheFloors(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		setLimit(t, s, partitionLimit("", 1))
+		past := time.Now().Add(-time.Minute)
+		pgtest.Enqueue(t, s, lease.Event{Kind: "k", EventID: "first", Partition: "p", RunAt: past},
+			lease.Event{Kind: "k", EventID: "behind", Partition: "p", RunAt: past})
+		first := claimUntil(t, s, "", 1)
+		if len(first) != 1 || first[0].EventID != "first" {
+			t.Fatalf("first claim = %v; want first alone", first)
+		}
+		if got, want := statusesIn(t, s, "p"), map[string]int{"INPROGRESS": 1, "WAITING": 1}; !equalCounts(got, want) {
+			t.Fatalf("p's rows: %v; want %v (behind set aside)", got, want)
+		}
+		write(t, s, lease.Complete(first[0].Ref()))
+		// A claim of another queue counts the place given back, and
+		// brings behind back READY.
+		if got := claimUntil(t, s, "other", 1); len(got) != 0 {
+			t.Fatalf("claim of queue other = %v; want nothing", got)
+		}
+		if got, want := statusesIn(t, s, "p"), map[string]int{"DONE": 1, "READY": 1}; !equalCounts(got, want) {
+			t.Fatalf("p's rows after a claim of queue other: %v; want %v (behind brought back)", got, want)
+		}
+		// The floors of a claim loop that has just claimed rows due now.
+		var now time.Time
+		if err := s.DB().QueryRow(`SELECT now()`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		floors := make([]time.Time, lease.MaxPriority+1)
+		for i := range floors {
+			floors[i] = now.Add(-time.Second)
+		}
+		var got []leasework.Claim
+		for range 3 {
+			c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10, DueFrom: floors})
+			got = append(got, c...)
+		}
+		if len(got) != 1 || got[0].EventID != "behind" {
+			t.Fatalf("three claims with floors at %v after first completed = %v; want behind, brought back", floors[0], got)
+		}
+		wantPartitionsCounted(t, s, "behind claimed")
+	})
+}

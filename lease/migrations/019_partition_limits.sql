@@ -116,7 +116,8 @@ CREATE TRIGGER {{name "release_slots_delete"}} AFTER DELETE ON {{table}}
 -- claim's order. A partition no longer under a limit gets every row set
 -- aside back, and its slot is removed. It returns the partitions it
 -- counted. Its second statement begins after the locks are held: it sees
--- every row set aside by a claim that held one before.
+-- every row set aside by a claim that held one before. A row brought back
+-- is due now at the earliest, as a key's promoted row is.
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "wake_partitions"}}(skip text[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -153,8 +154,13 @@ BEGIN
         FROM {{schema}}.{{name "partition_slots"}} AS s
         WHERE s.id = ANY (ids)
     ), woken AS (
+        -- Due no earlier than now, as a key's promoted row: a row set
+        -- aside long ago would be due before the claim floors of the
+        -- workers' claim loops (ClaimRequest.DueFrom), and wait for their
+        -- sweeps, which take few rows at a time.
         UPDATE {{table}} AS o
-        SET status = 'READY', updated_at = statement_timestamp()
+        SET status = 'READY', next_attempt_at = greatest(o.next_attempt_at, statement_timestamp()),
+            updated_at = statement_timestamp()
         WHERE o.id = ANY (ARRAY(
             SELECT w.id FROM counted AS c
             CROSS JOIN LATERAL (
