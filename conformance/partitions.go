@@ -514,12 +514,14 @@ func (e *env) runKeyOrder(r keyOrderRun) {
 // it holds, each in turn by another path: a completion, a retry at once,
 // a release, a cancel (Store.Cancel, then the owner's write, refused with
 // ErrCancelled, ends it DISCARDED), abandoning it (the lease expired by
-// the fixture, the owner's late completion refused), a completion in the
-// caller's transaction (Store.WriteTx); and each time, three claims in a
-// row (the first counts the places given back, the next brings rows set
-// aside back, the third takes them) take exactly as many rows of each
-// partition as it has places and unfinished rows, and a fourth none.
-// Every event ends DONE or DISCARDED, and none is left set aside.
+// the fixture, the owner's late completion refused), a completion that
+// deletes the row in a batch (Store.WriteMany of lease.CompleteAndDelete),
+// a completion in the caller's transaction (Store.WriteTx); and each
+// time, three claims in a row (the first counts the places given back,
+// the next brings rows set aside back, the third takes them) take exactly
+// as many rows of each partition as it has places and unfinished rows,
+// and a fourth none.
+// Every event ends DONE, DISCARDED or deleted, and none is left set aside.
 //
 // Then four events of p1: a claim takes one and sets three aside; a raise
 // of the default to 3 lets the next claims take two more, and clearing
@@ -542,6 +544,7 @@ func setAsideRowsAllRun(e *env) {
 		unfinished[p] = per
 	}
 
+	deleted := 0
 	type ending struct {
 		name string
 		end  func(c leasework.Claim) (finished bool)
@@ -574,6 +577,15 @@ func setAsideRowsAllRun(e *env) {
 			e.expire(c.ID) // fixture: its owner died
 			wantLost(e.t, "the late completion of "+c.EventID, e.write(lease.Complete(c.Ref())))
 			return false
+		}},
+		{"a completion that deletes the row, in a batch", func(c leasework.Claim) bool {
+			res, err := e.store.WriteMany(e.ctx, lease.CompleteAndDelete(c.Ref()))
+			if err = answered(res, err); err == nil {
+				err = firstErr(res)
+			}
+			wantOK(e.t, "complete and delete "+c.EventID, err)
+			deleted++
+			return true
 		}},
 		{"a completion in the caller's transaction", func(c leasework.Claim) bool {
 			tx, err := e.db.BeginTx(e.ctx, nil)
@@ -632,8 +644,8 @@ func setAsideRowsAllRun(e *env) {
 	}
 	st, err := e.fix.Stats(e.ctx)
 	wantOK(e.t, "stats", err)
-	if got := st.Rows[leasework.StatusDone] + st.Rows[leasework.StatusDiscarded]; got != int64(len(events)) || sumRows(st) != got {
-		e.t.Fatalf("after the rounds: %v; want all %d rows DONE or DISCARDED", st.Rows, len(events))
+	if got := st.Rows[leasework.StatusDone] + st.Rows[leasework.StatusDiscarded]; got != int64(len(events)-deleted) || sumRows(st) != got {
+		e.t.Fatalf("after the rounds: %v; want all %d rows DONE or DISCARDED (and %d deleted)", st.Rows, len(events)-deleted, deleted)
 	}
 
 	late := make([]lease.Event, 4)
