@@ -222,14 +222,14 @@
 // KilledLimitHolderFreesItsSlotAtLeaseEnd,
 // KilledPartitionHolderFreesItsPlaceAtLeaseEnd,
 // PartitionLimitHoldsUnderConcurrentClaims) re-executes the test binary
-// (os.Args[0]) with
-// -test.run narrowed to itself, as os/exec's helper-process tests do; the
-// child claims one row in autocommit mode, prints the claim, and waits to be
-// killed with SIGKILL. PausedLimitHolderIsRefusedAfterItsSlotIsReused's
-// child (and those of PausedPartitionHolderIsRefusedAfterItsPlaceIsReused
-// and PartitionLimitHoldsUnderConcurrentClaims) waits instead for a line on its stdin, is stopped with SIGSTOP
-// meanwhile, and once continued writes to its claim and prints how each
-// write went. The child reaches Run through the same test function,
+// (os.Args[0]) with -test.run narrowed to itself, as os/exec's
+// helper-process tests do; the child claims one row in autocommit mode,
+// prints the claim, and waits to be killed with SIGKILL.
+// PausedLimitHolderIsRefusedAfterItsSlotIsReused's child (and those of
+// PausedPartitionHolderIsRefusedAfterItsPlaceIsReused and
+// PartitionLimitHoldsUnderConcurrentClaims) waits instead for a line on
+// its stdin, is stopped with SIGSTOP meanwhile, and once continued writes
+// to its claim and prints how each write went. The child reaches Run through the same test function,
 // so keep the code before Run cheap. The DSN and schema reach it through the
 // environment; a func cannot, so the child opens its pool with the
 // Target.OpenDB that the test function builds again in the child. Build
