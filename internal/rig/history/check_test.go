@@ -176,10 +176,11 @@ func good() *builder {
 	b.handle(sw[0], "w1", 1101+lease+1)
 
 	// Partitions under a default limit of 1 and one of their own of 2:
-	// a claim sets a row held back aside, and a later one brings it back
-	// once a sweep took the place of a killed owner's attempt at the end
-	// of its lease (its partition slot cleared); the killed attempt's row
-	// is taken back after.
+	// a claim sets a row held back aside, and a later one takes it once a
+	// sweep took the place of a killed owner's attempt at the end of its
+	// lease (its partition slot cleared); the killed attempt's row is
+	// taken back after. Another row set aside is brought back READY, and
+	// claimed from there.
 	b.limit(ScopePartition, "", 1, 1190)
 	b.limit(ScopePartition, "wide", 2, 1190)
 	p := b.enqueue(1200, ev{id: "p1", partition: "acme"}, ev{id: "p2", partition: "acme"},
@@ -195,13 +196,21 @@ func good() *builder {
 	b.finish(p[2], 1217, Done)
 	b.finish(p[3], 1217, Done)
 	b.write(p[0], "w1", 1210+lease, func(s *State) { s.PartitionSlot = 0 })
-	b.wake(p[1], "w2", 1210+lease+1)
-	b.claimIn(p[1], "w2", 1210+lease+2, 1)
+	b.claimIn(p[1], "w2", 1210+lease+2, 1) // straight from WAITING, with the place freed
 	b.run(p[1], "w2", 1210+lease+3, 1210+lease+4, ResultOK, 0)
 	b.finish(p[1], 1210+lease+5, Done)
 	b.claimIn(p[0], "w1", 1210+lease+5, 1)
 	b.run(p[0], "w1", 1210+lease+6, 1210+lease+7, ResultOK, 0)
 	b.finish(p[0], 1210+lease+8, Done)
+	p5 := b.enqueue(1210+lease+9, ev{id: "p5", partition: "acme"}, ev{id: "p6", partition: "acme"})
+	b.claimIn(p5[0], "w1", 1210+lease+10, 1)
+	b.setAside(p5[1], "w1", 1210+lease+10)
+	b.run(p5[0], "w1", 1210+lease+11, 1210+lease+12, ResultOK, 0)
+	b.finish(p5[0], 1210+lease+13, Done)
+	b.wake(p5[1], "w2", 1210+lease+14)
+	b.claimIn(p5[1], "w2", 1210+lease+15, 1)
+	b.run(p5[1], "w2", 1210+lease+16, 1210+lease+17, ResultOK, 0)
+	b.finish(p5[1], 1210+lease+18, Done)
 
 	// A schedule's firings.
 	b.firing(1000, "w1")
@@ -233,7 +242,7 @@ func TestGoodHistory(t *testing.T) {
 	}
 	if want := []LimitSeen{{Scope: ScopeKind, Name: lim, Max: 2, Claims: 6, MostLive: 2, Full: 4},
 		{Scope: ScopePartition, Name: "wide", Max: 2, Claims: 2, MostLive: 2, Full: 1},
-		{Scope: ScopePartition, Name: "acme", Max: 1, Claims: 3, MostLive: 1, Full: 3}}; !slices.Equal(v.Limits, want) {
+		{Scope: ScopePartition, Name: "acme", Max: 1, Claims: 5, MostLive: 1, Full: 5}}; !slices.Equal(v.Limits, want) {
 		t.Errorf("limits seen %+v, want %+v", v.Limits, want)
 	}
 	if !strings.HasPrefix(v.String(), "history: ok owners=") {
@@ -871,15 +880,11 @@ var bad = []struct {
 		b.handle(l[1], "w1", 15)
 		return b
 	}},
-	{"a row set aside claimed without being brought back", Partitions, "taken without being brought back", func() *builder {
+	{"a keyless row claimed from WAITING, never set aside", Partitions, "from WAITING, never set aside", func() *builder {
 		b := newBuilder()
-		b.limit(ScopePartition, "", 1, 0)
-		l := b.enqueue(5, ev{id: "p1", partition: "acme"}, ev{id: "p2", partition: "acme"})
-		b.claimIn(l[0], "w1", 10, 1)
-		b.setAside(l[1], "w1", 10)
-		b.run(l[0], "w1", 11, 12, ResultOK, 0)
-		b.finish(l[0], 13, Done)
-		b.handle(l[1], "w1", 15)
+		l := b.enqueue(5, ev{id: "p1", partition: "acme"})
+		b.write(l[0], op, 6, func(s *State) { s.Status = Waiting })
+		b.handle(l[0], "w1", 15)
 		return b
 	}},
 	{"a sweep takes a partition's place while the holder's lease runs", Owners, "took the places of generation 1", func() *builder {

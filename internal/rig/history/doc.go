@@ -81,9 +81,10 @@
 //     no claim makes more attempts of a partition live than its own limit
 //     in force, or the default's (Name empty) for a partition with none;
 //     only a worker's claim sets a row aside (READY to WAITING, nothing
-//     else changed), and only a keyless row of a partition; a row set
-//     aside is brought back READY before a claim takes it; and none is
-//     left set aside at the end (inserted before Settled, still WAITING).
+//     else changed), and only a keyless row of a partition; a keyless row
+//     claimed from WAITING is one set aside (a claim with room takes it
+//     so, or once brought back READY); and none is left set aside at the
+//     end (inserted before Settled, still WAITING).
 //     The owners property accepts a sweep that clears an attempt's
 //     partition slot (State.PartitionSlot), as its kind's and queue's,
 //     only once its lease ran out.
