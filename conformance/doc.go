@@ -112,8 +112,8 @@
 //     stopped holder keeps its place until its lease runs out: then the
 //     claim that takes its row back keeps the place, or a claim of another
 //     queue without floors takes it for one of its rows, within three
-//     claims (one counts the place given back, one brings a row set aside
-//     back, one takes it), and the holder's late writes are refused. A
+//     claims (the bound the suite allows a place given back to go to a
+//     row set aside), and the holder's late writes are refused. A
 //     keyed event of a limited partition waits for its key's turn and a
 //     place, keeps its key's order, is never set aside, and is never
 //     handed on by a completion taking turns. The rows a full partition

@@ -81,10 +81,11 @@ func (e *env) claimIn(queue string, limit int) []leasework.Claim {
 	return got
 }
 
-// placeClaims is how many claims in a row it takes at most for a place
-// freed to be used by a row its partition set aside: the first counts the
-// release (or frees an expired holder's place), the next brings the row
-// back READY, the third takes it.
+// placeClaims bounds the claims in a row it may take for a place freed
+// to go to a row its partition set aside: a claim takes such a row once
+// it sees the place given back (a sweep that takes an expired holder's
+// place gives it back for the claims after it), or one claim brings the
+// row back READY and a later one takes it.
 const placeClaims = 3
 
 // claimRounds makes placeClaims claims of queue (Limit 100) and returns
@@ -517,10 +518,8 @@ func (e *env) runKeyOrder(r keyOrderRun) {
 // the fixture, the owner's late completion refused), a completion that
 // deletes the row in a batch (Store.WriteMany of lease.CompleteAndDelete),
 // a completion in the caller's transaction (Store.WriteTx); and each
-// time, three claims in a row (the first counts the places given back,
-// the next brings rows set aside back, the third takes them) take exactly
-// as many rows of each partition as it has places and unfinished rows,
-// and a fourth none.
+// time, three claims in a row (placeClaims) take exactly as many rows of
+// each partition as it has places and unfinished rows, and a fourth none.
 // Every event ends DONE, DISCARDED or deleted, and none is left set aside.
 //
 // Then four events of p1: a claim takes one and sets three aside; a raise

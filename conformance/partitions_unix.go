@@ -126,8 +126,7 @@ func (h *childHolders) close() { h.late.kill() }
 // they set aside (WAITING); once the fixture expires the lease, the next
 // claim takes the child's row back at its next generation, alone, with
 // its place (the event set aside stays so), and once that completes, the
-// next claims (three at most: one counts the place given back, one brings
-// the event back READY, one takes it) take the event set aside.
+// next claims (three at most, placeClaims) take the event set aside.
 //
 // Taken by another queue's claim: a second child claims an event of acme
 // of the default queue and is killed; claims of queue other take nothing
