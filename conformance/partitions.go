@@ -116,6 +116,21 @@ func (e *env) wantRounds(what, queue string, ids ...int64) []leasework.Claim {
 	return got
 }
 
+// wantOneOfRounds makes placeClaims claims of queue and fails unless they
+// took exactly one row, of a or b (a partition's rows run in no order
+// among themselves); it returns its claim and the other row's id.
+func (e *env) wantOneOfRounds(what, queue string, a, b int64) ([]leasework.Claim, int64) {
+	e.t.Helper()
+	got := e.claimRounds(queue)
+	if len(got) != 1 || (got[0].ID != a && got[0].ID != b) {
+		e.t.Fatalf("%s: %d claims of queue %q took %s; want one of rows %d and %d", what, placeClaims, cmp.Or(queue, lease.DefaultQueue), eventIDs(got), a, b)
+	}
+	if got[0].ID == a {
+		return got, b
+	}
+	return got, a
+}
+
 // wantSetAside checks that each row of ids is set aside: WAITING, keyless
 // (a claim moved it out of the READY rows, and no claim takes it).
 func (e *env) wantSetAside(what string, ids ...int64) {
