@@ -114,6 +114,7 @@ func TestWorkerKilledOnEveryAttemptEndsFailed(t *testing.T) {
 		if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("child %d: %v; want death by SIGKILL", attempt, err)
 		}
+		waitChildSessionsGone(t, s)
 		if err := leasetest.ExpireLease(ctx, s, id); err != nil {
 			t.Fatal(err)
 		}
@@ -138,6 +139,36 @@ type childResult struct {
 	Counters framework.Counters
 }
 
+// childDSN is dsn with the application name that marks the sessions of
+// the child worker of schema: waitChildSessionsGone waits for them.
+func childDSN(dsn, schema string) string {
+	name := "lwchild-" + schema
+	if strings.Contains(dsn, "://") {
+		if strings.Contains(dsn, "?") {
+			return dsn + "&application_name=" + name
+		}
+		return dsn + "?application_name=" + name
+	}
+	return dsn + " application_name=" + name
+}
+
+// waitChildSessionsGone waits until the server has ended every session of
+// the child worker of s's schema. A statement that a worker sent before it
+// was killed still runs in the server, to its end, before the session
+// notices the client is gone: a claim among them takes rows for nobody
+// (their leases expire), which a test counting generations would see.
+func waitChildSessionsGone(t *testing.T, s *lease.Store) {
+	t.Helper()
+	waitFor(t, "the killed child's sessions to end in the server", func() bool {
+		var n int
+		if err := s.DB().QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
+			"lwchild-"+s.Schema()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+}
+
 // childWorker is the worker process of the tests above: the test binary
 // run again with childModeEnv set, dispatched from TestMain. It returns the
 // process's exit status.
@@ -150,7 +181,7 @@ func childWorker(mode string) int {
 		return 1
 	}
 	drv := pgtest.Drivers[0].New()
-	db, err := drv.Open(os.Getenv(pgserver.EnvDSN))
+	db, err := drv.Open(childDSN(os.Getenv(pgserver.EnvDSN), os.Getenv(childSchemaEnv)))
 	if err != nil {
 		return fail(err)
 	}
