@@ -38,6 +38,9 @@ type Row struct {
 	// none. A row a partition's concurrency limit set aside is WAITING
 	// with no Key ([Store.WhyNotRunning] says so).
 	Partition string
+	// Cost is how many starts each attempt of the event takes under rate
+	// limits ([Event].Cost): 1 unless it was enqueued with more.
+	Cost int
 	// DecodeError, when not nil, names the columns of the row that could
 	// not be decoded into their fields, which are left zero: values the
 	// schema refuses today, written before it did (metadata that is not an
@@ -69,7 +72,8 @@ func scanRow(sc scanner) (Row, error) {
 		col(&d, "progress", &r.Progress), col(&d, "worker", &r.Worker), col(&d, "created_at", &r.CreatedAt),
 		col(&d, "updated_at", &r.UpdatedAt), col(&d, "finished_at", &finished), col(&d, "queue", &r.Queue),
 		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta), col(&d, "snoozes", &r.Snoozes),
-		col(&d, "cancelled_at", &cancelled), col(&d, "partition_key", &r.Partition))
+		col(&d, "cancelled_at", &cancelled), col(&d, "partition_key", &r.Partition),
+		col(&d, "cost", &r.Cost))
 	if err != nil {
 		return Row{}, err
 	}

@@ -218,7 +218,10 @@
 // now, each a [Reason] with a stable kind and a sentence for an operator:
 // a full limit, its queue paused, its key's head before it, not due yet,
 // its partition's limit full or the row set aside by it ([ScopePartition];
-// [Row].Partition is a row's partition).
+// [Row].Partition is a row's partition), a rate limit without room for
+// its cost, with when the window has room ([ReasonRate]; [Row].Cost is a
+// row's cost). [Store.RateLimits] reads each rate limit with its starts
+// in the window and, while it is full, when it next has room.
 //
 // # Indexes
 //

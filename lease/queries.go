@@ -1201,7 +1201,7 @@ FROM {{table}}`
 const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, generation, attempt,
     max_attempts, lease_until, next_attempt_at, COALESCE(last_error, ''), progress,
     COALESCE(worker, ''), created_at, updated_at, finished_at, queue, priority, COALESCE(metadata::text, ''), snoozes,
-    cancelled_at, COALESCE(partition_key, '')`
+    cancelled_at, COALESCE(partition_key, ''), cost`
 
 // rejectedSQL reads the rows whose guarded write was rejected, to tell a
 // write already recorded by the same claim, and a deleted row, from a stale

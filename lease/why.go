@@ -43,6 +43,14 @@ const (
 	// bring it back READY, for the workers of its kind); with no limit any
 	// more, they bring it back READY.
 	ReasonPartition ReasonKind = "partition"
+	// ReasonRate: a READY row, due, or a row whose lease ran out, of a
+	// kind or queue whose rate limit ([RateLimit]) has no room now for
+	// the starts its event costs ([Event].Cost): it starts once enough
+	// starts have left the limit's window (NextAt), or the limit is
+	// raised or cleared, unless other events take the room first. An
+	// event that costs more than the limit's Max never starts under it
+	// (NextAt is zero).
+	ReasonRate ReasonKind = "rate"
 )
 
 // maxAhead bounds how many of the rows waiting before a WAITING row
@@ -90,6 +98,17 @@ type Reason struct {
 	// infinity (written before the schema refused it) is a zero DueAt.
 	DueAt time.Time
 	DueIn time.Duration
+	// Rate is the rate limit without room, Recent the starts it counts in
+	// the window that ends now, and Cost the starts the row's event takes
+	// ([Event].Cost), for ReasonRate. NextAt is when the limit first has
+	// room for Cost starts, by the database clock, if no other start is
+	// made meanwhile, and NextIn how long from the database's now; both
+	// zero when Cost is more than the limit's Max.
+	Rate   RateLimit
+	Recent int
+	Cost   int
+	NextAt time.Time
+	NextIn time.Duration
 }
 
 // whySQL reads row $1 and, by the primary keys of the queues and limits
@@ -100,7 +119,10 @@ type Reason struct {
 // head (the live-key index, as keyHeadSQL) and the rows waiting before it
 // (the waiting index, up to maxAhead); for a READY row or a row set aside
 // (WAITING without a key) of a partition, its partition limit
-// (partitionLimitSQL). The reads a status does not need are not made.
+// (partitionLimitSQL); for a READY row or a row whose lease ran out, each
+// rate limit of its kind and queue with its starts in the window and its
+// room (rateRoomSQL: the limit by its primary key, its 16 shares by
+// theirs). The reads a status does not need are not made.
 const whySQL = `
 SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     o.next_attempt_at > statement_timestamp(),
@@ -109,7 +131,9 @@ SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     statement_timestamp(), p.paused_at,
     kl.max_live, kl.live, kl.room, ql.max_live, ql.live, ql.room,
     hd.id, hd.status, ah.n,
-    COALESCE(o.partition_key, ''), pl.name, pl.max_live, pl.live
+    COALESCE(o.partition_key, ''), pl.name, pl.max_live, pl.live,
+    o.cost, kr.max_starts, kr.period_us, kr.recent, kr.room, kr.next_at,
+    qr.max_starts, qr.period_us, qr.recent, qr.room, qr.next_at
 FROM {{table}} AS o
 LEFT JOIN {{schema}}.{{name "queues"}} AS p ON p.queue = o.queue
 LEFT JOIN LATERAL (
@@ -133,7 +157,48 @@ LEFT JOIN LATERAL (
           AND o.status = 'WAITING' AND o.key IS NOT NULL
         LIMIT 1000) AS a) AS ah ON true
 LEFT JOIN LATERAL (` + partitionLimitSQL + `) AS pl ON true
+LEFT JOIN LATERAL (
+    SELECT l.max_starts, l.period_us, w.* FROM {{schema}}.{{name "rate_limits"}} AS l
+    CROSS JOIN LATERAL (` + rateRoomSQL + `) AS w
+    WHERE l.scope = 'kind' AND l.name = o.kind
+      AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp()))) AS kr ON true
+LEFT JOIN LATERAL (
+    SELECT l.max_starts, l.period_us, w.* FROM {{schema}}.{{name "rate_limits"}} AS l
+    CROSS JOIN LATERAL (` + rateRoomSQL + `) AS w
+    WHERE l.scope = 'queue' AND l.name = o.queue
+      AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp()))) AS qr ON true
 WHERE o.id = $1`
+
+// rateRoomSQL reads rate limit l's starts in the window that ends now
+// (recent) and its room for more (room: each share's cap less its starts
+// in the window, none below 0), as the claim counts them; and, when the
+// room is less than row o's cost and the cost is within the limit's Max,
+// when it first has room for that cost if no other start is made
+// (next_at): each start leaves the window a period after it was made,
+// and gives its share's room back one more start once the share's starts
+// in the window are fewer than its cap. The shares are read by their
+// primary key, 16 of them, each with at most its cap of starts in the
+// window (more after a lowered Max).
+const rateRoomSQL = `
+        SELECT w.recent, w.room,
+            (SELECT min(g.leave) FROM (
+                 SELECT e.leave, sum(e.frees) OVER (ORDER BY e.leave) AS gained
+                 FROM (
+                     SELECT t.at + l.period_us * interval '1 microsecond' AS leave,
+                         (s.cap - count(*) OVER (PARTITION BY s.key)
+                          + row_number() OVER (PARTITION BY s.key ORDER BY t.at) >= 1)::integer AS frees
+                     FROM {{schema}}.{{name "rate_shares"}} AS s
+                     CROSS JOIN LATERAL unnest(s.starts) AS t(at)
+                     WHERE s.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + ` + limitSlots + ` - 1
+                       AND t.at > statement_timestamp() - l.period_us * interval '1 microsecond') AS e) AS g
+             WHERE w.room < o.cost AND o.cost <= l.max_starts AND w.room + g.gained >= o.cost) AS next_at
+        FROM (
+            SELECT COALESCE(sum(x.recent), 0)::integer AS recent, COALESCE(sum(GREATEST(s.cap - x.recent, 0)), 0)::integer AS room
+            FROM {{schema}}.{{name "rate_shares"}} AS s
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS recent FROM unnest(s.starts) AS t
+                WHERE t > statement_timestamp() - l.period_us * interval '1 microsecond') AS x
+            WHERE s.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + ` + limitSlots + ` - 1) AS w`
 
 // partitionLimitSQL is the partition limit of row o, for whySQL: the
 // partition's own limit, else the default (name ”), each read by the
@@ -183,19 +248,25 @@ func (s *Store) renderWhy() whyStatements {
 // is due ([ReasonLimit]); its partition's limit full, for a READY row
 // that is due, or set aside by its partition's limit, for a WAITING row
 // without a key ([ReasonPartition]: a row set aside has it alone, after
-// its queue's pause).
+// its queue's pause); its kind's, then its queue's rate limit without
+// room for its cost, for a READY row that is due or an INPROGRESS row
+// whose lease ran out ([ReasonRate]).
 //
 // It returns an empty list for a row nothing in the database holds back:
 // a READY row due and under no full limit, or an INPROGRESS row whose
-// lease ran out, in a running queue (the next claim of a worker serving
-// its kind and queue takes it); and for a running row (INPROGRESS, its
-// lease running: the lease deadline is [Row].LeaseUntil) and a finished
-// one (DONE, FAILED, DISCARDED: [Store.Requeue] and [Store.Discard] are
-// the repairs of a FAILED row). It does not know which workers run: a
-// row of a kind or queue no worker serves has no reason here.
+// lease ran out under no rate limit without room, in a running queue (the
+// next claim of a worker serving its kind and queue takes it); and for a
+// running row (INPROGRESS, its lease running: the lease deadline is
+// [Row].LeaseUntil) and a finished one (DONE, FAILED, DISCARDED:
+// [Store.Requeue] and [Store.Discard] are the repairs of a FAILED row). It
+// does not know which workers run: a row of a kind or queue no worker
+// serves has no reason here. Nor does it see what a claim does besides
+// the limits' room: a claim takes its rows in order and none after the
+// first whose cost does not fit a rate limit's room, so a row with room
+// for its own cost may wait behind a costlier one.
 //
 // A row that does not exist is [ErrNotFound]. On a table whose schema
-// predates the partition limits (migration 19) it fails, naming what is
+// predates the rate limits (migration 21) it fails, naming what is
 // missing.
 func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 	var (
@@ -206,16 +277,20 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 		now                      time.Time
 		kindMax, kindLive, kindRoom,
 		queueMax, queueLive, queueRoom sql.NullInt64
-		headID            sql.NullInt64
-		headStatus        sql.NullString
-		ahead             sql.NullInt64
-		partition         string
-		partName          sql.NullString
-		partMax, partLive sql.NullInt64
+		headID              sql.NullInt64
+		headStatus          sql.NullString
+		ahead               sql.NullInt64
+		partition           string
+		partName            sql.NullString
+		partMax, partLive   sql.NullInt64
+		cost                int
+		kindRate, queueRate rateRead
 	)
 	err := s.db.QueryRowContext(ctx, s.wq.why, id).Scan(&status, &kind, &queue, &key, &later, &dueAt, &lapsed, &now, &pausedAt,
 		&kindMax, &kindLive, &kindRoom, &queueMax, &queueLive, &queueRoom, &headID, &headStatus, &ahead,
-		&partition, &partName, &partMax, &partLive)
+		&partition, &partName, &partMax, &partLive,
+		&cost, &kindRate.max, &kindRate.per, &kindRate.recent, &kindRate.room, &kindRate.next,
+		&queueRate.max, &queueRate.per, &queueRate.recent, &queueRate.room, &queueRate.next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("lease: why row %d is not running: %w", id, errprefix.Trim("lease: ", ErrNotFound))
 	}
@@ -251,6 +326,10 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 	if setAside {
 		return append(reasons, part), nil
 	}
+	if st == leasework.StatusInProgress {
+		// A lease that ran out is taken back by a claim: a start.
+		return append(reasons, rateReasons(kind, queue, cost, now, kindRate, queueRate)...), nil
+	}
 	if st != leasework.StatusReady {
 		return reasons, nil
 	}
@@ -281,7 +360,54 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 	if partMax.Valid && part.Live >= part.Limit.Max {
 		reasons = append(reasons, part)
 	}
-	return reasons, nil
+	return append(reasons, rateReasons(kind, queue, cost, now, kindRate, queueRate)...), nil
+}
+
+// rateRead is a rate limit of a row as whySQL reads it: all NULL when
+// there is none.
+type rateRead struct {
+	max, per, recent, room sql.NullInt64
+	next                   sql.NullTime
+}
+
+// rateReasons are the ReasonRate of a row of kind and queue that costs
+// cost starts, at the database's now: its kind's rate limit, then its
+// queue's, each when it has less room than cost.
+func rateReasons(kind, queue string, cost int, now time.Time, kindRate, queueRate rateRead) []Reason {
+	var out []Reason
+	for _, l := range []struct {
+		scope, name string
+		rateRead
+	}{{ScopeKind, kind, kindRate}, {ScopeQueue, queue, queueRate}} {
+		if !l.max.Valid || l.room.Int64 >= int64(cost) {
+			continue
+		}
+		r := Reason{Kind: ReasonRate, Cost: cost, Recent: int(l.recent.Int64),
+			Rate: RateLimit{Scope: l.scope, Name: l.name, Max: int(l.max.Int64), Per: time.Duration(l.per.Int64) * time.Microsecond}}
+		if l.next.Valid {
+			r.NextAt, r.NextIn = l.next.Time, max(l.next.Time.Sub(now), 0)
+		}
+		r.Text = rateText(r)
+		out = append(out, r)
+	}
+	return out
+}
+
+// rateText is the sentence of a ReasonRate.
+func rateText(r Reason) string {
+	head := fmt.Sprintf("held by rate limit %s:%s (%d/%d starts per %v)", r.Rate.Scope, r.Rate.Name, r.Recent, r.Rate.Max, r.Rate.Per)
+	when := fmt.Sprintf("%s (in %s, by the database clock)", formatReasonTime(r.NextAt), formatWait(r.NextIn))
+	switch {
+	case r.Cost > r.Rate.Max:
+		return fmt.Sprintf("%s: it costs %d starts, more than the limit allows in a window, so it never starts until the limit is raised or cleared", head, r.Cost)
+	case r.NextAt.IsZero():
+		// Not read (a limit's shares whose caps do not add up to its
+		// Max): say what is sure.
+		return head + ": it starts when the window has room, or the limit is raised or cleared"
+	case r.Cost > 1:
+		return fmt.Sprintf("%s: it costs %d starts, which the window has room for at %s, unless other events take it first; or when the limit is raised or cleared", head, r.Cost, when)
+	}
+	return fmt.Sprintf("%s: the next start is allowed at %s; or when the limit is raised or cleared", head, when)
 }
 
 // partitionText is the sentence of a ReasonPartition.

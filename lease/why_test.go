@@ -378,6 +378,146 @@ func TestWhyAPartitionLimitHoldsARow(t *testing.T) {
 	})
 }
 
+// startsRange reads the oldest and the newest start any rate limit's
+// shares hold.
+func startsRange(t *testing.T, s *lease.Store) (oldest, newest time.Time) {
+	t.Helper()
+	if err := s.DB().QueryRow(`SELECT min(t), max(t) FROM `+lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(s.Table()+"_rate_shares")+
+		`, unnest(starts) AS t`).Scan(&oldest, &newest); err != nil {
+		t.Fatal(err)
+	}
+	return oldest, newest
+}
+
+// A rate limit without room for a due row's cost holds it, named with its
+// starts in the window, the row's cost and when the window first has room
+// for that cost: a start, once the oldest leaves the window; two, once
+// the second-oldest does. A row that costs more than the limit's Max
+// never starts under it, and says so, whatever the window's room. A
+// kind's limit comes before its queue's; a row whose lease ran out is
+// held as well (its take-back is a start); a row with room for its cost,
+// or under a limit cleared or a window passed, is not. Rows give their
+// cost.
+func TestWhyARateLimitHoldsARow(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		sms := lease.RateLimit{Scope: lease.ScopeKind, Name: "sms.send", Max: 3, Per: time.Minute}
+		setRateLimit(t, s, sms)
+		in := pgtest.Enqueue(t, s,
+			lease.Event{Kind: "sms.send"}, lease.Event{Kind: "sms.send"}, lease.Event{Kind: "sms.send"},
+			lease.Event{Kind: "sms.send"}, lease.Event{Kind: "sms.send", Cost: 2}, lease.Event{Kind: "sms.send", Cost: 5})
+		first, cheap, pricey, huge := in[0].ID, in[3].ID, in[4].ID, in[5].ID
+		for id, want := range map[int64]int{cheap: 1, pricey: 2, huge: 5} {
+			if r, err := s.Get(ctx, id); err != nil || r.Cost != want {
+				t.Errorf("Get(%d).Cost = %d, %v; want %d", id, r.Cost, err, want)
+			}
+		}
+		if rows, err := s.List(ctx, lease.ListRequest{Kind: "sms.send"}); err != nil || len(rows) != 6 || rows[4].Cost != 2 || rows[0].Cost != 1 {
+			t.Errorf("List: %d rows, %v; want 6, the fifth costing 2", len(rows), err)
+		}
+		wantNoReason(t, s, cheap, "a due row under a rate limit with room")
+		wantNoReason(t, s, pricey, "a due row costing 2 under a rate limit with room for 3")
+		hugeText := "held by rate limit kind:sms.send (0/3 starts per 1m0s): it costs 5 starts, more than the limit allows in a window, so it never starts until the limit is raised or cleared"
+		wantHuge := lease.Reason{Kind: lease.ReasonRate, Rate: sms, Recent: 0, Cost: 5, Text: hugeText}
+		if rs := why(t, s, huge); len(rs) != 1 || rs[0] != wantHuge {
+			t.Fatalf("reasons of a row costing more than the limit's Max = %+v; want %+v", rs, wantHuge)
+		}
+
+		// One start, then two more 40 seconds later: the window is full.
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1}); len(c) != 1 || c[0].ID != first {
+			t.Fatalf("claimed %+v; want the first row", c)
+		}
+		ageStarts(t, s, 40*time.Second)
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 2}); len(c) != 2 {
+			t.Fatalf("claimed %d rows; want 2", len(c))
+		}
+		oldest, newest := startsRange(t, s)
+		rls, err := s.RateLimits(ctx)
+		if err != nil || len(rls) != 1 || !rls[0].NextAt.Equal(oldest.Add(time.Minute)) {
+			t.Fatalf("RateLimits = %+v, %v; want it full, with room when the oldest start, of %v, leaves", rls, err, oldest)
+		}
+		rs := why(t, s, cheap)
+		if len(rs) != 1 || rs[0].Kind != lease.ReasonRate || rs[0].Rate != sms || rs[0].Recent != 3 || rs[0].Cost != 1 ||
+			!rs[0].NextAt.Equal(oldest.Add(time.Minute)) || rs[0].NextIn <= 0 || rs[0].NextIn > 20*time.Second {
+			t.Fatalf("reasons of a due row under a full rate limit = %+v; want the limit, 3 recent, next start at %v, in under 20s",
+				rs, oldest.Add(time.Minute))
+		}
+		want := fmt.Sprintf("held by rate limit kind:sms.send (3/3 starts per 1m0s): the next start is allowed at %s (in %s, by the database clock); or when the limit is raised or cleared",
+			oldest.Add(time.Minute).UTC().Format("2006-01-02 15:04:05Z"), rs[0].NextIn.Round(time.Second))
+		if rs[0].Text != want {
+			t.Errorf("text %q; want %q", rs[0].Text, want)
+		}
+		// Two starts: once the second-oldest start leaves, a minute after
+		// the newest claim.
+		rs = why(t, s, pricey)
+		if len(rs) != 1 || rs[0].Kind != lease.ReasonRate || rs[0].Cost != 2 || !rs[0].NextAt.Equal(newest.Add(time.Minute)) ||
+			rs[0].NextIn < 40*time.Second || rs[0].NextIn > time.Minute {
+			t.Fatalf("reasons of a row costing 2 under a full rate limit = %+v; want room for its 2 starts at %v", rs, newest.Add(time.Minute))
+		}
+		want = fmt.Sprintf("held by rate limit kind:sms.send (3/3 starts per 1m0s): it costs 2 starts, which the window has room for at %s (in %s, by the database clock), unless other events take it first; or when the limit is raised or cleared",
+			newest.Add(time.Minute).UTC().Format("2006-01-02 15:04:05Z"), rs[0].NextIn.Round(time.Second))
+		if rs[0].Text != want {
+			t.Errorf("text %q; want %q", rs[0].Text, want)
+		}
+		wantHuge.Recent, wantHuge.Text = 3, strings.Replace(hugeText, "(0/3", "(3/3", 1)
+		if rs := why(t, s, huge); len(rs) != 1 || rs[0] != wantHuge {
+			t.Errorf("reasons of a row costing more than the limit's Max, the window full = %+v; want %+v", rs, wantHuge)
+		}
+
+		// A lease that ran out: taking it back is a start, which the full
+		// window holds back.
+		if err := leasetest.ExpireLease(ctx, s, first); err != nil {
+			t.Fatal(err)
+		}
+		if rs := why(t, s, first); len(rs) != 1 || rs[0].Kind != lease.ReasonRate || rs[0].Cost != 1 || !rs[0].NextAt.Equal(oldest.Add(time.Minute)) {
+			t.Errorf("reasons of a row whose lease ran out under a full rate limit = %+v; want the limit", rs)
+		}
+
+		// The queue's rate limit as well, with room for one start: the
+		// kind's first, then the queue's for the row costing 2 (more
+		// than the queue's Max); none from the queue for a row costing 1.
+		queue := lease.RateLimit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 1, Per: time.Hour}
+		setRateLimit(t, s, queue)
+		if rs := why(t, s, cheap); len(rs) != 1 || rs[0].Rate != sms {
+			t.Errorf("reasons of a row costing 1 under the queue's limit with room = %q; want the kind's alone", texts(rs))
+		}
+		rs = why(t, s, pricey)
+		if len(rs) != 2 || rs[0].Rate != sms || rs[1].Kind != lease.ReasonRate || rs[1].Rate != queue || rs[1].Recent != 0 || !rs[1].NextAt.IsZero() ||
+			rs[1].Text != "held by rate limit queue:default (0/1 starts per 1h0m0s): it costs 2 starts, more than the limit allows in a window, so it never starts until the limit is raised or cleared" {
+			t.Errorf("reasons of a row costing 2 under the kind's full limit and the queue's of 1 = %+v; want the kind's, then the queue's", rs)
+		}
+
+		// Lowered below the starts in its window: the figures say so.
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "sms.send", Max: 2, Per: time.Minute})
+		if rs := why(t, s, cheap); len(rs) != 1 || rs[0].Recent != 3 || rs[0].Rate.Max != 2 || rs[0].NextAt.IsZero() ||
+			!strings.HasPrefix(rs[0].Text, "held by rate limit kind:sms.send (3/2 starts per 1m0s): the next start is allowed at ") {
+			t.Errorf("reasons under a lowered rate limit = %+v", rs)
+		}
+
+		// The kind's limit cleared: the queue's holds the row costing 2
+		// alone, and nothing the row costing 1.
+		if _, err := s.ClearRateLimit(ctx, lease.ScopeKind, "sms.send", "test"); err != nil {
+			t.Fatal(err)
+		}
+		wantNoReason(t, s, cheap, "a row costing 1 under the queue's rate limit with room, its kind's cleared")
+		if rs := why(t, s, pricey); len(rs) != 1 || rs[0].Rate != queue {
+			t.Errorf("reasons once the kind's rate limit was cleared = %q; want the queue's alone", texts(rs))
+		}
+
+		// The queue's limit full, then its window passed.
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1}); len(c) != 1 {
+			t.Fatalf("claimed %d rows under the queue's rate limit; want 1", len(c))
+		}
+		more := pgtest.EnqueueN(t, s, 1, "other")
+		if rs := why(t, s, more[0].ID); len(rs) != 1 || rs[0].Rate != queue || rs[0].Recent != 1 || rs[0].NextIn < 59*time.Minute {
+			t.Errorf("reasons of another kind's row under the queue's full rate limit = %+v; want the queue's, an hour to wait", rs)
+		}
+		ageStarts(t, s, time.Hour+time.Second)
+		wantNoReason(t, s, more[0].ID, "a row once its queue's rate limit's window passed")
+	})
+}
+
 // Limits counts the due READY rows each full limit holds back: a kind's
 // in every queue, a queue's of every kind, never rows not yet due nor
 // other kinds' and queues'; and none while a limit has room.
@@ -473,7 +613,9 @@ func estimatedCost(t *testing.T, plan string) float64 {
 // its row and what it names (its limits' slots and the attempts counted
 // under a limit; its key's head and the rows before it; its partition's
 // limit and slot, never the live attempts of its partition or of the
-// 300 other partitions, each with a live attempt and a row set aside),
+// 300 other partitions, each with a live attempt and a row set aside;
+// its kind's and queue's rate limits and their shares, by their primary
+// keys),
 // with custom and generic plans; and Limits, with a limit full, reads the due READY rows
 // it counts and the attempts counted under a limit, never the rows not
 // yet due (they are passed over in the READY index), the other running
@@ -539,6 +681,21 @@ func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 			t.Fatalf("reasons of row %d of the full partition = %q; want its limit, 3 live", id, texts(rs))
 		}
 	}
+	// Kind r and queue rq under rate limits, r's full (3 starts in its
+	// window) with a row held, one costing more than the queue's Max.
+	setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "r", Max: 3, Per: time.Hour})
+	setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeQueue, Name: "rq", Max: 100, Per: time.Hour})
+	rated := pgtest.Enqueue(t, s, lease.Event{Kind: "r", Queue: "rq"}, lease.Event{Kind: "r", Queue: "rq"},
+		lease.Event{Kind: "r", Queue: "rq"}, lease.Event{Kind: "r", Queue: "rq"}, lease.Event{Kind: "r", Queue: "rq", Cost: 200})
+	if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10, Queue: "rq"}); len(c) != 3 {
+		t.Fatalf("claimed %d rows of kind r; want 3, its rate limit", len(c))
+	}
+	if rs := why(t, s, rated[3].ID); len(rs) != 1 || rs[0].Kind != lease.ReasonRate || rs[0].NextAt.IsZero() {
+		t.Fatalf("reasons of a row under a full rate limit = %+v; want the limit, with when it has room", rs)
+	}
+	if rs := why(t, s, rated[4].ID); len(rs) != 2 || rs[1].Kind != lease.ReasonRate || rs[1].Rate.Scope != lease.ScopeQueue {
+		t.Fatalf("reasons of a row costing more than its queue's rate limit = %+v; want its kind's and its queue's", rs)
+	}
 	if _, err := s.DB().ExecContext(ctx, "VACUUM (ANALYZE) "+s.QualifiedTable()); err != nil {
 		t.Fatal(err)
 	}
@@ -559,6 +716,11 @@ func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 			"row of the widest limit":  {wide[0].ID, lease.MaxLimit + 10},
 			"row set aside":            {target[3].ID, 20},
 			"ready row of a partition": {target[4].ID, 20},
+			// Its row, its kind's and queue's rate limits and their 16
+			// shares each; a full one's shares again, for when it has
+			// room.
+			"row of a full rate limit": {rated[3].ID, 60},
+			"row too costly":           {rated[4].ID, 60},
 		} {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 				plan := shortLines(explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", mode, lease.WhyStatement(s), fmt.Sprint(c.id)))
