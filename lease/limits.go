@@ -86,12 +86,19 @@ type LimitInfo struct {
 
 // LimitChange is one change of a limit, as [Store.LimitChanges] reads it.
 type LimitChange struct {
-	At          time.Time
+	At time.Time
+	// Scope is the limit's: [ScopeKind], [ScopeQueue] or [ScopePartition]
+	// for a concurrency limit, "rate:kind" or "rate:queue" for a rate
+	// limit ([RateLimit]).
 	Scope, Name string
 	// Old and New are the limit before and after the change: -1 for none
-	// (the change declared the limit, or cleared it).
+	// (the change declared the limit, or cleared it). For a rate limit,
+	// its Max.
 	Old, New int
-	By       string
+	// Per is a rate limit's period: as the change set it, or, for a
+	// clear, as it was. Zero for a concurrency limit.
+	Per time.Duration
+	By  string
 }
 
 // setLimitSQL declares or changes limit ($1, $2) to $3 live attempts, set
@@ -273,7 +280,7 @@ ORDER BY l.partition`
 
 // limitChangesSQL reads the latest $1 changes, latest first.
 const limitChangesSQL = `
-SELECT at, scope, name, COALESCE(old_max, -1), COALESCE(new_max, -1), set_by
+SELECT at, scope, name, COALESCE(old_max, -1), COALESCE(new_max, -1), set_by, COALESCE(period_us, 0)
 FROM {{schema}}.{{name "limit_changes"}}
 ORDER BY id DESC
 LIMIT $1`
@@ -436,9 +443,11 @@ func (s *Store) LimitChanges(ctx context.Context, n int) ([]LimitChange, error) 
 	var out []LimitChange
 	for rows.Next() {
 		var c LimitChange
-		if err := rows.Scan(&c.At, &c.Scope, &c.Name, &c.Old, &c.New, &c.By); err != nil {
+		var per int64
+		if err := rows.Scan(&c.At, &c.Scope, &c.Name, &c.Old, &c.New, &c.By, &per); err != nil {
 			return nil, s.wrapErr("limit changes", err)
 		}
+		c.Per = time.Duration(per) * time.Microsecond
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -110,6 +112,39 @@ CROSS JOIN LATERAL (
         WHERE t > statement_timestamp() - l.period_us * interval '1 microsecond') AS x
     WHERE s.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + ` + limitSlots + ` - 1) AS w
 ORDER BY l.scope, l.name`
+
+// String is the limit's rate as [ParseRate] reads it: "100/1m0s".
+func (l RateLimit) String() string { return fmt.Sprintf("%d/%v", l.Max, l.Per) }
+
+// ParseRate reads a rate as an operator writes it, "M/PERIOD": at most M
+// starts in any window of PERIOD, a Go duration ("100/1m", "5/500ms",
+// "2000/24h"), or a unit alone for one of it ("100/s", "100/m",
+// "100/h"). It checks M and PERIOD as [Store.SetRateLimit] does.
+func ParseRate(s string) (max int, per time.Duration, err error) {
+	m, p, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("lease: rate %q: write it as M/PERIOD, at most M starts in any window of PERIOD: 100/1m, 5/500ms", s)
+	}
+	max, err = strconv.Atoi(strings.TrimSpace(m))
+	if err != nil {
+		return 0, 0, fmt.Errorf("lease: rate %q: %q is not a whole number of starts", s, m)
+	}
+	p = strings.TrimSpace(p)
+	if p != "" && !strings.ContainsAny(p, "0123456789") {
+		p = "1" + p // a unit alone: one of it
+	}
+	per, err = time.ParseDuration(p)
+	if err != nil {
+		return 0, 0, fmt.Errorf("lease: rate %q: the period %q is not a duration such as 1m, 30s or 500ms", s, p)
+	}
+	switch {
+	case max < 1 || max > MaxRateStarts:
+		return 0, 0, fmt.Errorf("lease: rate %q: %d starts; it must be from 1 to %d", s, max, MaxRateStarts)
+	case per < MinRatePeriod || per > MaxRatePeriod || per%time.Microsecond != 0:
+		return 0, 0, fmt.Errorf("lease: rate %q: a period of %v; it must be from %v to %v, in whole microseconds", s, per, MinRatePeriod, MaxRatePeriod)
+	}
+	return max, per, nil
+}
 
 // checkRateLimit checks a rate limit before anything is sent.
 func checkRateLimit(op string, l RateLimit) error {

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -201,11 +202,20 @@ func TestSetRateLimitRejectsBadInput(t *testing.T) {
 		t.Fatalf("second SetRateLimit: %+v, %v, %v; want 2 per second replaced", old, had, err)
 	}
 	changes, err := s.LimitChanges(ctx, 10)
-	if err != nil || len(changes) != 2 || changes[0].Scope != "rate:kind" || changes[0].Old != 2 || changes[0].New != 5 {
-		t.Errorf("LimitChanges = %+v, %v; want the two rate changes, latest first", changes, err)
+	if err != nil || len(changes) != 2 || changes[0].Scope != "rate:kind" || changes[0].Old != 2 || changes[0].New != 5 ||
+		changes[0].Per != time.Minute || changes[1].Per != time.Second {
+		t.Errorf("LimitChanges = %+v, %v; want the two rate changes, latest first, with the periods they set", changes, err)
 	}
 	if ok, err := s.ClearRateLimit(ctx, lease.ScopeKind, "k", "c"); err != nil || !ok {
 		t.Errorf("ClearRateLimit = %v, %v; want true", ok, err)
+	}
+	if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "k", Max: 1}, "d"); err != nil {
+		t.Fatal(err)
+	}
+	changes, err = s.LimitChanges(ctx, 2)
+	if err != nil || len(changes) != 2 || changes[0].Scope != lease.ScopeKind || changes[0].Per != 0 ||
+		changes[1].Scope != "rate:kind" || changes[1].Old != 5 || changes[1].New != -1 || changes[1].Per != time.Minute {
+		t.Errorf("LimitChanges = %+v, %v; want a concurrency limit's change with no period, then the clear with the period cleared", changes, err)
 	}
 	tx, err := s.DB().BeginTx(ctx, nil)
 	if err != nil {
@@ -214,5 +224,43 @@ func TestSetRateLimitRejectsBadInput(t *testing.T) {
 	defer tx.Rollback()
 	if _, err := s.Enqueue(ctx, tx, lease.Event{Kind: "k", Cost: lease.MaxCost + 1}); err == nil {
 		t.Error("Enqueue with a Cost past MaxCost: no error")
+	}
+}
+
+// ParseRate reads M/PERIOD, a unit alone standing for one of it, and
+// refuses what SetRateLimit would; String writes what it reads.
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]lease.RateLimit{
+		"100/1m":     {Max: 100, Per: time.Minute},
+		" 5 / 500ms": {Max: 5, Per: 500 * time.Millisecond},
+		"100/s":      {Max: 100, Per: time.Second},
+		"100/m":      {Max: 100, Per: time.Minute},
+		"2000/24h":   {Max: 2000, Per: 24 * time.Hour},
+		"1/1.5s":     {Max: 1, Per: 1500 * time.Millisecond},
+		"10000/1ms":  {Max: lease.MaxRateStarts, Per: lease.MinRatePeriod},
+	} {
+		m, per, err := lease.ParseRate(in)
+		if err != nil || m != want.Max || per != want.Per {
+			t.Errorf("ParseRate(%q) = %d, %v, %v; want %d, %v", in, m, per, err, want.Max, want.Per)
+			continue
+		}
+		if again, againPer, err := lease.ParseRate(want.String()); err != nil || again != m || againPer != per {
+			t.Errorf("ParseRate(%q), of String = %d, %v, %v; want %d, %v", want.String(), again, againPer, err, m, per)
+		}
+	}
+	for in, wantErr := range map[string]string{
+		"100":      "write it as M/PERIOD",
+		"x/1m":     `"x" is not a whole number`,
+		"100/":     `the period "" is not a duration`,
+		"100/fort": `the period "1fort" is not a duration`,
+		"0/1m":     "0 starts; it must be from 1 to 10000",
+		"10001/1m": "10001 starts",
+		"5/25h":    "a period of 25h0m0s; it must be from 1ms to 24h0m0s",
+		"5/1500ns": "in whole microseconds",
+		"5/-1m":    "a period of -1m0s",
+	} {
+		if _, _, err := lease.ParseRate(in); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("ParseRate(%q) = %v; want an error saying %q", in, err, wantErr)
+		}
 	}
 }
