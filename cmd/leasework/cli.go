@@ -92,16 +92,20 @@ the key, the FAILED row (id, generation, when it failed, its last error) and
 how many events of the key wait behind it. They are claimed only after the
 row is requeued (leasework requeue -id) or discarded (leasework discard).
 
-With -id N it shows that row alone, every field in full, and why it is not
-running, one reason a line: its queue paused; waiting for its key's head
-(which row, in which status); not due until when; held by a full
-concurrency limit ("held by concurrency limit kind:send-email (5/5 live)");
-held, or set aside (WAITING without a key), by its partition's limit
-("held by concurrency limit partition:acme (1/1 live)", or "partition
-default (2/2 live in partition acme)" under the default limit of the
-partitions). When nothing holds it back it says what takes it. With -json:
-{"row": ..., "why": [{"kind": "limit" | "partition" | "paused" | "key" |
-"not_due", "text": ...}]}.`,
+With -id N it shows that row alone, every field in full (its cost: the
+starts each attempt takes under rate limits), and why it is not running,
+one reason a line: its queue paused; waiting for its key's head (which row,
+in which status); not due until when; held by a full concurrency limit
+("held by concurrency limit kind:send-email (5/5 live)"); held, or set
+aside (WAITING without a key), by its partition's limit ("held by
+concurrency limit partition:acme (1/1 live)", or "partition default (2/2
+live in partition acme)" under the default limit of the partitions); held
+by a rate limit without room for its cost ("held by rate limit
+kind:sms.send (100/100 starts per 1m0s): the next start is allowed at
+..."), or one whose most starts in a window are fewer than its cost, under
+which it never starts. When nothing holds it back it says what takes it.
+With -json: {"row": ..., "why": [{"kind": "limit" | "partition" | "rate" |
+"paused" | "key" | "not_due", "text": ...}]}.`,
 		new: func() action { return &listCmd{} },
 	},
 	{
@@ -177,9 +181,9 @@ says so and changes nothing.`,
 	},
 	{
 		name:     "limits",
-		synopsis: "[(-kind K | -queue Q | -partition P | -partition-default) (-max N | -clear) [-by NAME]] | -changes [-n N]",
-		summary:  "each concurrency limit with its live attempts; set, clear or audit one",
-		doc: `Limits lists the concurrency limits, or sets, clears or audits one. A limit
+		synopsis: "[(-kind K | -queue Q | -partition P | -partition-default) (-max N | -clear) [-by NAME]] | [(-kind K | -queue Q) (-rate M/PERIOD | -clear-rate) [-by NAME]] | -changes [-n N]",
+		summary:  "each concurrency limit with its live attempts, each rate limit with its recent starts; set, clear or audit one",
+		doc: `Limits lists the concurrency and rate limits, or sets, clears or audits one. A limit
 allows at most N live attempts of one kind (-kind, in every queue), of one
 queue (-queue, of every kind) or of one partition (-partition: the events
 enqueued with that partition key, of every kind and queue) at once, across
@@ -212,6 +216,31 @@ a partition whose own limit is cleared falls under the default, if one is
 set. Each change is written to an audit with who
 made it, -by (default: your user name); -changes lists the latest first,
 -n of them.
+
+A rate limit allows at most M attempt starts of one kind (-kind, in every
+queue) or of one queue (-queue, of every kind) in any window of a period,
+across every worker. An attempt starts when a claim takes its event: a
+first attempt, a retry, an expired lease taken back; it takes its event's
+cost in starts (1 unless the event was enqueued with more), and nothing
+gives them back. An event held back by it stays READY until the window has
+room; one that costs more than M never starts. -rate M/PERIOD sets it, new
+or changed: PERIOD is a duration such as 1m, 30s, 500ms or 24h, or a unit
+alone for one of it (-rate 100/s, -rate 6000/h); M is from 1 to 10000,
+PERIOD from 1ms to 24h. The starts already in the window stay counted: a
+lowered M admits none until enough of them leave it; idle workers see a
+raised one at their next poll. -clear-rate removes it, and wakes idle
+workers. A kind or queue may have a concurrency limit
+and a rate limit at once; each call changes one.
+
+The listing shows the rate limits after the concurrency limits: scope
+(rate:kind or rate:queue) and name, the rate (MAX/PERIOD, "100/1m0s"), the
+starts in the window that ends now (RECENT), and, while it is full, when
+the next start is allowed (NEXT ROOM; "now" while it has room). With
+-json, the rate limits come in the same list, with scope "rate:kind" or
+"rate:queue", max, per ("1m0s"), per_us, recent and next_at (null while it
+has room). -changes lists their changes too, with scope rate:kind or
+rate:queue, their maxima, and the period set (PERIOD; for a clear, the one
+cleared).
 
 Workers of a version without limits keep none: upgrade every worker, and
 migrate, before setting one.`,

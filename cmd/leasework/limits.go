@@ -20,9 +20,10 @@ const limitNameWidth = 40
 // maxChanges is the most changes -changes lists (Store.LimitChanges' bound).
 const maxChanges = 1000
 
-// limitsCmd lists the concurrency limits; with -kind, -queue, -partition
-// or -partition-default and -max or -clear it sets or clears one, and with
-// -changes it lists the audit.
+// limitsCmd lists the concurrency and rate limits; with -kind, -queue,
+// -partition or -partition-default and -max or -clear it sets or clears a
+// concurrency limit, with -kind or -queue and -rate or -clear-rate a rate
+// limit, and with -changes it lists the audit.
 type limitsCmd struct {
 	fs          *flag.FlagSet   // to tell a flag given from its default
 	given       map[string]bool // the flags given, by name, as check found them
@@ -32,6 +33,8 @@ type limitsCmd struct {
 	partDefault bool
 	max         int
 	clear       bool
+	rate        string
+	clearRate   bool
 	by          string
 	changes     bool
 	n           int
@@ -45,6 +48,8 @@ func (l *limitsCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&l.partDefault, "partition-default", false, "the default limit of the partitions: each partition without a limit of its own gets this many")
 	fs.IntVar(&l.max, "max", 0, fmt.Sprintf("set the limit to at most `N` live attempts, from 0 (none starts: the kind, queue or partition is held) to %d", lease.MaxLimit))
 	fs.BoolVar(&l.clear, "clear", false, "remove the limit")
+	fs.StringVar(&l.rate, "rate", "", fmt.Sprintf("set the rate limit of the kind or queue to at most M attempt starts in any window of PERIOD: `M/PERIOD`, such as 100/1m, 5/500ms or 100/s (M from 1 to %d, PERIOD from %v to %v)", lease.MaxRateStarts, lease.MinRatePeriod, lease.MaxRatePeriod))
+	fs.BoolVar(&l.clearRate, "clear-rate", false, "remove the rate limit of the kind or queue")
 	fs.StringVar(&l.by, "by", operatorName(), "who sets or clears the limit, as the audit (-changes) records it: a `name`, by default your user name")
 	fs.BoolVar(&l.changes, "changes", false, "list the latest changes of the limits instead, latest first: when, which, from what to what, by whom")
 	fs.IntVar(&l.n, "n", 20, fmt.Sprintf("with -changes, list at most `N` changes, up to %d", maxChanges))
@@ -65,7 +70,7 @@ func (l *limitsCmd) check() error {
 	l.given = given
 
 	if l.changes {
-		for _, f := range []string{"kind", "queue", "partition", "partition-default", "max", "clear", "by"} {
+		for _, f := range []string{"kind", "queue", "partition", "partition-default", "max", "clear", "rate", "clear-rate", "by"} {
 			if given[f] {
 				return usagef("-changes lists the changes of every limit: it takes -n, not -%s", f)
 			}
@@ -87,11 +92,19 @@ func (l *limitsCmd) check() error {
 			named = append(named, "-"+f)
 		}
 	}
-	acts := given["max"] || l.clear
+	var acts []string
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{{"-max N", given["max"]}, {"-clear", l.clear}, {"-rate M/PERIOD", given["rate"]}, {"-clear-rate", l.clearRate}} {
+		if f.on {
+			acts = append(acts, f.name)
+		}
+	}
 	switch {
-	case len(named) == 0 && !acts:
+	case len(named) == 0 && len(acts) == 0:
 		if given["by"] {
-			return usagef("-by names who sets or clears a limit: name it with -kind K, -queue Q, -partition P or -partition-default, and add -max N or -clear")
+			return usagef("-by names who sets or clears a limit: name it with -kind K, -queue Q, -partition P or -partition-default, and add -max N or -clear (or -rate M/PERIOD or -clear-rate)")
 		}
 		return nil // list them
 	case len(named) > 1:
@@ -100,10 +113,20 @@ func (l *limitsCmd) check() error {
 			not = "not more"
 		}
 		return usagef("give one of %s, %s: a limit is of one kind (in every queue), of one queue (of every kind), of one partition, or the default of the partitions", strings.Join(named, " and "), not)
+	case len(named) == 0 && len(acts) == 1 && l.rating():
+		return usagef("name the rate limit to change: -kind K (a kind, in every queue) or -queue Q (a queue, of every kind)")
 	case len(named) == 0:
 		return usagef("name the limit to change: -kind K (a kind, in every queue), -queue Q (a queue, of every kind), -partition P (a partition) or -partition-default (each partition without a limit of its own)")
-	case given["max"] && l.clear:
+	case given["max"] && l.clear && len(acts) == 2:
 		return usagef("give one of -max N (set the limit) and -clear (remove it), not both")
+	case len(acts) > 1:
+		not := "not both"
+		if len(acts) > 2 {
+			not = "not more"
+		}
+		return usagef("give one of %s, %s: each call makes one change", strings.Join(acts, " and "), not)
+	case l.rating() && (given["partition"] || given["partition-default"]):
+		return usagef("%s is for a kind's or a queue's rate limit: name it with -kind K or -queue Q (a partition has no rate limit)", acts[0])
 	}
 	scope, name := l.limit()
 	switch {
@@ -127,8 +150,16 @@ func (l *limitsCmd) check() error {
 			return usagef("-queue: %v", err)
 		}
 	}
-	if !acts {
-		return usagef("say what to do with the %s: -max N sets it, -clear removes it (leasework limits alone lists the limits)", limitOf(scope, name))
+	if len(acts) == 0 {
+		if scope == lease.ScopePartition {
+			return usagef("say what to do with the %s: -max N sets it, -clear removes it (leasework limits alone lists the limits)", limitOf(scope, name))
+		}
+		return usagef("say what to do with the %s: -max N sets it, -clear removes it; -rate M/PERIOD sets its rate limit, -clear-rate removes that (leasework limits alone lists the limits)", limitOf(scope, name))
+	}
+	if given["rate"] {
+		if _, _, err := lease.ParseRate(l.rate); err != nil {
+			return usagef("-rate: %s", strings.TrimPrefix(err.Error(), "lease: "))
+		}
 	}
 	if given["max"] && (l.max < 0 || l.max > lease.MaxLimit) {
 		return usagef("-max is %d; it must be from 0 (no attempt starts: the %s is held) to %d", l.max, scope, lease.MaxLimit)
@@ -145,6 +176,9 @@ func (l *limitsCmd) check() error {
 	}
 	return nil
 }
+
+// rating says whether the change is of a rate limit: -rate or -clear-rate.
+func (l *limitsCmd) rating() bool { return l.given["rate"] || l.clearRate }
 
 // limit returns the scope and name -kind, -queue, -partition or
 // -partition-default gives: the default partition limit's name is empty.
@@ -177,6 +211,10 @@ func (l *limitsCmd) exec(ctx context.Context, st *lease.Store, out *printer) err
 		return l.execClear(ctx, st, out)
 	case l.given["max"]:
 		return l.execSet(ctx, st, out)
+	case l.clearRate:
+		return l.execClearRate(ctx, st, out)
+	case l.given["rate"]:
+		return l.execSetRate(ctx, st, out)
 	}
 	return l.execList(ctx, st, out)
 }
@@ -200,30 +238,97 @@ type limitJSON struct {
 	SetBy    string    `json:"set_by"`
 }
 
+// rateLimitJSON is a rate limit in limits -json, beside the concurrency
+// limits (limitJSON).
+type rateLimitJSON struct {
+	Scope string `json:"scope"` // "rate:kind" or "rate:queue"
+	Name  string `json:"name"`
+	// Max starts in any window of per: per as a Go duration ("1m0s"),
+	// per_us in microseconds.
+	Max   int    `json:"max"`
+	Per   string `json:"per"`
+	PerUS int64  `json:"per_us"`
+	// Recent is how many starts it counts in the window that ends now.
+	Recent int `json:"recent"`
+	// NextAt is when it next has room for a start while it is full;
+	// null while it has room.
+	NextAt *time.Time `json:"next_at"`
+	SetAt  time.Time  `json:"set_at"`
+	SetBy  string     `json:"set_by"`
+}
+
+// rateScope is a rate limit's scope as the CLI prints it, and as the
+// audit records it: "rate:kind", "rate:queue".
+func rateScope(scope string) string { return "rate:" + scope }
+
 func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer) error {
 	ls, err := st.Limits(ctx)
 	if err != nil {
 		return err
 	}
+	rls, err := st.RateLimits(ctx)
+	if err != nil {
+		return err
+	}
 	if out.json {
-		res := make([]limitJSON, len(ls))
-		for i, li := range ls {
-			res[i] = limitJSON{Scope: li.Scope, Name: li.Name, Max: li.Max, Live: li.Live, HeldBack: li.HeldBack, SetAt: li.SetAt.UTC(), SetBy: li.SetBy}
+		res := make([]any, 0, len(ls)+len(rls))
+		for _, li := range ls {
+			res = append(res, limitJSON{Scope: li.Scope, Name: li.Name, Max: li.Max, Live: li.Live, HeldBack: li.HeldBack, SetAt: li.SetAt.UTC(), SetBy: li.SetBy})
+		}
+		for _, rl := range rls {
+			res = append(res, toRateLimitJSON(rl))
 		}
 		return out.JSON(res)
 	}
-	if len(ls) == 0 {
+	if len(ls) == 0 && len(rls) == 0 {
 		return out.Linef("no limits are set")
 	}
-	rows := make([][]string, len(ls))
-	for i, li := range ls {
-		name := truncate(li.Name, limitNameWidth)
-		if li.Scope == lease.ScopePartition && li.Name == "" {
-			name = defaultPartitionName
+	if len(ls) > 0 {
+		rows := make([][]string, len(ls))
+		for i, li := range ls {
+			name := truncate(li.Name, limitNameWidth)
+			if li.Scope == lease.ScopePartition && li.Name == "" {
+				name = defaultPartitionName
+			}
+			rows[i] = []string{li.Scope, name, liveCell(li), itoa(li.HeldBack), timeCell(&li.SetAt), orDash(truncate(li.SetBy, keyWidth))}
 		}
-		rows[i] = []string{li.Scope, name, liveCell(li), itoa(li.HeldBack), timeCell(&li.SetAt), orDash(truncate(li.SetBy, keyWidth))}
+		if err := out.Table([]string{"SCOPE", "NAME", "LIVE/MAX", "HELD BACK", "SET AT", "SET BY"}, rows); err != nil {
+			return err
+		}
 	}
-	return out.Table([]string{"SCOPE", "NAME", "LIVE/MAX", "HELD BACK", "SET AT", "SET BY"}, rows)
+	if len(rls) == 0 {
+		return nil
+	}
+	if len(ls) > 0 {
+		if err := out.Linef(""); err != nil {
+			return err
+		}
+	}
+	rows := make([][]string, len(rls))
+	for i, rl := range rls {
+		rows[i] = []string{rateScope(rl.Scope), truncate(rl.Name, limitNameWidth), rl.RateLimit.String(), itoa(int64(rl.Recent)),
+			nextRoomCell(rl), timeCell(&rl.SetAt), orDash(truncate(rl.SetBy, keyWidth))}
+	}
+	return out.Table([]string{"SCOPE", "NAME", "MAX/PERIOD", "RECENT", "NEXT ROOM", "SET AT", "SET BY"}, rows)
+}
+
+func toRateLimitJSON(rl lease.RateLimitInfo) rateLimitJSON {
+	res := rateLimitJSON{Scope: rateScope(rl.Scope), Name: rl.Name, Max: rl.Max, Per: rl.Per.String(), PerUS: rl.Per.Microseconds(),
+		Recent: rl.Recent, SetAt: rl.SetAt.UTC(), SetBy: rl.SetBy}
+	if !rl.NextAt.IsZero() {
+		at := rl.NextAt.UTC()
+		res.NextAt = &at
+	}
+	return res
+}
+
+// nextRoomCell is when a rate limit next has room: "now" while it has
+// some, else the time, to the millisecond (periods may be short).
+func nextRoomCell(rl lease.RateLimitInfo) string {
+	if rl.NextAt.IsZero() {
+		return "now"
+	}
+	return rl.NextAt.UTC().Format("2006-01-02 15:04:05.000Z")
 }
 
 // defaultPartitionName stands for the default limit of the partitions in
@@ -332,14 +437,22 @@ func (l *limitsCmd) execClear(ctx context.Context, st *lease.Store, out *printer
 }
 
 type limitChangeJSON struct {
-	At    time.Time `json:"at"`
-	Scope string    `json:"scope"`
-	Name  string    `json:"name"`
+	At time.Time `json:"at"`
+	// Scope is "kind", "queue" or "partition" for a concurrency limit,
+	// "rate:kind" or "rate:queue" for a rate limit.
+	Scope string `json:"scope"`
+	Name  string `json:"name"`
 	// Old and New are the limit before and after; null for none (the
-	// change set a new limit, or cleared one).
-	Old *int   `json:"old"`
-	New *int   `json:"new"`
-	By  string `json:"by"`
+	// change set a new limit, or cleared one). For a rate limit, its
+	// most starts in a period.
+	Old *int `json:"old"`
+	New *int `json:"new"`
+	// Per and PerUS are a rate limit's period, as set, or as it was for
+	// a clear: a Go duration ("1m0s"), and in microseconds; absent for a
+	// concurrency limit.
+	Per   string `json:"per,omitempty"`
+	PerUS int64  `json:"per_us,omitempty"`
+	By    string `json:"by"`
 }
 
 func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *printer) error {
@@ -351,6 +464,9 @@ func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *print
 		res := make([]limitChangeJSON, len(cs))
 		for i, c := range cs {
 			res[i] = limitChangeJSON{At: c.At.UTC(), Scope: c.Scope, Name: c.Name, Old: orNone(c.Old), New: orNone(c.New), By: c.By}
+			if c.Per > 0 {
+				res[i].Per, res[i].PerUS = c.Per.String(), c.Per.Microseconds()
+			}
 		}
 		return out.JSON(res)
 	}
@@ -359,9 +475,13 @@ func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *print
 	}
 	rows := make([][]string, len(cs))
 	for i, c := range cs {
-		rows[i] = []string{timeCell(&c.At), c.Scope, truncate(c.Name, limitNameWidth), maxCell(c.Old), maxCell(c.New), orDash(truncate(c.By, keyWidth))}
+		per := "-"
+		if c.Per > 0 {
+			per = c.Per.String()
+		}
+		rows[i] = []string{timeCell(&c.At), c.Scope, truncate(c.Name, limitNameWidth), maxCell(c.Old), maxCell(c.New), per, orDash(truncate(c.By, keyWidth))}
 	}
-	return out.Table([]string{"AT", "SCOPE", "NAME", "OLD", "NEW", "BY"}, rows)
+	return out.Table([]string{"AT", "SCOPE", "NAME", "OLD", "NEW", "PERIOD", "BY"}, rows)
 }
 
 // orNone returns n, or nil for -1: no limit.
@@ -378,4 +498,89 @@ func maxCell(n int) string {
 		return "none"
 	}
 	return itoa(int64(n))
+}
+
+// rateJSON is a rate limit's figures: max starts in any window of per.
+type rateJSON struct {
+	Max   int    `json:"max"`
+	Per   string `json:"per"`
+	PerUS int64  `json:"per_us"`
+}
+
+type setRateLimitJSON struct {
+	Scope string `json:"scope"` // "rate:kind" or "rate:queue"
+	Name  string `json:"name"`
+	rateJSON
+	// Old is the rate limit it replaced; null when there was none.
+	Old *rateJSON `json:"old"`
+	// Recent is how many starts it counted in its window just after, and
+	// NextAt when it next has room while full; null while it has room.
+	Recent int        `json:"recent"`
+	NextAt *time.Time `json:"next_at"`
+}
+
+func (l *limitsCmd) execSetRate(ctx context.Context, st *lease.Store, out *printer) error {
+	scope, name := l.limit()
+	most, per, err := lease.ParseRate(l.rate)
+	if err != nil {
+		return err
+	}
+	rl := lease.RateLimit{Scope: scope, Name: name, Max: most, Per: per}
+	old, had, err := st.SetRateLimit(ctx, rl, l.by)
+	if err != nil {
+		return err
+	}
+	res := setRateLimitJSON{Scope: rateScope(scope), Name: name, rateJSON: rateJSON{Max: most, Per: per.String(), PerUS: per.Microseconds()}}
+	if had {
+		res.Old = &rateJSON{Max: old.Max, Per: old.Per.String(), PerUS: old.Per.Microseconds()}
+	}
+	rls, err := st.RateLimits(ctx)
+	if err != nil {
+		return err
+	}
+	for _, info := range rls {
+		if info.Scope == scope && info.Name == name {
+			res.Recent = info.Recent
+			if !info.NextAt.IsZero() {
+				at := info.NextAt.UTC()
+				res.NextAt = &at
+			}
+		}
+	}
+	if out.json {
+		return out.JSON(res)
+	}
+	was := "none"
+	if had {
+		was = fmt.Sprintf("%d per %v", old.Max, old.Per)
+	}
+	line := fmt.Sprintf("rate limit of %s %s set to %d %s per %v (was %s); %d in the window now",
+		scope, name, most, plural(most, "start", "starts"), per, was, res.Recent)
+	if res.NextAt != nil {
+		line += fmt.Sprintf(": it is full, and the next start is allowed at %s", nextRoomCell(lease.RateLimitInfo{NextAt: *res.NextAt}))
+	}
+	return out.Linef("%s", line)
+}
+
+// plural is one or many, by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func (l *limitsCmd) execClearRate(ctx context.Context, st *lease.Store, out *printer) error {
+	scope, name := l.limit()
+	was, err := st.ClearRateLimit(ctx, scope, name, l.by)
+	if err != nil {
+		return err
+	}
+	if out.json {
+		return out.JSON(clearLimitJSON{Scope: rateScope(scope), Name: name, Cleared: was})
+	}
+	if !was {
+		return out.Linef("%s %s had no rate limit; nothing changed", scope, name)
+	}
+	return out.Linef("cleared the rate limit of %s %s: its attempts start as workers claim them", scope, name)
 }

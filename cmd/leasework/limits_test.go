@@ -147,8 +147,8 @@ func TestLimits(t *testing.T) {
 			if len(lines) != 5 || !strings.HasPrefix(lines[0], "AT") {
 				t.Fatalf("limits -changes printed %d lines; want a header and 4 changes:\n%s", len(lines), r.stdout)
 			}
-			if f := strings.Fields(lines[1]); len(f) != 7 || f[2] != "kind" || f[3] != "send-email" || f[4] != "2" || f[5] != "none" || f[6] != "carol" {
-				t.Errorf("limits -changes' latest line is %q; want when, kind, send-email, 2, none, carol", f)
+			if f := strings.Fields(lines[1]); len(f) != 8 || f[2] != "kind" || f[3] != "send-email" || f[4] != "2" || f[5] != "none" || f[6] != "-" || f[7] != "carol" {
+				t.Errorf("limits -changes' latest line is %q; want when, kind, send-email, 2, none, no period, carol", f)
 			}
 		})
 	}
@@ -281,6 +281,183 @@ func TestPartitionLimits(t *testing.T) {
 				t.Errorf("limits -changes -json = %+v; want the default's clear, then acme's", cs)
 			}
 		})
+	}
+}
+
+// listedLimit is an entry of limits -json: a concurrency limit's fields
+// or a rate limit's.
+type listedLimit struct {
+	limitJSON
+	Per    string     `json:"per"`
+	PerUS  int64      `json:"per_us"`
+	Recent int        `json:"recent"`
+	NextAt *time.Time `json:"next_at"`
+}
+
+// Rate limits through both drivers: -rate sets a kind's or a queue's,
+// new or changed, and says what it replaced and the starts in its
+// window; limits lists them after the concurrency limits, with their
+// recent starts and, while full, when the next start is allowed; list -id
+// shows an event's cost and the rate limit that holds it; -clear-rate
+// clears one; the audit gives their periods.
+func TestRateLimits(t *testing.T) {
+	t.Parallel()
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st := pgtest.Store(t, d.New(), lease.Options{})
+			limits := func(args ...string) result {
+				return must(t, exitOK, on(t, st, d.Name, append([]string{"limits"}, args...)...)...)
+			}
+
+			var set setRateLimitJSON
+			decode(t, limits("-kind", "sms.send", "-rate", "3/1m", "-by", "alice", "-json"), &set)
+			if want := (setRateLimitJSON{Scope: "rate:kind", Name: "sms.send", rateJSON: rateJSON{Max: 3, Per: "1m0s", PerUS: 60_000_000}}); set.Scope != want.Scope ||
+				set.Name != want.Name || set.rateJSON != want.rateJSON || set.Old != nil || set.Recent != 0 || set.NextAt != nil {
+				t.Errorf("limits -kind sms.send -rate 3/1m -json = %+v; want %+v", set, want)
+			}
+			r := limits("-kind", "sms.send", "-rate", "3/h", "-by", "alice")
+			if got, want := strings.TrimSpace(r.stdout), "rate limit of kind sms.send set to 3 starts per 1h0m0s (was 3 per 1m0s); 0 in the window now"; got != want {
+				t.Errorf("limits -kind sms.send -rate 3/h printed %q; want %q", got, want)
+			}
+			r = limits("-queue", "default", "-rate", "1/500ms", "-by", "bob")
+			if got, want := strings.TrimSpace(r.stdout), "rate limit of queue default set to 1 start per 500ms (was none); 0 in the window now"; got != want {
+				t.Errorf("limits -queue default -rate 1/500ms printed %q; want %q", got, want)
+			}
+			limits("-queue", "default", "-rate", "100/1s")
+			limits("-kind", "sms.send", "-max", "5", "-by", "carol")
+			rls, err := st.RateLimits(ctx)
+			if err != nil || len(rls) != 2 || rls[0].RateLimit != (lease.RateLimit{Scope: lease.ScopeKind, Name: "sms.send", Max: 3, Per: time.Hour}) ||
+				rls[0].SetBy != "alice" || rls[1].RateLimit != (lease.RateLimit{Scope: lease.ScopeQueue, Name: "default", Max: 100, Per: time.Second}) ||
+				rls[1].SetBy != operatorName() {
+				t.Fatalf("stored rate limits = %+v, %v; want kind sms.send 3 per hour (by alice), queue default 100 per second (by %s)", rls, err, operatorName())
+			}
+
+			// Three starts of sms.send fill its window; the fourth event,
+			// and the fifth, which costs 2, wait.
+			in := pgtest.Enqueue(t, st, lease.Event{Kind: "sms.send"}, lease.Event{Kind: "sms.send"}, lease.Event{Kind: "sms.send"},
+				lease.Event{Kind: "sms.send"}, lease.Event{Kind: "sms.send", Cost: 2})
+			if claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 3 {
+				t.Fatalf("claim under a rate limit of 3 = %d claims, %v; want 3", len(claims), err)
+			}
+			rls, err = st.RateLimits(ctx)
+			if err != nil || rls[0].Recent != 3 || rls[0].NextAt.IsZero() {
+				t.Fatalf("stored rate limits = %+v, %v; want sms.send full", rls, err)
+			}
+			next := rls[0].NextAt.UTC()
+
+			var ls []listedLimit
+			decode(t, limits("-json"), &ls)
+			if len(ls) != 3 || ls[0].Scope != "kind" || ls[0].Live != 3 || ls[0].Max != 5 ||
+				ls[1].Scope != "rate:kind" || ls[1].Name != "sms.send" || ls[1].Max != 3 || ls[1].Per != "1h0m0s" || ls[1].PerUS != 3_600_000_000 ||
+				ls[1].Recent != 3 || ls[1].NextAt == nil || !ls[1].NextAt.Equal(next) || ls[1].SetBy != "alice" ||
+				ls[2].Scope != "rate:queue" || ls[2].Name != "default" || ls[2].Max != 100 || ls[2].Per != "1s" || ls[2].NextAt != nil {
+				t.Errorf("limits -json = %+v; want the kind's concurrency limit, 3 live of 5; sms.send 3/3 per hour, full until %v; queue default 100 per second", ls, next)
+			}
+			r = limits()
+			tables := strings.Split(strings.TrimSpace(r.stdout), "\n\n")
+			if len(tables) != 2 || !strings.HasPrefix(tables[0], "SCOPE") {
+				t.Fatalf("limits printed %d tables; want the concurrency limits', then the rate limits':\n%s", len(tables), r.stdout)
+			}
+			if header := strings.Fields(strings.SplitN(tables[1], "\n", 2)[0]); strings.Join(header, " ") != "SCOPE NAME MAX/PERIOD RECENT NEXT ROOM SET AT SET BY" {
+				t.Errorf("rate limits header = %q", header)
+			}
+			if line := lineWith(tables[1], "rate:kind"); len(line) != 9 || line[1] != "sms.send" || line[2] != "3/1h0m0s" || line[3] != "3" ||
+				strings.Join(line[4:6], " ") != next.Format("2006-01-02 15:04:05.000Z") || line[8] != "alice" {
+				t.Errorf("limits prints %q for sms.send's rate limit; want rate:kind, sms.send, 3/1h0m0s, 3 recent, next room at %v, when, alice:\n%s", line, next, r.stdout)
+			}
+			if line := lineWith(tables[1], "rate:queue"); len(line) != 8 || line[1] != "default" || line[2] != "100/1s" || line[4] != "now" {
+				t.Errorf("limits prints %q for the queue's rate limit; want rate:queue, default, 100/1s, its recent starts, room now:\n%s", line, r.stdout)
+			}
+			r = limits("-kind", "sms.send", "-rate", "2/1h")
+			if got, want := strings.TrimSpace(r.stdout), "rate limit of kind sms.send set to 2 starts per 1h0m0s (was 3 per 1h0m0s); 3 in the window now: it is full, and the next start is allowed at "+next.Format("2006-01-02 15:04:05.000Z"); got != want {
+				t.Errorf("lowering the rate limit printed %q; want %q", got, want)
+			}
+			limits("-kind", "sms.send", "-rate", "3/1h")
+
+			// list -id: the event's cost, and the rate limit that holds it.
+			one := func(id int64, args ...string) result {
+				return must(t, exitOK, on(t, st, d.Name, append([]string{"list", "-id", strconv.FormatInt(id, 10)}, args...)...)...)
+			}
+			r = one(in[4].ID)
+			for label, want := range map[string]string{"cost": "2", "status": "READY"} {
+				if line := lineWith(r.stdout, label); len(line) != 2 || line[1] != want {
+					t.Errorf("list -id: %s = %q; want %q:\n%s", label, line, want, r.stdout)
+				}
+			}
+			if _, why, _ := strings.Cut(r.stdout, "why not running"); !strings.HasPrefix(strings.TrimSpace(why),
+				"held by rate limit kind:sms.send (3/3 starts per 1h0m0s): it costs 2 starts, which the window has room for at ") {
+				t.Errorf("list -id of an event held by a rate limit:\n%s", r.stdout)
+			}
+			var js oneRowJSON
+			decode(t, one(in[4].ID, "-json"), &js)
+			if js.Row.Cost != 2 || len(js.Why) != 1 {
+				t.Fatalf("list -id -json of an event costing 2 = %+v; want cost 2, one reason", js)
+			}
+			if w := js.Why[0]; w.Kind != "rate" || w.Scope != "kind" || w.Name != "sms.send" || w.Max == nil || *w.Max != 3 || w.Per != "1h0m0s" ||
+				w.PerUS != 3_600_000_000 || w.Recent == nil || *w.Recent != 3 || w.Cost == nil || *w.Cost != 2 || w.NextAt == nil || w.NextAt.IsZero() ||
+				!strings.HasPrefix(w.Text, "held by rate limit kind:sms.send (3/3 starts per 1h0m0s): it costs 2 starts") {
+				t.Errorf("list -id -json reason = %+v", w)
+			}
+			decode(t, one(in[3].ID, "-json"), &js)
+			if js.Row.Cost != 1 || len(js.Why) != 1 || js.Why[0].NextAt == nil || !js.Why[0].NextAt.Equal(next) {
+				t.Errorf("list -id -json of an event costing 1 = %+v; want cost 1, the next start at %v", js, next)
+			}
+
+			// Clears, and a clear of nothing.
+			var cl clearLimitJSON
+			decode(t, limits("-queue", "default", "-clear-rate", "-json"), &cl)
+			if cl != (clearLimitJSON{Scope: "rate:queue", Name: "default", Cleared: true}) {
+				t.Errorf("limits -queue default -clear-rate -json = %+v", cl)
+			}
+			for _, c := range []struct {
+				args []string
+				want string
+			}{
+				{[]string{"-kind", "sms.send", "-clear-rate", "-by", "dave"}, "cleared the rate limit of kind sms.send: its attempts start as workers claim them"},
+				{[]string{"-kind", "sms.send", "-clear-rate"}, "kind sms.send had no rate limit; nothing changed"},
+			} {
+				if got := strings.TrimSpace(limits(c.args...).stdout); got != c.want {
+					t.Errorf("limits %v printed %q; want %q", c.args, got, c.want)
+				}
+			}
+			if got := storedLimits(t, st); len(got) != 1 || got[0].Max != 5 {
+				t.Errorf("stored concurrency limits after clearing the rate limits = %+v; want sms.send's, 5", got)
+			}
+			if claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 2 {
+				t.Errorf("claim once the rate limit was cleared = %d claims, %v; want the 2 held (5 live, the concurrency limit)", len(claims), err)
+			}
+
+			// The audit: the rate limits' changes with their periods.
+			var cs []limitChangeJSON
+			decode(t, limits("-changes", "-n", "3", "-json"), &cs)
+			if len(cs) != 3 || cs[0].Scope != "rate:kind" || cs[0].By != "dave" || maxOf(cs[0].Old) != 3 || maxOf(cs[0].New) != -1 || cs[0].Per != "1h0m0s" ||
+				cs[0].PerUS != 3_600_000_000 || cs[1].Scope != "rate:queue" || cs[1].Per != "1s" || cs[2].Scope != "rate:kind" || maxOf(cs[2].Old) != 2 || maxOf(cs[2].New) != 3 {
+				t.Errorf("limits -changes -json = %+v; want the clears of sms.send's (3 per hour) and the queue's (per second), then sms.send's raise", cs)
+			}
+			r = limits("-changes", "-n", "1")
+			if f := lineWith(r.stdout, "rate:kind"); len(f) != 8 || f[3] != "sms.send" || f[4] != "3" || f[5] != "none" || f[6] != "1h0m0s" || f[7] != "dave" {
+				t.Errorf("limits -changes -n 1 prints %q; want when, rate:kind, sms.send, 3, none, 1h0m0s, dave:\n%s", f, r.stdout)
+			}
+			if r := limits(); strings.Contains(r.stdout, "rate:") || !strings.HasPrefix(r.stdout, "SCOPE") {
+				t.Errorf("limits once the rate limits were cleared:\n%s", r.stdout)
+			}
+		})
+	}
+}
+
+// A table with rate limits alone lists them alone.
+func TestRateLimitsAlone(t *testing.T) {
+	t.Parallel()
+	st := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	if _, _, err := st.SetRateLimit(context.Background(), lease.RateLimit{Scope: lease.ScopeQueue, Name: "bulk", Max: 10, Per: time.Minute}, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	r := must(t, exitOK, on(t, st, pgtest.Drivers[0].Name, "limits")...)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "SCOPE") || !strings.Contains(lines[0], "MAX/PERIOD") || strings.Join(strings.Fields(lines[1])[:5], " ") != "rate:queue bulk 10/1m0s 0 now" {
+		t.Errorf("limits with one rate limit alone printed:\n%s", r.stdout)
 	}
 }
 

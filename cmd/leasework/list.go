@@ -94,6 +94,8 @@ type rowJSON struct {
 	Queue         string     `json:"queue"`
 	Priority      int        `json:"priority"`
 	Partition     string     `json:"partition"` // "" for none
+	// Cost is how many starts each attempt takes under rate limits.
+	Cost int `json:"cost"`
 }
 
 type listJSON struct {
@@ -176,7 +178,7 @@ func toRowJSON(r lease.Row) rowJSON {
 		LeaseUntil: utc(r.LeaseUntil), NextAttemptAt: r.NextAttemptAt.UTC(),
 		LastError: r.LastError, Worker: r.Worker,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), FinishedAt: utc(r.FinishedAt),
-		Queue: r.Queue, Priority: r.Priority, Partition: r.Partition,
+		Queue: r.Queue, Priority: r.Priority, Partition: r.Partition, Cost: r.Cost,
 	}
 }
 
@@ -242,17 +244,28 @@ func nextOrFinished(r lease.Row) string {
 // reasonJSON is one reason a row is not running (lease.Reason); the
 // fields after text are those of its kind.
 type reasonJSON struct {
-	// Kind is "limit", "partition", "paused", "key" or "not_due".
+	// Kind is "limit", "partition", "rate", "paused", "key" or
+	// "not_due".
 	Kind string `json:"kind"`
 	Text string `json:"text"`
 	// limit and partition: the limit and its live attempts. For
 	// partition: the partition's own limit, or the default (no name);
 	// no scope, name, live or max when the limit was cleared since the
 	// row was set aside; live counts the row's partition's attempts.
+	// rate: the rate limit's scope ("kind" or "queue"), name and max.
 	Scope string `json:"scope,omitempty"`
 	Name  string `json:"name,omitempty"`
 	Live  *int   `json:"live,omitempty"`
 	Max   *int   `json:"max,omitempty"`
+	// rate: the limit's period (a Go duration, and in microseconds), its
+	// starts in the window that ends now, the row's cost, and when the
+	// window first has room for that cost (null when the cost is more
+	// than max: it never starts under the limit)
+	Per    string     `json:"per,omitempty"`
+	PerUS  int64      `json:"per_us,omitempty"`
+	Recent *int       `json:"recent,omitempty"`
+	Cost   *int       `json:"cost,omitempty"`
+	NextAt *time.Time `json:"next_at,omitempty"`
 	// partition: the row's partition, and whether the limit set it aside
 	// (WAITING without a key)
 	Partition string `json:"partition,omitempty"`
@@ -278,6 +291,13 @@ func toReasonJSON(r lease.Reason) reasonJSON {
 		out.Partition, out.SetAside = r.Partition, &r.SetAside
 		if r.Limit.Scope != "" {
 			out.Scope, out.Name, out.Live, out.Max = r.Limit.Scope, r.Limit.Name, &r.Live, &r.Limit.Max
+		}
+	case lease.ReasonRate:
+		out.Scope, out.Name, out.Max = r.Rate.Scope, r.Rate.Name, &r.Rate.Max
+		out.Per, out.PerUS, out.Recent, out.Cost = r.Rate.Per.String(), r.Rate.Per.Microseconds(), &r.Recent, &r.Cost
+		if !r.NextAt.IsZero() {
+			at := r.NextAt.UTC()
+			out.NextAt = &at
 		}
 	case lease.ReasonPaused:
 		at := r.PausedAt.UTC()
@@ -328,6 +348,7 @@ func (l *listCmd) execOne(ctx context.Context, st *lease.Store, out *printer) er
 		{"priority", itoa(int64(r.Priority))},
 		{"key", orDash(r.Key)},
 		{"partition", orDash(r.Partition)},
+		{"cost", itoa(int64(r.Cost))},
 		{"status", string(r.Status)},
 		{"generation", itoa(r.Generation)},
 		{"attempt", fmt.Sprintf("%d/%d", r.Attempt, r.MaxAttempts)},

@@ -33,7 +33,8 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	r = must(t, exitOK, "help", "limits")
-	for _, want := range []string{"-kind", "-queue", "-max", "-clear", "-by", "-changes", "-n", "LIVE/MAX", "HELD BACK"} {
+	for _, want := range []string{"-kind", "-queue", "-max", "-clear", "-by", "-changes", "-n", "LIVE/MAX", "HELD BACK",
+		"-rate M/PERIOD", "-clear-rate", "rate:kind", "MAX/PERIOD", "RECENT", "NEXT ROOM", "PERIOD"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("leasework help limits does not mention %q:\n%s", want, r.stdout)
 		}
@@ -126,6 +127,20 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"limits", "-changes", "-partition-default"}, "it takes -n, not -partition-default"},
 		{[]string{"list", "-id", "3", "-partition", "a"}, "-id shows one row: it takes no -partition"},
 		{[]string{"list", "-held", "-partition", "a"}, "-held lists keys, not rows: it takes no -status, -kind, -queue, -partition or -after"},
+		{[]string{"limits", "-rate", "1/s"}, "name the rate limit to change: -kind K (a kind, in every queue) or -queue Q"},
+		{[]string{"limits", "-clear-rate"}, "name the rate limit to change"},
+		{[]string{"limits", "-kind", "k", "-rate", "1/s", "-max", "2"}, "give one of -max N and -rate M/PERIOD, not both: each call makes one change"},
+		{[]string{"limits", "-kind", "k", "-rate", "1/s", "-clear-rate"}, "give one of -rate M/PERIOD and -clear-rate, not both"},
+		{[]string{"limits", "-kind", "k", "-max", "1", "-clear", "-clear-rate"}, "give one of -max N and -clear and -clear-rate, not more"},
+		{[]string{"limits", "-partition", "p", "-rate", "1/s"}, "-rate M/PERIOD is for a kind's or a queue's rate limit: name it with -kind K or -queue Q (a partition has no rate limit)"},
+		{[]string{"limits", "-partition-default", "-clear-rate"}, "-clear-rate is for a kind's or a queue's rate limit"},
+		{[]string{"limits", "-kind", "k", "-rate", "0/s"}, `-rate: rate "0/s": 0 starts; it must be from 1 to 10000`},
+		{[]string{"limits", "-queue", "q", "-rate", "5"}, `-rate: rate "5": write it as M/PERIOD`},
+		{[]string{"limits", "-queue", "q", "-rate", "5/25h"}, "it must be from 1ms to 24h0m0s"},
+		{[]string{"limits", "-kind", "", "-rate", "5/s"}, "-kind is empty; name the kind to limit"},
+		{[]string{"limits", "-kind", "k"}, "-rate M/PERIOD sets its rate limit, -clear-rate removes that"},
+		{[]string{"limits", "-changes", "-rate", "1/s"}, "it takes -n, not -rate"},
+		{[]string{"limits", "-by", "x"}, "(or -rate M/PERIOD or -clear-rate)"},
 	}
 	for _, c := range cases {
 		args := c.args
