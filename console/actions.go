@@ -258,6 +258,95 @@ func (c *Console) limitAction(w http.ResponseWriter, r *http.Request) {
 	c.redirect(w, r, PageQueues, f)
 }
 
+// rateLimitAction sets (POST /rate-limits/set, with the form's "rate",
+// M/PERIOD as lease.ParseRate reads it) or clears (POST
+// /rate-limits/clear) the rate limit of the form's "scope" (kind or
+// queue) and "name", asking Authorize as for a concurrency limit
+// (ActionSetLimit, ActionClearLimit), with Action.Rate set; then
+// redirects to the queues page with a message saying what happened.
+func (c *Console) rateLimitAction(w http.ResponseWriter, r *http.Request) {
+	var name ActionName
+	switch r.PathValue("action") {
+	case "set":
+		name = ActionSetLimit
+	case "clear":
+		name = ActionClearLimit
+	default:
+		c.fail(w, r, http.StatusNotFound, fmt.Sprintf("There is no rate limit action %q.", r.PathValue("action")))
+		return
+	}
+	if !c.checkPost(w, r) {
+		return
+	}
+	// The name as it is, as limitAction takes it.
+	l := lease.RateLimit{Scope: r.PostForm.Get("scope"), Name: r.PostForm.Get("name")}
+	var err error
+	switch l.Scope {
+	case lease.ScopeKind:
+		err = lease.ValidateKind(l.Name)
+	case lease.ScopeQueue:
+		err = lease.ValidateQueue(l.Name)
+	default:
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown scope %q: a rate limit is of a kind (in every queue) or of a queue (of every kind).", l.Scope))
+		return
+	}
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Not a %s name: %s.", l.Scope, strings.TrimPrefix(err.Error(), "lease: ")))
+		return
+	}
+	if name == ActionSetLimit {
+		s := strings.TrimSpace(r.PostForm.Get("rate"))
+		l.Max, l.Per, err = lease.ParseRate(s)
+		if err != nil {
+			c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Not a rate: %s. Write it as at most M starts per PERIOD, M/PERIOD: 100/1m, 5/500ms, 100/s.",
+				strings.TrimPrefix(err.Error(), "lease: ")))
+			return
+		}
+	}
+	if err := c.authorize(r, Action{Name: name, Limit: lease.Limit{Scope: l.Scope, Name: l.Name, Max: l.Max}, Rate: true, Per: l.Per}); err != nil {
+		c.refuse(w, r, err)
+		return
+	}
+	by := c.operator(r)
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	var f flash
+	if name == ActionSetLimit {
+		old, had, err := c.store.SetRateLimit(ctx, l, by)
+		if err != nil {
+			c.dbFail(w, r, "set the rate limit", err)
+			return
+		}
+		was := "none"
+		if had {
+			was = fmt.Sprintf("%d per %v", old.Max, old.Per)
+		}
+		f = flash{OK: true, Message: fmt.Sprintf("The rate limit of %s %s is %d %s per %v (was %s). The starts already in its window stay counted.",
+			l.Scope, l.Name, l.Max, plural(l.Max, "start", "starts"), l.Per, was)}
+	} else {
+		was, err := c.store.ClearRateLimit(ctx, l.Scope, l.Name, by)
+		if err != nil {
+			c.dbFail(w, r, "clear the rate limit", err)
+			return
+		}
+		f = flash{OK: was, Message: fmt.Sprintf("The rate limit of %s %s is cleared: workers claim its events as they have room.", l.Scope, l.Name)}
+		if !was {
+			f.Message = fmt.Sprintf("%s %s had no rate limit; nothing changed.", upper(l.Scope), l.Name)
+		}
+	}
+	c.log.Info("leasework console: action", "action", name, "rate", true, "scope", l.Scope, "name", l.Name, "max", l.Max, "per", l.Per,
+		"done", f.OK, "result", f.Message, "by", by, "remote", r.RemoteAddr)
+	c.redirect(w, r, PageQueues, f)
+}
+
+// plural is one or many, by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // setLimitMessage says what setting l did, replacing old (-1: none).
 func setLimitMessage(l lease.Limit, old int) string {
 	was := "none"

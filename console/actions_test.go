@@ -35,10 +35,10 @@ func TestReadOnlyByDefault(t *testing.T) {
 		}
 	}
 	form := url.Values{"csrf": {"anything"}, "generation": {fmt.Sprint(r.Generation)}, "queue": {"default"},
-		"scope": {"kind"}, "name": {"k"}, "max": {"7"}}
+		"scope": {"kind"}, "name": {"k"}, "max": {"7"}, "rate": {"1/s"}}
 	for _, path := range []string{
 		fmt.Sprintf("events/%d/requeue", r.ID), fmt.Sprintf("events/%d/discard", r.ID), fmt.Sprintf("events/%d/cancel", r.ID),
-		"queues/pause", "queues/resume", "limits/set", "limits/clear",
+		"queues/pause", "queues/resume", "limits/set", "limits/clear", "rate-limits/set", "rate-limits/clear",
 	} {
 		p := s.post(path, form)
 		if p.status != http.StatusForbidden {
@@ -54,6 +54,9 @@ func TestReadOnlyByDefault(t *testing.T) {
 	}
 	if ls, _ := s.store.Limits(context.Background()); len(ls) != 1 || ls[0].Limit != limit {
 		t.Errorf("after a refused set and clear the limits are %+v; want %+v", ls, limit)
+	}
+	if rls, err := s.store.RateLimits(context.Background()); err != nil || len(rls) != 0 {
+		t.Errorf("after a refused set of a rate limit the rate limits are %+v, %v; want none", rls, err)
 	}
 }
 

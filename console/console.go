@@ -28,6 +28,8 @@ const (
 	ActionResume  ActionName = "resume"  // resume a queue (Store.ResumeQueue)
 	// ActionSetLimit sets a concurrency limit, new or changed
 	// (Store.SetLimit); ActionClearLimit removes one (Store.ClearLimit).
+	// They set and clear rate limits too (Store.SetRateLimit,
+	// Store.ClearRateLimit), with Action.Rate set.
 	ActionSetLimit   ActionName = "set-limit"
 	ActionClearLimit ActionName = "clear-limit"
 )
@@ -62,13 +64,23 @@ type Action struct {
 	// form, it has no Max (the form's is not known yet), and for the form
 	// that sets a limit by name, no Scope or Name either.
 	Limit lease.Limit
+	// Rate says that Limit is a rate limit ([lease.RateLimit]) of its
+	// Scope (kind or queue) and Name, for ActionSetLimit and
+	// ActionClearLimit: Limit.Max is then the most starts in any window
+	// of Per (for ActionSetLimit; zero when asked whether to show a
+	// form). A hook that decides ActionSetLimit and ActionClearLimit
+	// without looking at Rate decides the rate limits' changes the same
+	// way, Max included.
+	Rate bool
+	Per  time.Duration
 }
 
 // Options configures a [Console]. The zero value is a read-only console
 // that shows every page to whoever reaches it.
 type Options struct {
 	// Actions enables the forms that change the table: requeue, discard,
-	// cancel, pause and resume, and set and clear a concurrency limit.
+	// cancel, pause and resume, and set and clear a concurrency limit or
+	// a rate limit.
 	// False, the default, is read-only: no form is shown and every POST is
 	// refused with 403 Forbidden.
 	Actions bool
@@ -89,7 +101,7 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Operator, when set, names the person behind a request that takes
-	// an action: the audit of the concurrency limits records it as who
+	// an action: the audit of the limits records it as who
 	// set or cleared a limit ([lease.Store.LimitChanges]), and each
 	// action's log line carries it. Nil names them "console" and the
 	// request's remote address (behind a proxy, the proxy's). A name is
@@ -225,10 +237,12 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /events/{id}/{action}", c.eventAction)
 	m.HandleFunc("POST /queues/{action}", c.queueAction)
 	m.HandleFunc("POST /limits/{action}", c.limitAction)
+	m.HandleFunc("POST /rate-limits/{action}", c.rateLimitAction)
 	// An action's address asked for with another method changes nothing.
 	m.HandleFunc("/events/{id}/{action}", c.notPost)
 	m.HandleFunc("/queues/{action}", c.notPost)
 	m.HandleFunc("/limits/{action}", c.notPost)
+	m.HandleFunc("/rate-limits/{action}", c.notPost)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "There is no page at this address.")
 	})

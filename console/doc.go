@@ -16,14 +16,16 @@
 //   - the events ("/events"): filtered by status, kind, queue and
 //     partition, paged in id order ("after");
 //   - an event ("/events/{id}"): every field of its row (event id, kind,
-//     queue, priority, key, partition, status, generation, attempt of the budget,
-//     worker, lease deadline, next attempt, times, last error) and a
+//     queue, priority, key, partition, cost under rate limits, status,
+//     generation, attempt of the budget, worker, lease deadline, next
+//     attempt, times, last error) and a
 //     preview of its payload and progress: the first [PreviewBytes], as
 //     text when they are UTF-8 text, otherwise in hex, saying when they are
 //     cut; and, for a READY, WAITING or INPROGRESS event, why it is not
 //     running ([lease.Store.WhyNotRunning]: each reason's sentence, with a
 //     link to its key's head or to the queues; an event set aside by its
-//     partition's limit says so), or, when nothing holds it back, what
+//     partition's limit says so, and one held by a rate limit says when
+//     the next start is allowed), or, when nothing holds it back, what
 //     takes it;
 //   - the queues ("/queues"), paused or running, with their rows per status;
 //     then the concurrency limits ([lease.Store.Limits]), each with the
@@ -35,7 +37,11 @@
 //     (WAITING, linked to them); the default limit of the partitions
 //     ("partition default 7 live, 5 each") the live attempts of every
 //     partition under it, the most each may have, and their events set
-//     aside;
+//     aside. Then the rate limits ([lease.Store.RateLimits]), each with
+//     its starts in the window that ends now of its maximum ("kind
+//     sms.send 37/100 starts per 1m0s"), and, while it is full, when the
+//     next start is allowed; a queue's own rate limit is shown in its row
+//     too, and the rate limits' changes among the latest changes;
 //   - the held keys ("/keys"): keys whose head event FAILED, with the
 //     events waiting behind each.
 //
@@ -53,7 +59,12 @@
 // an unfinished one ([lease.Store.Cancel]), pause and resume a queue, and
 // set or clear a concurrency limit of a kind, a queue or a partition, or
 // the default limit of the partitions, which has a form of its own
-// ([lease.Store.SetLimit], [lease.Store.ClearLimit]). The discard form
+// ([lease.Store.SetLimit], [lease.Store.ClearLimit]), and set or clear a
+// rate limit of a kind or a queue, written M/PERIOD as
+// [lease.ParseRate] reads it ([lease.Store.SetRateLimit],
+// [lease.Store.ClearRateLimit]). [Options.Authorize] decides a rate
+// limit's change as a concurrency limit's ([ActionSetLimit],
+// [ActionClearLimit]), with [Action].Rate set. The discard form
 // carries the generation the page showed: if the event changed since, the
 // discard is refused and the page says so. A limit's change is recorded
 // in the limits' audit as made by [Options.Operator]'s name for the

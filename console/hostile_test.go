@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasework/leasework/console"
 	"github.com/leasework/leasework/internal/rig/pgtest"
@@ -50,6 +51,9 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if _, _, err := s.store.SetRateLimit(t.Context(), lease.RateLimit{Scope: lease.ScopeQueue, Name: queue, Max: 5, Per: time.Minute}, hTextarea); err != nil {
+		t.Fatal(err)
+	}
 
 	pages := []struct {
 		path string
@@ -60,7 +64,8 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 		{"events?" + url.Values{"kind": {hAttr}, "queue": {queue}}.Encode(), []string{hURL}},
 		{fmt.Sprintf("events/%d", r.ID), []string{ev.EventID, hAttr, hTextarea, queue, hScript + hAttr + hTextarea, hAttr + " " + hScript,
 			hScript + " " + hAttr, "link " + hURL}},
-		{"queues", []string{"q\"'><script>alert(4)</", "kind " + hAttr + " 0/3 live", "by " + hScript, "queue q\"'><script>alert(4)</"}},
+		{"queues", []string{"q\"'><script>alert(4)</", "kind " + hAttr + " 0/3 live", "by " + hScript, "queue q\"'><script>alert(4)</",
+			"queue " + queue + " 0/5 starts per 1m0s now", "by " + hTextarea}},
 		{"keys", []string{hTextarea, hAttr}},
 	}
 	for _, pg := range pages {
@@ -97,6 +102,12 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	p = s.follow(s.post("limits/clear", url.Values{"csrf": {token(t, p)}, "scope": {"kind"}, "name": {hAttr}}))
 	noMarkup(t, p)
 	contains(t, p, "The limit of kind "+hAttr+" is cleared")
+	p = s.follow(s.post("rate-limits/set", url.Values{"csrf": {token(t, p)}, "scope": {"kind"}, "name": {hTextarea}, "rate": {"1/s"}}))
+	noMarkup(t, p)
+	contains(t, p, "The rate limit of kind "+hTextarea+" is 1 start per 1s (was none).")
+	p = s.follow(s.post("rate-limits/clear", url.Values{"csrf": {token(t, p)}, "scope": {"queue"}, "name": {queue}}))
+	noMarkup(t, p)
+	contains(t, p, "The rate limit of queue "+queue+" is cleared")
 
 	// The hook's refusal, whatever its text.
 	h := newSiteOf(t, s.store, console.Options{Authorize: func(*http.Request, console.Action) error {

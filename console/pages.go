@@ -230,8 +230,9 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 
 type queueRow struct {
 	lease.QueueInfo
-	Limit         *lease.LimitInfo // the queue's concurrency limit; nil for none
-	Pause, Resume bool             // whether to show the forms
+	Limit         *lease.LimitInfo     // the queue's concurrency limit; nil for none
+	Rate          *lease.RateLimitInfo // the queue's rate limit; nil for none
+	Pause, Resume bool                 // whether to show the forms
 }
 
 type queuesData struct {
@@ -246,6 +247,18 @@ type queuesData struct {
 	MaxLimit   int                 // the most a limit allows, for the forms
 	// NoLimits: the schema predates the limits (it lacks migration 17).
 	NoLimits bool
+	// RateLimits are the rate limits; SetRate whether to show the form
+	// that sets one by name; NoRateLimits: the schema predates them (it
+	// lacks migration 21).
+	RateLimits    []rateLimitRow
+	SetRate       bool
+	NoRateLimits  bool
+	MaxRateStarts int // the most starts a rate limit allows, for the forms
+}
+
+type rateLimitRow struct {
+	lease.RateLimitInfo
+	Set, Clear bool // whether to show the forms
 }
 
 // sqlStateUndefinedTable is the SQLSTATE of a table that does not exist.
@@ -275,7 +288,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 	}
 	// The forms that pause a queue and set a limit by name: asked as a
 	// pause of no queue, a limit of nothing, in particular.
-	d := queuesData{PauseAny: c.may(r, Action{Name: ActionPause}), MaxLimit: lease.MaxLimit}
+	d := queuesData{PauseAny: c.may(r, Action{Name: ActionPause}), MaxLimit: lease.MaxLimit, MaxRateStarts: lease.MaxRateStarts}
 	limits, err := c.store.Limits(ctx)
 	switch {
 	case err != nil && c.store.Driver().SQLState(err) == sqlStateUndefinedTable:
@@ -294,6 +307,28 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 		d.SetAny = c.may(r, Action{Name: ActionSetLimit})
 		d.SetDefault = c.may(r, Action{Name: ActionSetLimit, Limit: lease.Limit{Scope: lease.ScopePartition}})
 	}
+	rates, err := c.store.RateLimits(ctx)
+	switch {
+	case err != nil && c.store.Driver().SQLState(err) == sqlStateUndefinedTable:
+		d.NoRateLimits = true
+	case err != nil:
+		c.dbFail(w, r, "read the rate limits", err)
+		return
+	default:
+		d.SetRate = c.may(r, Action{Name: ActionSetLimit, Rate: true})
+	}
+	queueRates := map[string]*lease.RateLimitInfo{}
+	for i, l := range rates {
+		if l.Scope == lease.ScopeQueue {
+			queueRates[l.Name] = &rates[i]
+		}
+		named := lease.Limit{Scope: l.Scope, Name: l.Name}
+		d.RateLimits = append(d.RateLimits, rateLimitRow{
+			RateLimitInfo: l,
+			Set:           c.may(r, Action{Name: ActionSetLimit, Limit: named, Rate: true}),
+			Clear:         c.may(r, Action{Name: ActionClearLimit, Limit: named, Rate: true}),
+		})
+	}
 	queueLimits := map[string]*lease.LimitInfo{}
 	for i, l := range limits {
 		if l.Scope == lease.ScopeQueue {
@@ -308,7 +343,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	for _, q := range qs {
-		row := queueRow{QueueInfo: q, Limit: queueLimits[q.Name]}
+		row := queueRow{QueueInfo: q, Limit: queueLimits[q.Name], Rate: queueRates[q.Name]}
 		if q.Paused.IsZero() {
 			row.Pause = c.may(r, Action{Name: ActionPause, Queue: q.Name})
 		} else {
