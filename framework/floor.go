@@ -100,9 +100,9 @@ func (f *floors) sweepSkipped() {
 // not taken, was locked by another claim or not yet committed. After a
 // failed claim, or one that shows the database clock behind a floor (a
 // failover to a server whose clock is behind), the next claim of the
-// loop reads from the oldest. A claim that a concurrency limit held back
-// (heldBack) may have skipped rows before those it took: it moves no
-// floor.
+// loop reads from the oldest. A claim that a concurrency or rate limit
+// held back (heldBack) may have skipped rows before those it took: it
+// moves no floor.
 func (f *floors) claimed(claims []leasework.Claim, heldBack bool, err error, full bool, limit int, leaseFor, took time.Duration, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

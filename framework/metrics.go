@@ -44,7 +44,7 @@ type Counters struct {
 	HungHandlers                int64 // handlers that had not returned when their claim was given up after their context ended (attempt timeout, shutdown): left to expire
 	RetentionDeleted            int64 // finished rows deleted by the retention loop
 	// ClaimsHeldBack counts, of ClaimQueries, those that a concurrency
-	// limit kept from rows they would otherwise have taken
+	// or rate limit kept from rows they would otherwise have taken
 	// (lease.Store.ClaimHeldBack), among those that took rows: a claim
 	// that took none reports nothing, so a limit that holds back every
 	// row of a worker's queue does not count here. The limits' own
@@ -101,13 +101,17 @@ func (w *Worker) Stats(ctx context.Context) (lease.Stats, error) {
 // leasework_limit_max and leasework_limit_held_back, labelled by scope
 // (kind, queue or partition) and name: a partition's limit is named by
 // its partition, and the default limit of the partitions has an empty
-// name, its live and held-back figures those of every partition under it)
-// in the Prometheus text exposition format, for a Prometheus (or
-// OpenTelemetry collector) scrape. It needs no client library. The stats
-// and the limits are two queries, read within statsTimeout (zero: 5s)
-// together; when one cannot be read, the counters are still served, and
-// leasework_stats_up or leasework_limits_up is 0 (the limits' also on a
-// schema that predates them: see lease.Migrations).
+// name, its live and held-back figures those of every partition under it),
+// and each rate limit's ([lease.Store.RateLimits]: leasework_rate_limit_recent,
+// the starts in the window that ends now, and leasework_rate_limit_max,
+// labelled by scope, kind or queue, and name) in the Prometheus text
+// exposition format, for a Prometheus (or OpenTelemetry collector)
+// scrape. It needs no client library. The stats, the limits and the rate
+// limits are three queries, read within statsTimeout (zero: 5s) together;
+// when one cannot be read, the counters are still served, and
+// leasework_stats_up, leasework_limits_up or leasework_rate_limits_up is
+// 0 (the limits' and the rate limits' also on a schema that predates
+// them: see lease.Migrations).
 func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
 	if statsTimeout <= 0 {
 		statsTimeout = 5 * time.Second
@@ -117,10 +121,12 @@ func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
 		defer cancel()
 		st, err := w.Stats(ctx)
 		limits, lerr := w.store.Limits(ctx)
+		rates, rerr := w.store.RateLimits(ctx)
 		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		var b strings.Builder
 		w.writeMetrics(&b, st, err == nil)
 		w.writeLimits(&b, limits, lerr == nil)
+		w.writeRateLimits(&b, rates, rerr == nil)
 		_, _ = rw.Write([]byte(b.String()))
 	})
 }
@@ -139,7 +145,7 @@ func (w *Worker) writeMetrics(b *strings.Builder, st lease.Stats, statsUp bool) 
 	}{
 		{"claim_queries", "Claim statements sent.", c.ClaimQueries},
 		{"claim_errors", "Claim statements that failed.", c.ClaimErrors},
-		{"claims_held_back", "Claim statements that took rows and that a concurrency limit kept from more.", c.ClaimsHeldBack},
+		{"claims_held_back", "Claim statements that took rows and that a concurrency or rate limit kept from more.", c.ClaimsHeldBack},
 		{"claimed", "Claims taken.", c.Claimed},
 		{"reclaimed", "Claims of rows whose previous owner's lease had expired.", c.Reclaimed},
 		{"outcomes_replayed", "Outcome writes found already recorded by an earlier try.", c.OutcomesReplayed},
@@ -199,6 +205,32 @@ func (w *Worker) writeLimits(b *strings.Builder, limits []lease.LimitInfo, limit
 		fmt.Fprintf(b, "# HELP leasework_limit_%s %s\n# TYPE leasework_limit_%s gauge\n", m.name, m.help, m.name)
 		for _, l := range limits {
 			fmt.Fprintf(b, "leasework_limit_%s{table=\"%s\",scope=\"%s\",name=\"%s\"} %d\n", m.name, tableName, l.Scope, labelValue(l.Name), m.v(l))
+		}
+	}
+}
+
+// writeRateLimits writes each rate limit's gauges, and whether the rate
+// limits could be read (up).
+func (w *Worker) writeRateLimits(b *strings.Builder, rates []lease.RateLimitInfo, up bool) {
+	tableName := labelValue(w.store.Schema() + "." + w.store.Table())
+	n := 0
+	if up {
+		n = 1
+	}
+	fmt.Fprintf(b, "# HELP leasework_rate_limits_up Whether the rate limits could be read.\n# TYPE leasework_rate_limits_up gauge\nleasework_rate_limits_up{table=\"%s\"} %d\n", tableName, n)
+	if !up {
+		return
+	}
+	for _, m := range []struct {
+		name, help string
+		v          func(lease.RateLimitInfo) int
+	}{
+		{"recent", "Attempt starts the rate limit counts in the window that ends now.", func(l lease.RateLimitInfo) int { return l.Recent }},
+		{"max", "The most attempt starts the rate limit allows in any window of its period.", func(l lease.RateLimitInfo) int { return l.Max }},
+	} {
+		fmt.Fprintf(b, "# HELP leasework_rate_limit_%s %s\n# TYPE leasework_rate_limit_%s gauge\n", m.name, m.help, m.name)
+		for _, l := range rates {
+			fmt.Fprintf(b, "leasework_rate_limit_%s{table=\"%s\",scope=\"%s\",name=\"%s\"} %d\n", m.name, tableName, l.Scope, labelValue(l.Name), m.v(l))
 		}
 	}
 }

@@ -344,3 +344,64 @@ func TestPartitionLimitMetrics(t *testing.T) {
 		}
 	}
 }
+
+// The metrics give each rate limit's starts in its window and its most,
+// labelled by scope and name, read at the scrape: a worker starts two of
+// three events under a kind's limit of 2 an hour, and the third waits.
+// Without the rate limits' tables, leasework_rate_limits_up is 0 and the
+// rest is served.
+func TestRateLimitMetrics(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, pgtest.Drivers[0].New())
+	for _, l := range []lease.RateLimit{{Scope: lease.ScopeKind, Name: "sms", Max: 2, Per: time.Hour}, {Scope: lease.ScopeQueue, Name: `q"x`, Max: 100, Per: time.Minute}} {
+		if _, _, err := s.SetRateLimit(ctx, l, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := pgtest.Enqueue(t, s, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"})
+	w := newWorker(t, s, framework.Config{WorkerID: "w1", Concurrency: 10})
+	register(t, w, "sms", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
+	stop := start(t, w)
+	defer stop()
+	waitFor(t, "two events completed", func() bool { return w.Counters().Completed == 2 })
+	if r, err := s.Get(ctx, in[2].ID); err != nil || r.Status != leasework.StatusReady {
+		t.Fatalf("the third event: %s, %v; want READY, held by the rate limit", r.Status, err)
+	}
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		w.MetricsHandler(0).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	body := scrape()
+	table := s.Schema() + ".events"
+	for _, want := range []string{
+		`leasework_rate_limits_up{table="` + table + `"} 1` + "\n",
+		"# TYPE leasework_rate_limit_recent gauge\n",
+		`leasework_rate_limit_recent{table="` + table + `",scope="kind",name="sms"} 2` + "\n",
+		`leasework_rate_limit_max{table="` + table + `",scope="kind",name="sms"} 2` + "\n",
+		`leasework_rate_limit_recent{table="` + table + `",scope="queue",name="q\"x"} 0` + "\n",
+		`leasework_rate_limit_max{table="` + table + `",scope="queue",name="q\"x"} 100` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	stop()
+
+	for _, suffix := range []string{"_rate_shares", "_rate_limits"} {
+		execSQL(t, s, `DROP TABLE `+ident(s.Schema())+`.`+ident(s.Table()+suffix))
+	}
+	body = scrape()
+	for _, want := range []string{
+		`leasework_rate_limits_up{table="` + table + `"} 0` + "\n",
+		`leasework_limits_up{table="` + table + `"} 1` + "\n",
+		`leasework_completed_total{worker="w1"} 2` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics without the rate limits' tables lack %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "leasework_rate_limit_recent{") {
+		t.Errorf("metrics without the rate limits' tables give a rate limit's figures:\n%s", body)
+	}
+}

@@ -88,10 +88,11 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim,
 }
 
 // ClaimHeldBack is [Store.Claim] that also reports whether a concurrency
-// limit (see [Store.SetLimit]) kept the claim from rows it would
-// otherwise have taken: its queue's limit admitted fewer rows than
-// req.Limit, a kind of the claim was at its limit, or more rows of a kind
-// were found than its limit admitted. Such rows are skipped, not waited
+// limit (see [Store.SetLimit]) or a rate limit ([Store.SetRateLimit]) kept
+// the claim from rows it would otherwise have taken: its queue's limit
+// admitted fewer rows than req.Limit, a kind of the claim was at its
+// limit, a rate limit of the claim had no room, or more rows of a kind
+// were found than its limits admitted. Such rows are skipped, not waited
 // for: a READY row due before a row claimed, or an expired lease older
 // than one taken back, may have been left by a limit. A caller that
 // starts its later claims past the rows it claimed (req.DueFrom,

@@ -25,7 +25,7 @@ const (
 	DuplicatesKey = attribute.Key("leasework.duplicates")  // events of one enqueue call skipped as duplicates
 	LeaseLossKey  = attribute.Key("leasework.lease_loss")  // on leasework.lease_losses: "lost", "unconfirmed" or "cancelled"
 	TableKey      = attribute.Key("leasework.table")       // on the limits' gauges: the events table, schema.table
-	LimitScopeKey = attribute.Key("leasework.limit.scope") // on the limits' gauges: "kind", "queue" or "partition"
+	LimitScopeKey = attribute.Key("leasework.limit.scope") // on the limits' gauges: "kind", "queue" or "partition"; on the rate limits', "kind" or "queue"
 	LimitNameKey  = attribute.Key("leasework.limit.name")  // on the limits' gauges: the kind's, the queue's or the partition's name; "" for the default limit of the partitions
 )
 

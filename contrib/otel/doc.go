@@ -145,7 +145,7 @@
 // histograms have bucket boundaries from 5ms to an hour.
 //
 // [Instrument] also observes the worker's claim statements that took rows
-// and that a concurrency limit kept from more (framework's
+// and that a concurrency or rate limit kept from more (framework's
 // Counters.ClaimsHeldBack), as leasework.claims_held_back, an observable
 // counter of unit "{statement}" with the attribute messaging.client.id.
 //
@@ -160,6 +160,14 @@
 //	leasework.limit.max         gauge  {attempt}  the most live attempts it allows
 //	leasework.limit.held_back   gauge  {event}    due READY events the full limit holds back; a partition's: its events set aside
 //	leasework.limits.up         gauge  1          1 when the limits could be read, else 0 (leasework.table only)
+//
+// It observes the rate limits too, read with lease.Store.RateLimits in a
+// second query, with leasework.limit.scope "kind" or "queue":
+//
+//	name                         type   unit     what it measures
+//	leasework.rate_limit.recent  gauge  {start}  attempt starts counted in the window that ends now
+//	leasework.rate_limit.max     gauge  {start}  the most starts it allows in any window of its period
+//	leasework.rate_limits.up     gauge  1        1 when the rate limits could be read, else 0 (leasework.table only)
 //
 // The figures are the table's, the same from every process: observe them
 // in one.

@@ -227,3 +227,74 @@ func TestPartitionLimitMetrics(t *testing.T) {
 		}
 	})
 }
+
+// ObserveLimits observes the rate limits, scope "kind" or "queue": the
+// starts each counts in the window that ends now, and its most; without
+// their tables, leasework.rate_limits.up is 0, the error goes to
+// otel.Handle, and the concurrency limits are observed still.
+func TestRateLimitMetrics(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		tel := newTelemetry(t)
+		s := newStore(t, drv)
+		for _, l := range []lease.RateLimit{{Scope: lease.ScopeKind, Name: "sms", Max: 2, Per: time.Hour}, {Scope: lease.ScopeQueue, Name: "bulk", Max: 100, Per: time.Minute}} {
+			if _, _, err := s.SetRateLimit(ctx, l, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reg, err := leaseworkotel.ObserveLimits(s, tel.options()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Unregister()
+		pgtest.Enqueue(t, s, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"})
+		if claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 2 {
+			t.Fatalf("claim under a rate limit of 2 = %d claims, %v; want 2", len(claims), err)
+		}
+
+		m := tel.metrics(t)
+		table := s.Schema() + ".events"
+		byLimit := []attribute.Key{leaseworkotel.TableKey, leaseworkotel.LimitScopeKey, leaseworkotel.LimitNameKey}
+		for name, want := range map[string]map[string]int64{
+			"leasework.rate_limits.up":    {table: 1},
+			"leasework.rate_limit.recent": {table + "/kind/sms": 2, table + "/queue/bulk": 0},
+			"leasework.rate_limit.max":    {table + "/kind/sms": 2, table + "/queue/bulk": 100},
+		} {
+			keys := byLimit
+			if name == "leasework.rate_limits.up" {
+				keys = byLimit[:1]
+			}
+			if got := points(t, m[name], keys...); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s = %v; want %v", name, got, want)
+			}
+			if m[name].Description == "" || m[name].Unit == "" {
+				t.Errorf("%s: unit %q, description %q; want both", name, m[name].Unit, m[name].Description)
+			}
+		}
+
+		handled := &errorsHandled{}
+		defer otel.SetErrorHandler(otel.GetErrorHandler())
+		otel.SetErrorHandler(handled)
+		if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopeKind, Name: "sms", Max: 5}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		for _, suffix := range []string{"_rate_shares", "_rate_limits"} {
+			if _, err := s.DB().ExecContext(ctx, `DROP TABLE `+lease.QuoteIdent(s.Schema())+`.`+lease.QuoteIdent(s.Table()+suffix)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m = tel.metrics(t)
+		if got := points(t, m["leasework.rate_limits.up"], leaseworkotel.TableKey); got[table] != 0 || len(got) != 1 {
+			t.Errorf("leasework.rate_limits.up without the rate limits' tables = %v; want 0", got)
+		}
+		if _, ok := m["leasework.rate_limit.recent"]; ok && len(points(t, m["leasework.rate_limit.recent"], byLimit...)) != 0 {
+			t.Errorf("leasework.rate_limit.recent observed without the rate limits' tables")
+		}
+		if got := points(t, m["leasework.limit.max"], byLimit...); got[table+"/kind/sms"] != 5 {
+			t.Errorf("leasework.limit.max without the rate limits' tables = %v; want kind sms's 5", got)
+		}
+		if errs := handled.all(); len(errs) != 1 || !strings.Contains(errs[0].Error(), "read the rate limits") {
+			t.Errorf("errors handled = %v; want the failed read of the rate limits", errs)
+		}
+	})
+}

@@ -83,7 +83,7 @@ func observeWorker(w *framework.Worker, opts []Option) error {
 	cfg := newConfig(opts)
 	m := cfg.meter()
 	held, err := m.Int64ObservableCounter("leasework.claims_held_back", metric.WithUnit("{statement}"),
-		metric.WithDescription("Claim statements of the worker that took rows and that a concurrency limit kept from more."))
+		metric.WithDescription("Claim statements of the worker that took rows and that a concurrency or rate limit kept from more."))
 	if err != nil {
 		return fmt.Errorf("leasework.claims_held_back: %w", err)
 	}
@@ -110,10 +110,15 @@ const LimitsTimeout = 5 * time.Second
 // with the live attempts and events set aside of every partition under
 // it); and leasework.limits.up, 1 when they could be
 // read within [LimitsTimeout], else 0 (the error then goes to otel.Handle,
-// and no limit is observed). The figures are the table's, the same from
-// every process: call it in one of them (or let each process report
-// them, and aggregate by table). Unregister the returned registration to
-// stop.
+// and no limit is observed). It observes the rate limits the same way,
+// read with [lease.Store.RateLimits] in a second query: for each, the
+// attempt starts it counts in the window that ends now
+// (leasework.rate_limit.recent) and the most it allows in a window
+// (leasework.rate_limit.max), with leasework.limit.scope ("kind" or
+// "queue") and leasework.limit.name; and leasework.rate_limits.up. The
+// figures are the table's, the same from every process: call it in one
+// of them (or let each process report them, and aggregate by table).
+// Unregister the returned registration to stop.
 func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, error) {
 	if store == nil {
 		return nil, errors.New("leaseworkotel: ObserveLimits: store is nil")
@@ -132,6 +137,9 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 	live := gauge("leasework.limit.live", "{attempt}", "Attempts counted under the concurrency limit now.")
 	most := gauge("leasework.limit.max", "{attempt}", "The most live attempts the concurrency limit allows.")
 	held := gauge("leasework.limit.held_back", "{event}", "Events the full concurrency limit holds back now: due READY events of its kind or queue; for a partition's limit, its events set aside.")
+	ratesUp := gauge("leasework.rate_limits.up", "1", "Whether the rate limits could be read: 1, or 0.")
+	recent := gauge("leasework.rate_limit.recent", "{start}", "Attempt starts the rate limit counts in the window that ends now.")
+	rateMax := gauge("leasework.rate_limit.max", "{start}", "The most attempt starts the rate limit allows in any window of its period.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -143,15 +151,27 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 		if err != nil {
 			o.ObserveInt64(up, 0, metric.WithAttributes(table))
 			otel.Handle(fmt.Errorf("leaseworkotel: read the concurrency limits: %w", err))
+		} else {
+			o.ObserveInt64(up, 1, metric.WithAttributes(table))
+			for _, l := range ls {
+				attrs := metric.WithAttributes(table, LimitScopeKey.String(l.Scope), LimitNameKey.String(l.Name))
+				o.ObserveInt64(live, int64(l.Live), attrs)
+				o.ObserveInt64(most, int64(l.Max), attrs)
+				o.ObserveInt64(held, l.HeldBack, attrs)
+			}
+		}
+		rs, err := store.RateLimits(ctx)
+		if err != nil {
+			o.ObserveInt64(ratesUp, 0, metric.WithAttributes(table))
+			otel.Handle(fmt.Errorf("leaseworkotel: read the rate limits: %w", err))
 			return nil
 		}
-		o.ObserveInt64(up, 1, metric.WithAttributes(table))
-		for _, l := range ls {
+		o.ObserveInt64(ratesUp, 1, metric.WithAttributes(table))
+		for _, l := range rs {
 			attrs := metric.WithAttributes(table, LimitScopeKey.String(l.Scope), LimitNameKey.String(l.Name))
-			o.ObserveInt64(live, int64(l.Live), attrs)
-			o.ObserveInt64(most, int64(l.Max), attrs)
-			o.ObserveInt64(held, l.HeldBack, attrs)
+			o.ObserveInt64(recent, int64(l.Recent), attrs)
+			o.ObserveInt64(rateMax, int64(l.Max), attrs)
 		}
 		return nil
-	}, up, live, most, held)
+	}, up, live, most, held, ratesUp, recent, rateMax)
 }

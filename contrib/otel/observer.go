@@ -22,8 +22,8 @@ import (
 // before w.Run.
 //
 // Its attempt spans also name the worker: messaging.client.id is w.ID().
-// It also observes the worker's count of claims that a concurrency limit
-// held back, leasework.claims_held_back (see the package doc), which an
+// It also observes the worker's count of claims that a concurrency or
+// rate limit held back, leasework.claims_held_back (see the package doc), which an
 // [Observer] alone cannot.
 func Instrument(w *framework.Worker, opts ...Option) error {
 	o, err := newObserver(opts, w.ID())
