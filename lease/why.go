@@ -122,7 +122,8 @@ type Reason struct {
 // (partitionLimitSQL); for a READY row or a row whose lease ran out, each
 // rate limit of its kind and queue with its starts in the window and its
 // room (rateRoomSQL: the limit by its primary key, its 16 shares by
-// theirs). The reads a status does not need are not made.
+// theirs), for a row a claim would take back. The reads a status does
+// not need are not made.
 const whySQL = `
 SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     o.next_attempt_at > statement_timestamp(),
@@ -161,13 +162,18 @@ LEFT JOIN LATERAL (
     SELECT l.max_starts, l.period_us, w.* FROM {{schema}}.{{name "rate_limits"}} AS l
     CROSS JOIN LATERAL (` + rateRoomSQL + `) AS w
     WHERE l.scope = 'kind' AND l.name = o.kind
-      AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp()))) AS kr ON true
+      AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp() AND ` + takenBack + `))) AS kr ON true
 LEFT JOIN LATERAL (
     SELECT l.max_starts, l.period_us, w.* FROM {{schema}}.{{name "rate_limits"}} AS l
     CROSS JOIN LATERAL (` + rateRoomSQL + `) AS w
     WHERE l.scope = 'queue' AND l.name = o.queue
-      AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp()))) AS qr ON true
+      AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp() AND ` + takenBack + `))) AS qr ON true
 WHERE o.id = $1`
+
+// takenBack says that row o, INPROGRESS with its lease run out, is taken
+// back by a claim (a start), as the claim's expired leases are: not on
+// its last attempt (that one ends FAILED) and not cancelled.
+const takenBack = `o.attempt < o.max_attempts AND o.cancelled_at IS NULL`
 
 // rateRoomSQL reads rate limit l's starts in the window that ends now
 // (recent) and its room for more (room: each share's cap less its starts

@@ -473,6 +473,14 @@ func TestWhyARateLimitHoldsARow(t *testing.T) {
 		if rs := why(t, s, first); len(rs) != 1 || rs[0].Kind != lease.ReasonRate || rs[0].Cost != 1 || !rs[0].NextAt.Equal(oldest.Add(time.Minute)) {
 			t.Errorf("reasons of a row whose lease ran out under a full rate limit = %+v; want the limit", rs)
 		}
+		// On its last attempt, a claim ends it FAILED: no start, no reason.
+		if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET max_attempts = attempt WHERE id = $1`, first); err != nil {
+			t.Fatal(err)
+		}
+		wantNoReason(t, s, first, "a row whose lease ran out on its last attempt")
+		if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET max_attempts = attempt + 1 WHERE id = $1`, first); err != nil {
+			t.Fatal(err)
+		}
 
 		// The queue's rate limit as well, with room for one start: the
 		// kind's first, then the queue's for the row costing 2 (more
