@@ -214,7 +214,7 @@ WITH paused AS (
           AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
           AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
                                  UNION ALL
-                                 SELECT name FROM rate_free WHERE scope = 'kind' AND n = 0))
+                                 SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
           -- A keyed row is claimable once ordering has put it in line
           -- (key_seq, at its enqueue's commit): READY before that only to
           -- its own transaction, it may be behind its key's head.
@@ -260,7 +260,7 @@ WITH paused AS (
           AND (cardinality($2::text[]) = 0 OR e.kind = ANY($2::text[]))
           AND e.kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
                                    UNION ALL
-                                   SELECT name FROM rate_free WHERE scope = 'kind' AND n = 0))
+                                   SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
         ORDER BY e.priority, e.next_attempt_at, e.id
         LIMIT x.room
         FOR UPDATE SKIP LOCKED) AS a
@@ -347,12 +347,13 @@ const slotsCTEs = `limited AS (
 
 // rateCTEs are the claim's reads of the rate limits it keeps (migration
 // 21) before it reads any row: the rate limits of its queue and of the
-// kinds it claims (rated), the shares it takes starts from (rate_picked,
-// then rate_rooms), each locked SKIP LOCKED as the concurrency limits'
-// slots are, from a share drawn from the worker's name, no more than its
-// Limit needs; each share's room now: its cap less its starts within the
-// period that ends at this statement's time; and each limit's room
-// (rate_free), in starts.
+// kinds it claims (rated), each share's room in this claim's snapshot, the
+// shares read unlocked (rate_view: its cap less its starts within the
+// period that ends at this statement's time), and each limit's room so
+// (rate_seen), in starts: the claim reads no row of a kind whose limit has
+// none, and no more rows of its queue than its queue's limit has starts.
+// The shares it takes starts from are locked once the rows are read
+// (rateLockCTEs).
 const rateCTEs = `rated AS (
     SELECT l.scope, l.name, l.id, l.period_us * interval '1 microsecond' AS period,
         l.id::bigint * 100000 AS first, l.id::bigint * 100000 + ` + limitSlots + ` AS past,
@@ -361,16 +362,43 @@ const rateCTEs = `rated AS (
     FROM {{schema}}.{{name "rate_limits"}} AS l
     WHERE (l.scope = 'queue' AND l.name = $5)
        OR (l.scope = 'kind' AND (cardinality($2::text[]) = 0 OR l.name = ANY ($2::text[])))
+), rate_view AS (
+    -- turn: the share's place from the one drawn from the worker's name
+    -- (at random without one), so that the claims of many workers do not
+    -- all lock the same shares.
+    SELECT l.scope, l.name, l.id, s.key, (s.share - l.start + ` + limitSlots + `) % ` + limitSlots + ` AS turn,
+        GREATEST(s.cap - (SELECT count(*) FROM unnest(s.starts) AS t WHERE t > statement_timestamp() - l.period), 0) AS room
+    FROM rated AS l
+    JOIN {{schema}}.{{name "rate_shares"}} AS s ON s.key >= l.first AND s.key < l.past
+), rate_seen AS (
+    SELECT l.scope, l.name, COALESCE((SELECT sum(v.room) FROM rate_view AS v WHERE v.id = l.id), 0) AS n
+    FROM rated AS l
+)`
+
+// rateLockCTEs follow candidates: the starts each rate limit's rows among
+// them need (rate_want: the costs of the first Limit of them, in the
+// claim's order), the shares to take them from, from the one drawn on,
+// those with room in the snapshot until their room covers that
+// (rate_picked), locked SKIP LOCKED as the concurrency limits' slots are,
+// with each one's room as last committed (rate_rooms), and each limit's
+// room in those (rate_free), in starts. The shares are chosen for the
+// starts the rows need, not for their count: an event that costs more
+// than a share's room is taken by a claim of one row while the limit has
+// room for it.
+const rateLockCTEs = `rate_want AS (
+    SELECT l.id, (SELECT COALESCE(sum(c.cost), 0) FROM (
+                     SELECT c.cost FROM candidates AS c WHERE l.scope = 'queue' OR c.kind = l.name
+                     ORDER BY c.ord LIMIT $1) AS c) AS units
+    FROM rated AS l
 ), rate_picked AS (
     SELECT p.key FROM (
-        SELECT s.key, sum(x.room) OVER (PARTITION BY l.id ORDER BY (s.share - l.start + ` + limitSlots + `) % ` + limitSlots + `) - x.room AS before
-        FROM rated AS l
-        JOIN {{schema}}.{{name "rate_shares"}} AS s ON s.key >= l.first AND s.key < l.past
-        CROSS JOIN LATERAL (SELECT s.cap - (SELECT count(*) FROM unnest(s.starts) AS t WHERE t > statement_timestamp() - l.period) AS room) AS x
-        WHERE x.room > 0) AS p
-    WHERE p.before < $1
+        SELECT v.key, sum(v.room) OVER (PARTITION BY v.id ORDER BY v.turn) - v.room AS before,
+            (SELECT w.units FROM rate_want AS w WHERE w.id = v.id) AS units
+        FROM rate_view AS v
+        WHERE v.room > 0) AS p
+    WHERE p.before < p.units
 ), rate_rooms AS (
-    SELECT l.scope, l.name, l.period, o.key,
+    SELECT l.scope, l.name, o.key,
         GREATEST(o.cap - (SELECT count(*) FROM unnest(o.starts) AS t WHERE t > statement_timestamp() - l.period), 0) AS room
     FROM (SELECT s.key, s.cap, s.starts FROM {{schema}}.{{name "rate_shares"}} AS s
           WHERE s.key = ANY (ARRAY(SELECT key FROM rate_picked))
@@ -386,25 +414,31 @@ const rateCTEs = `rated AS (
 // each limit's starts (rate_used: the costs of its kind's rows, or of all
 // of them for the queue's), taken from its locked shares in key order, as
 // many from each as it has room (rate_taking), and written (rate_held): a
-// share keeps its starts within the period and adds one at this
-// statement's time for each it gives. held_whole fails the statement if a
-// start was not written.
+// share adds one start at this statement's time for each it gives, and
+// keeps its latest starts, as many as its cap. It never drops a start by
+// this statement's time: a claim whose statement began earlier may lock
+// the share after this one commits, and a start out of this claim's
+// window may be in that one's. One dropped is older than cap others kept,
+// which that claim counts too: it finds no room, as it would with all of
+// them. held_whole fails the statement if a start was not written.
 const rateTakingCTEs = `rate_used AS (
     SELECT l.scope, l.name,
         CASE WHEN l.scope = 'kind' THEN (SELECT COALESCE(sum(c.cost), 0) FROM chosen AS c WHERE c.kind = l.name)
              ELSE (SELECT COALESCE(sum(c.cost), 0) FROM chosen AS c) END AS units
     FROM rated AS l
 ), rate_taking AS (
-    SELECT r.key, r.period,
+    SELECT r.key,
         LEAST(r.room, GREATEST((SELECT u.units FROM rate_used AS u WHERE u.scope = r.scope AND u.name = r.name)
                                - (sum(r.room) OVER (PARTITION BY r.scope, r.name ORDER BY r.key) - r.room), 0))::integer AS k
     FROM rate_rooms AS r
 ), rate_held AS (
     UPDATE {{schema}}.{{name "rate_shares"}} AS s
-    SET starts = ARRAY(SELECT t FROM unnest(s.starts) AS t
-                       WHERE t > statement_timestamp() - (SELECT r.period FROM rate_taking AS r WHERE r.key = s.key)
-                       ORDER BY t)
-                 || array_fill(statement_timestamp(), ARRAY[(SELECT r.k FROM rate_taking AS r WHERE r.key = s.key)])
+    SET starts = ARRAY(SELECT x.t FROM (
+                     SELECT t FROM unnest(s.starts || array_fill(statement_timestamp(),
+                                                                 ARRAY[(SELECT r.k FROM rate_taking AS r WHERE r.key = s.key)])) AS t
+                     ORDER BY t DESC
+                     LIMIT s.cap) AS x
+                 ORDER BY x.t)
     WHERE s.key = ANY (ARRAY(SELECT key FROM rate_taking WHERE k > 0))
     RETURNING s.key
 )`
@@ -500,7 +534,7 @@ const limitsCTEs = `stale AS (
     -- The most rows the claim takes: its Limit, and its queue's limit.
     SELECT LEAST($1::bigint, (SELECT n FROM usable WHERE scope = 'queue')
                              + (SELECT count(*) FROM carried WHERE queue),
-                  (SELECT n FROM rate_free WHERE scope = 'queue')) AS n
+                  (SELECT n FROM rate_seen WHERE scope = 'queue')) AS n
 )`
 
 // admitCTEs keep each kind's limit among the rows found (expired, then
@@ -521,7 +555,7 @@ const admitCTEs = `candidates AS (
           UNION ALL
           SELECT id, kind, generation, NULL, NULL, 2, level, next_attempt_at, NULL, partition_key, NULL, cost FROM aside) AS c
     LEFT JOIN carried AS k ON k.id = c.id
-), ranked AS (
+), ` + rateLockCTEs + `, ranked AS (
     -- in_kind: a row's place among its kind's rows that need one;
     -- kind_units: the starts of its kind's rows up to it.
     SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.carry_kind ORDER BY c.ord) AS in_kind,
@@ -630,7 +664,7 @@ const admitCTEs = `candidates AS (
 ), held_back AS (
     SELECT (SELECT n FROM room) < $1
         OR EXISTS (SELECT 1 FROM usable WHERE scope = 'kind' AND n = 0)
-        OR EXISTS (SELECT 1 FROM rate_free WHERE n = 0)
+        OR EXISTS (SELECT 1 FROM rate_seen WHERE n = 0)
         OR (SELECT count(*) FROM chosen) < (SELECT count(*) FROM candidates) AS yes`
 
 // anyPartitionLimit says whether a partition limit is declared: one probe

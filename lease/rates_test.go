@@ -137,6 +137,121 @@ func TestQueueRateLimitCountsEveryStart(t *testing.T) {
 	})
 }
 
+// A claim takes an event whose cost is more than its Limit in rows, and
+// more than the room of one share, while the limit has room for it: the
+// shares it takes starts from are chosen for the starts its rows need, not
+// for their count. (A claim of Limit 1 took starts from one share, and an
+// event that cost more than a share's room never started for it.)
+func TestRateLimitSmallClaimTakesACostlyEvent(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		// 10 per hour: shares 0 to 9 allow one start each.
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "c", Max: 10, Per: time.Hour})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "c", EventID: "c-2", Cost: 2},
+			lease.Event{Kind: "c", EventID: "c-7", Cost: 7}, lease.Event{Kind: "c", EventID: "c-3", Cost: 3})
+		for _, want := range []string{"[c-2]", "[c-7]", "[]"} {
+			got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "w"})
+			if fmt.Sprint(got) != want {
+				t.Fatalf("claim of Limit 1 = %v; want %s (the limit's room: 10 starts per hour, c-2, c-7 and c-3 cost 2, 7 and 3)", got, want)
+			}
+		}
+		if rls, err := s.RateLimits(ctx); err != nil || len(rls) != 1 || rls[0].Recent != 9 {
+			t.Errorf("RateLimits = %+v, %v; want 9 starts in the window", rls, err)
+		}
+	})
+}
+
+// A claim whose statement began before another's, and that takes starts
+// from a share after the other committed its own there, counts every start
+// of its own window: the later claim keeps the starts that are out of its
+// window but in the earlier one's. (The later claim dropped the starts
+// older than its own window, and the earlier one, blind to them, took a
+// share's whole cap again: 49 starts in a window of a limit of 48.)
+//
+// The earlier claim runs inside a DO block that first waits for an
+// advisory lock the test holds: its statement's time is the block's, taken
+// before it waits.
+func TestRateLimitKeepsTheStartsOfAnEarlierClaimsWindow(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// 48 per hour: each of the 16 shares allows 3. All but share 0 are
+		// full for the hour.
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "k", Max: 48, Per: time.Hour})
+		pgtest.EnqueueN(t, s, 10, "k")
+		shares := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_rate_shares")
+		if _, err := s.DB().ExecContext(ctx, `UPDATE `+shares+` SET starts = array_fill(clock_timestamp(), ARRAY[cap]) WHERE share <> 0`); err != nil {
+			t.Fatal(err)
+		}
+
+		hold, err := s.DB().Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hold.Close()
+		const lock = 7_310_021
+		if _, err := hold.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lock); err != nil {
+			t.Fatal(err)
+		}
+		claim := lease.ClaimStatement(s).Query
+		if strings.Contains(claim, "$claim$") {
+			t.Fatal("the claim statement holds the quote $claim$")
+		}
+		early := make(chan error, 1)
+		go func() {
+			_, err := s.DB().ExecContext(ctx, `DO $do$ BEGIN
+				PERFORM pg_advisory_xact_lock(`+fmt.Sprint(lock)+`);
+				EXECUTE $claim$`+claim+`$claim$ USING 5, ARRAY[]::text[], 60000000::bigint, 'early'::text, 'default'::text,
+					ARRAY[]::bigint[], 0::bigint;
+			END $do$`)
+			early <- err
+		}()
+		// Once the early claim waits, share 0 gets two starts just inside
+		// the early claim's window (its statement began before this one)
+		// and outside the late claim's (which begins after this one).
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var waiting bool
+			if err := s.DB().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE 'DO $do$%')`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the early claim did not wait for the advisory lock within 30s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := s.DB().ExecContext(ctx, `UPDATE `+shares+`
+			SET starts = array_fill(clock_timestamp() - interval '1 hour', ARRAY[2]) WHERE share = 0`); err != nil {
+			t.Fatal(err)
+		}
+		late := claimEventIDs(t, s, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Worker: "late"})
+		if len(late) != 1 {
+			t.Fatalf("the late claim took %v; want one event (share 0 has room for 3 in its window)", late)
+		}
+		if _, err := hold.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, lock); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-early; err != nil {
+			t.Fatalf("the early claim: %v", err)
+		}
+		var took int
+		if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM `+s.QualifiedTable()+` WHERE worker = 'early'`).Scan(&took); err != nil {
+			t.Fatal(err)
+		}
+		// The early claim's window holds the 45 starts of the full shares
+		// and share 0's two: one more start at most.
+		if took > 1 {
+			t.Errorf("the early claim took %d events; its window held 47 starts of 48, so at most 1", took)
+		}
+	})
+}
+
 // containsID says whether claims hold the row of id.
 func containsID(claims []leasework.Claim, id int64) bool {
 	for _, c := range claims {

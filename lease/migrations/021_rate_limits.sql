@@ -10,12 +10,15 @@
 -- limit of M allows M / 16 starts, one more for the first M mod 16, in any
 -- window of the period, and holds the times of its latest starts (starts,
 -- at most its cap of them). A claim reads the shares with room now (fewer
--- starts than their cap within the last period), locks those it needs FOR
--- UPDATE SKIP LOCKED, and records a start for each unit it takes, at the
--- claim statement's time, dropping the starts older than the period. No
--- window of the period ever holds more starts of a share than its cap, so
--- no window holds more than M of the limit. Nothing gives a start back:
--- an attempt that ends early, fails or is released has started.
+-- starts than their cap within the last period), locks those it needs for
+-- the costs of its rows FOR UPDATE SKIP LOCKED, and records a start for
+-- each unit it takes, at the claim statement's time, keeping the share's
+-- latest starts, as many as its cap (never dropping one by its own time:
+-- a claim whose statement began earlier, locking the share later, counts
+-- its own window). No window of the period ever holds more starts of a
+-- share than its cap, so no window holds more than M of the limit.
+-- Nothing gives a start back: an attempt that ends early, fails or is
+-- released has started.
 --
 -- A due row a full rate limit holds back stays READY; the claim reads past
 -- it (as it does for a kind at its concurrency limit), and a worker with
