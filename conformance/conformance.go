@@ -66,6 +66,7 @@ type Store interface {
 	Cancel(ctx context.Context, id int64, reason string) (lease.CancelResult, error)
 	WriteManyTakingTurns(ctx context.Context, req lease.ClaimRequest, writes ...lease.Write) ([]lease.Result, []leasework.Claim, error)
 	SetLimit(ctx context.Context, l lease.Limit, by string) (int, error)
+	SetRateLimit(ctx context.Context, l lease.RateLimit, by string) (old lease.RateLimit, had bool, err error)
 }
 
 // Environment variables between the suite and its child processes.
@@ -118,7 +119,7 @@ func Run(t *testing.T, target Target) {
 
 func properties() []property {
 	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(),
-		orderProperties(), queueProperties(), limitProperties(), partitionProperties(), cancelProperties(), snoozeProperties(), copyProperties(),
+		orderProperties(), queueProperties(), limitProperties(), partitionProperties(), rateProperties(), cancelProperties(), snoozeProperties(), copyProperties(),
 		deadConnProperties())
 }
 

@@ -121,6 +121,26 @@
 //     (completion, retry, release, cancel, expiry, a completion in the
 //     caller's transaction), a raise and a cleared limit, three claims in
 //     a row take exactly the places freed, and none is left set aside;
+//   - RateLimitHoldsInEveryWindowUnderConcurrentClaims,
+//     HeldBackRowsRunOnceTheWindowMovesOn, RateLimitComposesWithKeyOrder
+//     and RetriesAndTakeBacksTakeStarts: a rate limit (Store.SetRateLimit
+//     of a lease.RateLimit) holds across claimers. Eight claimers of two
+//     queues through the driver, ending claims at random as above, under
+//     a kind's limit and a queue's of a short real period, some events
+//     costing 2 to 4 starts, never start more than a limit allows in any
+//     window of its period, wherever it begins, by the claims' own
+//     statement times (a claim's lease ends a lease after it), each start
+//     at its event's cost, first attempts, retries and leases taken back
+//     alike, and finish every row. Under a period of an hour, aged by the
+//     fixture (the starts moved into the past, never a wait), the
+//     rows a full window holds back stay READY, none that fits is held
+//     back (a claim of one row takes one that costs the whole limit),
+//     nothing is taken half a period on, and all run, once each, as the
+//     window moves on. A keyed event waits for its key's turn and for the
+//     window, keeps its key's order, and is never handed on by a
+//     completion taking turns. A retry and an expired lease taken back
+//     each take their event's cost in starts, and an attempt that ends at
+//     once or is released gives none back;
 //   - CancelledAttemptCannotWriteAnything,
 //     CancelledEventIsNeverClaimedAndPassesItsKeyOn and
 //     CancelNeverUndoesACommittedCompletion: once Store.Cancel has marked a
@@ -284,9 +304,11 @@
 //
 // The limit properties, per partition too, fail against a store whose
 // every limit admits one attempt more than its Max (a SetLimit that
-// declares Max + 1);
+// declares Max + 1), and the rate properties against one whose every rate
+// limit admits one start more (a SetRateLimit that declares Max + 1);
 // TestLimitSelfTest asserts that, with ClaimThenComplete passing as a
-// control.
+// control. The rate properties fail too against a store whose rate limits
+// count their starts over half their period (TestRateWindowSelfTest).
 //
 // Every required method of leasework.Driver fails a property when it is
 // wrong. TestBrokenDrivers runs, in child processes, real drivers with one

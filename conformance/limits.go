@@ -129,12 +129,14 @@ WHERE status = 'INPROGRESS' AND lease_until > now()`,
 	e.wantAllDone(total)
 }
 
-// claimersDone waits for the claimers of a property, stops its reader,
-// and reports their errors, the rows left unfinished, and what the reader
-// and the tally saw.
+// claimersDone waits for the claimers of a property, stops its reader
+// (if it has one), and reports their errors, the rows left unfinished, and
+// what the reader and the tally saw.
 func (e *env) claimersDone(wg *sync.WaitGroup, reader *liveReader, tally *liveTally, errs chan error, done *atomic.Int64, total int64) {
 	wg.Wait()
-	reader.stop()
+	if reader != nil {
+		reader.stop()
+	}
 	close(errs)
 	for err := range errs {
 		e.t.Error(err)
@@ -142,8 +144,10 @@ func (e *env) claimersDone(wg *sync.WaitGroup, reader *liveReader, tally *liveTa
 	if n := done.Load(); n < total {
 		e.t.Errorf("the claimers stopped with %d of the %d rows completed", n, total)
 	}
-	e.t.Logf("the reader counted %d times, at most %v live; the tally reached %v", reader.samples, reader.most, tally.most)
-	reader.report(e)
+	if reader != nil {
+		e.t.Logf("the reader counted %d times, at most %v live; the tally reached %v", reader.samples, reader.most, tally.most)
+		reader.report(e)
+	}
 	tally.report(e)
 }
 

@@ -392,6 +392,9 @@ type keyOrderRun struct {
 	// turns says what is wrong with the turns the completion of c took,
 	// or "".
 	turns func(c leasework.Claim, turns []leasework.Claim) string
+	// started, when set, is given every claim and every turn taken, as
+	// they return.
+	started func(got []leasework.Claim)
 }
 
 // runKeyOrder runs r's claimers until every event is DONE (see
@@ -471,6 +474,9 @@ func (e *env) runKeyOrder(r keyOrderRun) {
 						}
 						continue
 					}
+					if r.started != nil {
+						r.started(got)
+					}
 					r.tally.add(got)
 					check(got, "claim")
 					pending = got
@@ -495,6 +501,9 @@ func (e *env) runKeyOrder(r keyOrderRun) {
 							mu.Lock()
 							violate("%s", why)
 							mu.Unlock()
+						}
+						if r.started != nil {
+							r.started(turns)
 						}
 						r.tally.add(turns)
 						check(turns, "turn")

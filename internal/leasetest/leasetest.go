@@ -85,6 +85,19 @@ func MakeDue(ctx context.Context, s *lease.Store, id int64) error {
 		 WHERE id = $1 AND status = 'READY'`, id)
 }
 
+// AgeRateStarts moves every start the rate limits of s count d into the
+// past, as if d had passed since each (lease.RateLimit): the fixture that
+// stands for time passing, as ExpireLease does for a lease. A claim
+// running meanwhile may have its starts moved or not.
+func AgeRateStarts(ctx context.Context, s *lease.Store, d time.Duration) error {
+	shares := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_rate_shares")
+	if _, err := s.DB().ExecContext(ctx, `UPDATE `+shares+`
+		SET starts = ARRAY(SELECT t - $1 * interval '1 microsecond' FROM unnest(starts) AS t ORDER BY t)`, d.Microseconds()); err != nil {
+		return fmt.Errorf("leasetest: age the rate limits' starts by %v: %w", d, err)
+	}
+	return nil
+}
+
 // ForceState writes status and lease_until of a row with no guard at all.
 // The schema's constraints still apply: it is how a test shows that the
 // database itself refuses an INPROGRESS row without a lease.
