@@ -29,7 +29,8 @@ const (
 	tick    = "tick"
 	tickEv  = 1000 // ms between ticks
 	tickNam = "beat"
-	lim     = "lim" // a kind under a concurrency limit
+	lim     = "lim"   // a kind under a concurrency limit
+	rated   = "rated" // a kind under a rate limit
 )
 
 var testPolicy = &Policy{InitialInterval: 10 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second}
@@ -68,7 +69,7 @@ func (b *builder) put(row int64, opName, writer string, ms int, old, n State) *W
 	b.txid++
 	m := b.meta[row]
 	w := Write{Seq: b.seq, Op: opName, Row: row, EventID: m.EventID, Kind: m.Kind, Key: m.Key, Queue: m.Queue, Partition: m.Partition,
-		Writer: writer, Txid: b.txid, Stmt: b.at(ms), At: b.at(ms), Old: old, New: n}
+		Cost: m.Cost, Writer: writer, Txid: b.txid, Stmt: b.at(ms), At: b.at(ms), Old: old, New: n}
 	b.h.Writes = append(b.h.Writes, w)
 	b.cur[row] = n
 	return &b.h.Writes[len(b.h.Writes)-1]
@@ -77,6 +78,7 @@ func (b *builder) put(row int64, opName, writer string, ms int, old, n State) *W
 // ev is an event to enqueue.
 type ev struct {
 	id, kind, key, queue, want, partition string
+	cost                                  int
 }
 
 // enqueue is an acknowledged enqueue called at ms, returned at ms+1: it
@@ -93,7 +95,8 @@ func (b *builder) enqueueCall(invoked, returned int, acked bool, events ...ev) [
 		id := b.next
 		b.next++
 		ids = append(ids, id)
-		b.meta[id] = Write{EventID: x.id, Kind: cmpOr(x.kind, plain), Key: x.key, Queue: cmpOr(x.queue, "default"), Partition: x.partition}
+		b.meta[id] = Write{EventID: x.id, Kind: cmpOr(x.kind, plain), Key: x.key, Queue: cmpOr(x.queue, "default"), Partition: x.partition,
+			Cost: max(x.cost, 1)}
 		b.put(id, Insert, op, invoked, State{}, State{Status: Ready, MaxAttempts: budget, NextAttempt: b.at(invoked)})
 		e.Events = append(e.Events, Event{EventID: x.id, Kind: cmpOr(x.kind, plain), Key: x.key, Want: x.want})
 	}
@@ -292,6 +295,13 @@ func (b *builder) handleTx(row int64, worker string, ms int) *Write {
 // limit sets a concurrency limit: called at ms, returned at ms+1.
 func (b *builder) limit(scope, name string, max, ms int) {
 	b.h.Limits = append(b.h.Limits, Limit{Scope: scope, Name: name, Max: max, Invoked: b.at(ms), Returned: b.at(ms + 1)})
+}
+
+// rate sets a rate limit of max starts per per ms: called at ms, returned
+// at ms+1.
+func (b *builder) rate(scope, name string, max, per, ms int) {
+	b.h.RateLimits = append(b.h.RateLimits, RateLimit{Scope: scope, Name: name, Max: max, Per: time.Duration(per) * time.Millisecond,
+		Invoked: b.at(ms), Returned: b.at(ms + 1)})
 }
 
 // renew renews row's lease by its owner at ms.

@@ -21,10 +21,11 @@ const (
 	Pauses     = "pauses"
 	Limits     = "limits"
 	Partitions = "partitions"
+	Rates      = "rates"
 )
 
 // Properties lists every property, in order.
-var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses, Limits, Partitions}
+var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses, Limits, Partitions, Rates}
 
 // Violation is one broken promise.
 type Violation struct {
@@ -43,13 +44,16 @@ type Verdict struct {
 	// snoozes written (snoozes), retries written (retries), pauses
 	// (pauses), claims under a concurrency limit of a kind or a queue
 	// (limits), claims under a partition's limit and rows set aside
-	// (partitions).
+	// (partitions), claims under a rate limit (rates).
 	Checked    map[string]int
 	Violations []Violation
 	// Limits is what the limits and partitions properties found of each
 	// concurrency limit, per limit in force for the claims it checked (a
 	// partition's under the default named after the partition).
 	Limits []LimitSeen
+	// Rates is what the rates property found of each rate limit, per
+	// setting in force for the claims it checked.
+	Rates []RateSeen
 	// Figures are counts for the report that no property judges: re-runs
 	// (a run returned nil, its completion was never written, and the event
 	// ran again), those outside every fault's window, deliveries beyond
@@ -107,6 +111,7 @@ func Check(h *History) Verdict {
 	c.checkPauses()
 	c.checkLimits()
 	c.checkSetAside()
+	c.checkRates()
 	sort.SliceStable(c.v.Violations, func(i, j int) bool {
 		return propertyIndex(c.v.Violations[i].Property) < propertyIndex(c.v.Violations[j].Property)
 	})
@@ -137,6 +142,7 @@ type checker struct {
 type row struct {
 	id                                   int64
 	eventID, kind, key, queue, partition string
+	cost                                 int
 	writes                               []*Write // by Seq
 	runs                                 []*Run   // by Start
 	effects                              []*Effect
@@ -181,6 +187,7 @@ func newChecker(h *History) *checker {
 		if r.eventID == "" {
 			r.eventID, r.kind, r.key, r.queue, r.partition = w.EventID, w.Kind, w.Key, w.Queue, w.Partition
 		}
+		r.cost = max(r.cost, w.Cost)
 	}
 	for i := range h.Runs {
 		run := &h.Runs[i]

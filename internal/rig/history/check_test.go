@@ -217,6 +217,26 @@ func good() *builder {
 	b.firing(2000, "w2")
 	b.firing(4000, "w1")
 
+	// A kind under a rate limit of 3 starts per 100ms, reached in
+	// windows that no fixed bucket of 100ms holds: a claim of an event
+	// that costs 2, its retry, and an expired lease taken back each take
+	// starts; a claim made before the limit was declared takes none.
+	rr := b.enqueue(2080, ev{id: "r0", kind: rated}, ev{id: "r1", kind: rated}, ev{id: "r2", kind: rated, cost: 2},
+		ev{id: "r3", kind: rated}, ev{id: "r4", kind: rated}, ev{id: "r5", kind: rated})
+	b.handle(rr[0], "w1", 2085)
+	b.rate(ScopeKind, rated, 3, 100, 2090)
+	b.handle(rr[1], "w1", 2110)
+	b.claim(rr[2], "w2", 2150)
+	b.run(rr[2], "w2", 2151, 2152, ResultRetryAfter, 60*ms)
+	b.retry(rr[2], 2153, 60*ms, false)
+	b.handle(rr[3], "w1", 2211)
+	b.handle(rr[2], "w2", 2250)
+	b.claim(rr[4], "w9", 2312)
+	b.run(rr[4], "w9", 2313, -1, "", 0)
+	b.h.Processes["w9"] = Process{Exited: b.at(2314)}
+	b.handle(rr[4], "w1", 2312+lease)
+	b.handle(rr[5], "w2", 2312+lease+1)
+
 	b.h.Settled = b.at(5000)
 	return b
 }
@@ -244,6 +264,9 @@ func TestGoodHistory(t *testing.T) {
 		{Scope: ScopePartition, Name: "wide", Max: 2, Claims: 2, MostLive: 2, Full: 1},
 		{Scope: ScopePartition, Name: "acme", Max: 1, Claims: 5, MostLive: 1, Full: 5}}; !slices.Equal(v.Limits, want) {
 		t.Errorf("limits seen %+v, want %+v", v.Limits, want)
+	}
+	if want := []RateSeen{{Scope: ScopeKind, Name: rated, Max: 3, Per: 100 * ms, Claims: 7, Starts: 9, Fullest: 3, Full: 4}}; !slices.Equal(v.Rates, want) {
+		t.Errorf("rate limits seen %+v, want %+v", v.Rates, want)
 	}
 	if !strings.HasPrefix(v.String(), "history: ok owners=") {
 		t.Errorf("verdict line %q", v)
@@ -898,6 +921,57 @@ var bad = []struct {
 		return b
 	}},
 
+	// rates
+	{"four starts in a window of 100ms that no fixed bucket holds, under a limit of 3", Rates,
+		"made 4 starts in the window of 100ms that ends then, above its Max of 3", func() *builder {
+			b := newBuilder()
+			b.rate(ScopeKind, rated, 3, 100, 0)
+			r := b.enqueue(5, ev{id: "r1", kind: rated}, ev{id: "r2", kind: rated}, ev{id: "r3", kind: rated}, ev{id: "r4", kind: rated})
+			for i, at := range []int{10, 60, 95, 105} {
+				b.handle(r[i], "w1", at)
+			}
+			return b
+		}},
+	{"an event's cost counted", Rates, "made 4 starts in the window of 100ms that ends then, above its Max of 3", func() *builder {
+		b := newBuilder()
+		b.rate(ScopeKind, rated, 3, 100, 0)
+		r := b.enqueue(5, ev{id: "r1", kind: rated, cost: 2}, ev{id: "r2", kind: rated, cost: 2})
+		b.handle(r[0], "w1", 10)
+		b.handle(r[1], "w2", 50)
+		return b
+	}},
+	{"a retry takes a start", Rates, "made 3 starts in the window of 100ms that ends then, above its Max of 2", func() *builder {
+		b := newBuilder()
+		b.rate(ScopeKind, rated, 2, 100, 0)
+		r := b.enqueue(5, ev{id: "r1", kind: rated}, ev{id: "r2", kind: rated})
+		b.claim(r[0], "w1", 10)
+		b.run(r[0], "w1", 11, 12, ResultRetryAfter, 5*ms)
+		b.retry(r[0], 13, 5*ms, false)
+		b.handle(r[0], "w1", 30)
+		b.handle(r[1], "w2", 40)
+		return b
+	}},
+	{"a lease taken back takes a start", Rates, "made 3 starts in the window of 100ms that ends then, above its Max of 2", func() *builder {
+		b := newBuilder()
+		b.rate(ScopeKind, rated, 2, 100, 0)
+		r := b.enqueue(5, ev{id: "r1", kind: rated}, ev{id: "r2", kind: rated})
+		b.claim(r[0], "w9", 10)
+		b.run(r[0], "w9", 11, -1, "", 0)
+		b.h.Processes["w9"] = Process{Exited: b.at(12)}
+		b.expire(r[0], 20)
+		b.handle(r[0], "w1", 21)
+		b.handle(r[1], "w2", 30)
+		return b
+	}},
+	{"a queue's rate limit, over kinds", Rates, "queue \"bulk\": the claim by w2", func() *builder {
+		b := newBuilder()
+		b.rate(ScopeQueue, "bulk", 1, 100, 0)
+		r := b.enqueue(5, ev{id: "q1", queue: "bulk"}, ev{id: "q2", queue: "bulk", kind: snoozy})
+		b.handle(r[0], "w1", 10)
+		b.handle(r[1], "w2", 20)
+		return b
+	}},
+
 	// pauses
 	{"a claim of a paused queue", Pauses, "while queue \"bulk\" was paused", func() *builder {
 		b := newBuilder()
@@ -1103,6 +1177,59 @@ func TestLimitEdges(t *testing.T) {
 			v := Check(&b.h)
 			if len(v.Of(Limits)) == 0 {
 				t.Errorf("moved over the edge: %s; want a limits violation", v)
+			}
+			t.Logf("over the edge: %s", violations(v))
+		})
+	}
+}
+
+// TestRateEdges shows the windows' edges: each history keeps its limit,
+// and breaks it when one claim is moved a microsecond earlier.
+func TestRateEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(b *builder, early bool)
+	}{
+		{"a start a period after another is in a window of its own", func(b *builder, early bool) {
+			b.rate(ScopeKind, rated, 1, 100, 0)
+			r := b.enqueue(5, ev{id: "r1", kind: rated}, ev{id: "r2", kind: rated})
+			b.handle(r[0], "w1", 10)
+			b.claim(r[1], "w2", 110)
+			shift(b, early)
+			b.run(r[1], "w2", 111, 112, ResultOK, 0)
+			b.finish(r[1], 113, Done)
+		}},
+		{"a claim before the limit was declared took no start", func(b *builder, early bool) {
+			r := b.enqueue(5, ev{id: "r1", kind: rated}, ev{id: "r2", kind: rated})
+			b.handle(r[0], "w1", 10)
+			b.rate(ScopeKind, rated, 1, 100, 20)
+			if early {
+				b.h.RateLimits[0].Invoked, b.h.RateLimits[0].Returned = b.at(0), b.at(1)
+			}
+			b.handle(r[1], "w2", 30)
+		}},
+		{"a claim made while the limit was declared may have taken none", func(b *builder, early bool) {
+			r := b.enqueue(5, ev{id: "r1", kind: rated}, ev{id: "r2", kind: rated})
+			b.rate(ScopeKind, rated, 1, 100, 9)
+			b.h.RateLimits[0].Returned = b.at(12)
+			if early {
+				b.h.RateLimits[0].Returned = b.at(10).Add(-time.Microsecond)
+			}
+			b.handle(r[0], "w1", 10)
+			b.handle(r[1], "w2", 30)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBuilder()
+			tc.build(b, false)
+			if v := Check(&b.h); !v.OK() || v.Checked[Rates] == 0 {
+				t.Errorf("%s\n%s", v, violations(v))
+			}
+			b = newBuilder()
+			tc.build(b, true)
+			v := Check(&b.h)
+			if len(v.Of(Rates)) == 0 {
+				t.Errorf("moved over the edge: %s; want a rates violation", v)
 			}
 			t.Logf("over the edge: %s", violations(v))
 		})

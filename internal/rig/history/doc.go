@@ -17,7 +17,8 @@
 //     handler's transaction ([Effect]);
 //   - the test's own calls, with their invocation and return times and
 //     their results: enqueues ([Enqueue]), cancels ([Cancel]), pauses of a
-//     queue ([Pause]), settings of concurrency limits ([Limit]).
+//     queue ([Pause]), settings of concurrency limits ([Limit]) and of
+//     rate limits ([RateLimit]).
 //
 // Every time is one machine's wall clock: the database server, the worker
 // processes and the test run side by side.
@@ -88,4 +89,15 @@
 //     The owners property accepts a sweep that clears an attempt's
 //     partition slot (State.PartitionSlot), as its kind's and queue's,
 //     only once its lease ran out.
+//   - rates: no window of a rate limit's period, wherever it begins, holds
+//     more starts of its kind or queue than the Max in force: an attempt
+//     starts at its claim's statement time (Write.Stmt, the time the store
+//     records), whatever the claim took (a first attempt, a retry, an
+//     expired lease taken back), and takes its row's cost (Write.Cost).
+//     The windows checked end at each claim, (t - Per, t], as the store
+//     counts at a claim of time t: every window holds no more starts than
+//     the one that ends at its last. The starts counted are those of the
+//     claims the limit surely bound (made after a setting returned); a
+//     lowered Max keeps them, as the store does. The figures come from the
+//     history, not from the store's counters.
 package history

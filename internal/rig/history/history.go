@@ -35,6 +35,10 @@ type History struct {
 	// limit made one after another: the first declares it.
 	Limits []Limit
 
+	// RateLimits are the test's settings of rate limits, those of one
+	// limit made one after another: the first declares it.
+	RateLimits []RateLimit
+
 	// Processes are the worker processes by worker id.
 	Processes map[string]Process
 
@@ -141,10 +145,13 @@ type Write struct {
 	Row int64
 	// The row's constants; Partition is empty for a row of no partition.
 	EventID, Kind, Key, Queue, Partition string
-	Writer                               string    // the writing session's application_name
-	Txid                                 int64     // the writing transaction
-	Stmt                                 time.Time // statement_timestamp() of the writing statement
-	At                                   time.Time // clock_timestamp() in the trigger
+	// Cost is the row's cost under rate limits, a constant too: the
+	// starts each of its attempts takes (0 is read as 1).
+	Cost   int
+	Writer string    // the writing session's application_name
+	Txid   int64     // the writing transaction
+	Stmt   time.Time // statement_timestamp() of the writing statement
+	At     time.Time // clock_timestamp() in the trigger
 	// Old is the row before the write (zero for an insert), New after it
 	// (zero for a delete).
 	Old, New State
@@ -260,6 +267,23 @@ const (
 type Limit struct {
 	Scope, Name       string
 	Max               int
+	Invoked, Returned time.Time
+}
+
+// RateLimit is one setting of a rate limit by the test (lease's
+// Store.SetRateLimit): claims whose statement began after it committed,
+// somewhere between Invoked and Returned, start attempts of the kind
+// (Scope [ScopeKind]) or of the queue ([ScopeQueue]) Name, each taking its
+// row's cost in starts, only while no window of Per that ends at the
+// claim's statement time holds more than Max starts. A setting whose call
+// failed and was made again, with the same Max and Per, is one setting,
+// from the first call's invocation to the return of the call that
+// succeeded. Returned is zero when no call succeeded: the setting may have
+// committed or not.
+type RateLimit struct {
+	Scope, Name       string
+	Max               int
+	Per               time.Duration
 	Invoked, Returned time.Time
 }
 
