@@ -46,6 +46,7 @@ var breaks = map[string]libraryBreak{
 	"limit-ignores-holder-lease": {"the claim takes the place of a holder whose lease ran out in its snapshot without locking the holder's row: a renewal committed meanwhile is missed",
 		[]string{history.Limits}},
 	"partition-off-by-one": {"the claim admits one attempt more than a partition's room", []string{history.Partitions}},
+	"rate-window-short":    {"the claim counts a rate limit's starts over half its period", []string{history.Rates}},
 }
 
 // breakOf returns the break $LEASEWORK_BREAK names, "" for none.

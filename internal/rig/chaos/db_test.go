@@ -26,6 +26,9 @@ const (
 	// (migration 19), named after the events table.
 	slotsTable          = `"soak"."events_limit_slots"`
 	partitionSlotsTable = `"soak"."events_partition_slots"`
+	// rateSharesTable is its table of the rate limits' shares
+	// (migration 21).
+	rateSharesTable = `"soak"."events_rate_shares"`
 )
 
 // Application names of the test's own sessions; a worker's is its id.
@@ -64,11 +67,11 @@ func withApp(dsn, app string) (string, error) {
 // waits for the first's commit before its own write). What the writes mean
 // is the history checker's business (internal/rig/history).
 //
-// The limits' slots and the partitions' slots (the lease store's own
-// tables) have an audit of the same shape (slot_audit, with the table
-// written), which the checker does not read: a history with violations
-// is written with it beside it, to tell which claim took which slot (see
-// checkHistory).
+// The limits' slots, the partitions' slots and the rate limits' shares
+// (the lease store's own tables) have an audit of the same shape
+// (slot_audit, with the table written), which the checker does not read:
+// a history with violations is written with it beside it, to tell which
+// claim took which slot, or recorded which starts (see checkHistory).
 //
 // One more trigger slows the commit of the slow renewals (limits_test.go):
 // deferred to the commit of a renewal written as edgeApp, it sleeps
@@ -149,6 +152,8 @@ func createTables(ctx context.Context, db *sql.DB, s *lease.Store) error {
 		`CREATE TRIGGER soak_slot_audit AFTER INSERT OR UPDATE OR DELETE ON ` + slotsTable + `
 			FOR EACH ROW EXECUTE FUNCTION "soak"."slot_audit"()`,
 		`CREATE TRIGGER soak_slot_audit AFTER INSERT OR UPDATE OR DELETE ON ` + partitionSlotsTable + `
+			FOR EACH ROW EXECUTE FUNCTION "soak"."slot_audit"()`,
+		`CREATE TRIGGER soak_slot_audit AFTER INSERT OR UPDATE OR DELETE ON ` + rateSharesTable + `
 			FOR EACH ROW EXECUTE FUNCTION "soak"."slot_audit"()`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {

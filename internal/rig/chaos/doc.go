@@ -70,18 +70,23 @@
 // to bind: the tx kind at 2 live attempts (48 handler slots of the four
 // workers serve it), the bulk queue at 3 (16 serve it), the edge kind at
 // 1; and per partition, every tenant at 2 (the default) but t-0 at 1
-// (its own), so that claims set rows aside and bring them back. While the faults are done, the tx kind's limit is lowered to 1 now
-// and then, for a while, and raised again once the attempts claimed
-// before the lowering have ended (a raise while one of them runs lets the
-// store admit more than any limit set: see limitLoop); each setting is
-// recorded with its call's and its return's times. Now and then the test holds the edge kind's slot with a claim of
-// its own (as a worker named soak-edge: the event enqueued and claimed in
-// one transaction), enqueues two more events of the kind, and renews its
-// claim 400ms before the lease runs out, its commit held 1.2s by a
-// deferred trigger, as a slow synchronous standby would hold it: the
-// claims made meanwhile see the lease over in their snapshot, and the
-// holder's row locked. Then it releases its claim (a slow renewal). One
-// more is made after the last fault, so that every run makes one.
+// (its own), so that claims set rows aside and bring them back. The
+// snoozy kind has a rate limit of 12 starts in any 500ms, a quarter of
+// its events costing 2: about what the enqueuer asks on average, so that
+// bursts reach it and what it holds back drains within seconds. While the
+// faults are done, the tx kind's limit is lowered to 1 now and then, for
+// a while, and raised again once the attempts claimed before the lowering
+// have ended (a raise while one of them runs lets the store admit more
+// than any limit set: see limitLoop); each setting is recorded with its
+// call's and its return's times. Now and then the test holds the edge
+// kind's slot with a claim of its own (as a worker named soak-edge: the
+// event enqueued and claimed in one transaction), enqueues two more
+// events of the kind, and renews its claim 400ms before the lease runs
+// out, its commit held 1.2s by a deferred trigger, as a slow synchronous
+// standby would hold it: the claims made meanwhile see the lease over in
+// their snapshot, and the holder's row locked. Then it releases its claim
+// (a slow renewal). One more is made after the last fault, so that every
+// run makes one.
 //
 // # The faults
 //
@@ -135,26 +140,33 @@
 // the write that ends each or its lease's end; after a lowering, those
 // claimed before it may run beside, up to the old limit); the same per
 // tenant, under its own limit or the default, and no row set aside left
-// behind (partitions); a sweep may take the place of an expired attempt
+// behind (partitions); no window of 500ms, wherever it begins, holds more
+// starts of the snoozy kind than its rate limit, each claim (a first
+// attempt, a retry, an expired lease taken back) a start of its event's
+// cost at its statement's time, read from the audit, not from the
+// store's counters (rates); a sweep may take the place of an expired attempt
 // (clear its kind, queue or partition slot) only once its lease ran out
 // (owners). A history with violations
 // is written to the temporary directory, and the run says where; beside
 // it, the audit of the limits' slots (which the checker does not read),
-// for the diagnosis of a limits violation: which slot each claim took.
+// for the diagnosis of a limits violation: which slot each claim took,
+// and of the rate limit's shares, which starts each recorded.
 //
 // Besides: every event enqueued before the drain finishes, every worker
 // picks up a probe well within PollInterval (30s) by NOTIFY after the last
 // fault, stops with status 0 on SIGTERM within a bound, and none exited by
 // itself, panicked or hung; every property checked something, each limit
 // was reached (t-0's own, and the default by another tenant), a claim set
-// a row aside, and a slow renewal was made. The run ends with its
+// a row aside, a window of the rate limit's period held its Max, and a
+// slow renewal was made. The run ends with its
 // figures (for each limit and each Max it had, the claims checked, the
 // most attempts live and the claims that reached it) and, last, the
 // history's verdict:
 //
 //	soak limits (… settings; slow renewals …, failed …; rows set aside by partition limits …): kind tx under 1: … claims (… handed on by completions), at most 1 live, … reached it; kind tx under 2: …; queue bulk under 3: …; kind edge under 1: …; partition t-0 under 1: …; partition t-1 under 2: …
+//	soak rate limits: kind snoozy under 12 per 500ms: … claims, … starts, at most 12 in a window, … reached it
 //	soak: seed=… events=… kill=… stop=… terminate=… blackhole=… restart=… failover=… duplicates=… reruns=… (outside faults …) stale_rejected=… pickup_after_restart=…
-//	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=… limits=… partitions=…
+//	history: ok owners=… key_order=… terminal=… effects=… cancels=… ticks=… snoozes=… retries=… pauses=… limits=… partitions=… rates=…
 //
 // # Deliberate breaks
 //
@@ -169,7 +181,8 @@
 // (limits; the last takes the place of a holder whose lease ran out
 // without the holder row's lock, and only the slow renewals catch it),
 // partition-off-by-one (partitions: the claim admits one attempt more
-// than a partition's room). Such a run passes
+// than a partition's room), rate-window-short (rates: the claim counts a
+// rate limit's starts over half its period). Such a run passes
 // when the history shows the break's properties violated, and prints the
 // violations.
 //

@@ -44,6 +44,7 @@ func (s *soak) readHistory(ctx context.Context) (*history.History, error) {
 	h.Cancels = append(h.Cancels, s.cancels...)
 	h.Pauses = append(h.Pauses, s.pauses...)
 	h.Limits = append(h.Limits, s.limits...)
+	h.RateLimits = append(h.RateLimits, s.rateLimits...)
 	h.Faults = append(h.Faults, s.faultWindows...)
 	h.Settled = s.settled
 	all := s.all
@@ -80,10 +81,11 @@ func writeHistory(path string, h *history.History) error {
 }
 
 // writeSlotAudit writes the audit of the limits' slots (of kinds and
-// queues, and of partitions: "table" says which) to path, a JSON object a
-// line, in order, and returns how many it wrote. The checker does
-// not read it: with the history's claims (their transactions), it tells
-// which slot each claim took, for the diagnosis of a limits violation.
+// queues, and of partitions) and of the rate limits' shares ("table" says
+// which) to path, a JSON object a line, in order, and returns how many it
+// wrote. The checker does not read it: with the history's claims (their
+// transactions), it tells which slot each claim took, or which starts a
+// share held, for the diagnosis of a limits or a rates violation.
 func (s *soak) writeSlotAudit(ctx context.Context, path string) (int, error) {
 	rows, err := s.admin.QueryContext(ctx, `SELECT json_build_object('seq', id, 'table', tab, 'op', op, 'writer', writer, 'txid', txid,
 		'stmt', stmt_at, 'at', at, 'old', old, 'new', new)::text FROM `+slotAuditTable+` ORDER BY id`)
@@ -159,6 +161,7 @@ func rowColumns(side string) string {
 		f("key_seq", "bigint"), f("last_error", "text"), f("cancelled_at", "timestamptz"), // cancelled_at: from migration 11 on
 		f("kind_slot", "bigint"), f("queue_slot", "bigint"), // from migration 17 on
 		f("partition_key", "text"), f("partition_slot", "bigint"), // from migration 19 on
+		f("cost", "int"), // from migration 21 on
 	}, ", ")
 }
 
@@ -172,12 +175,13 @@ type image struct {
 	worker, lastError, partition         sql.NullString
 	keySeq, kindSlot, queueSlot          sql.NullInt64
 	partitionSlot                        sql.NullInt64
+	cost                                 sql.NullInt32
 }
 
 func (m *image) dest() []any {
 	return []any{&m.id, &m.eventID, &m.kind, &m.key, &m.queue, &m.status, &m.generation, &m.attempt, &m.maxAttempts,
 		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt, &m.kindSlot, &m.queueSlot,
-		&m.partition, &m.partitionSlot}
+		&m.partition, &m.partitionSlot, &m.cost}
 }
 
 func (m *image) state() history.State {
@@ -209,7 +213,7 @@ func (s *soak) readAudit(ctx context.Context) ([]history.Write, error) {
 			im = &o
 		}
 		w.Row, w.EventID, w.Kind, w.Key, w.Queue = im.id.Int64, im.eventID.String, im.kind.String, im.key.String, im.queue.String
-		w.Partition = im.partition.String
+		w.Partition, w.Cost = im.partition.String, int(im.cost.Int32)
 		out = append(out, w)
 	}
 	return out, rows.Err()

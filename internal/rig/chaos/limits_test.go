@@ -37,6 +37,18 @@ const (
 	hotTenantLimit   = 1
 )
 
+// The rate limit: the snoozy kind, whose events start three to five
+// attempts each (snoozes, a failure, the success), a quarter of them
+// costing snoozyCostly starts, has snoozyRateMax starts in any window of
+// snoozyRatePer, across the workers: about what the enqueuer's rate asks
+// on average, so that bursts reach it (after a restart, say) and the
+// backlog it holds back drains within seconds.
+const (
+	snoozyRateMax = 12
+	snoozyRatePer = 500 * time.Millisecond
+	snoozyCostly  = 2
+)
+
 // The slow renewals: the edge kind has one slot, which the test holds now
 // and then with a claim of its own (as a worker whose application_name
 // is edgeApp) while events of the kind wait for it. It renews that claim
@@ -58,7 +70,7 @@ const (
 	edgeWaiting = 2
 )
 
-// declareLimits declares the soak's limits.
+// declareLimits declares the soak's limits, and its rate limit.
 func (s *soak) declareLimits(ctx context.Context) error {
 	for _, l := range []lease.Limit{
 		{Scope: lease.ScopeKind, Name: txKind, Max: txLimit},
@@ -71,7 +83,25 @@ func (s *soak) declareLimits(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return s.setRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: snoozyKind, Max: snoozyRateMax, Per: snoozyRatePer})
+}
+
+// setRateLimit sets l, again until it succeeds, and records the setting
+// for the history, as setLimit does.
+func (s *soak) setRateLimit(ctx context.Context, l lease.RateLimit) error {
+	set := history.RateLimit{Scope: l.Scope, Name: l.Name, Max: l.Max, Per: l.Per, Invoked: time.Now()}
+	err := retry(ctx, "set the rate limit of "+l.Scope+" "+l.Name, func(ctx context.Context) error {
+		_, _, err := s.ops.SetRateLimit(ctx, l, limitSetter)
+		return err
+	})
+	if err == nil {
+		set.Returned = time.Now()
+	}
+	s.mu.Lock()
+	s.rateLimits = append(s.rateLimits, set)
+	s.mu.Unlock()
+	s.tracef("rate limit of %s %s set to %d per %v: %v", l.Scope, l.Name, l.Max, l.Per, err)
+	return err
 }
 
 // setLimit sets l, again until it succeeds, and records the setting for

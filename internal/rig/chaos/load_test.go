@@ -104,21 +104,24 @@ func (s *soak) record(e history.Enqueue) {
 // and the events of one cold key in four, are of a tenant (a partition,
 // t-0 to t-3, under the partition limits); and in a quarter of the
 // transactions comes a burst of two to four keyless events of one
-// tenant. Of the payloads some ask to fail (keyless plain events
-// only: a FAILED event would hold its key), to fail once, to be retried
-// after a delay of their own, or to hold (keyless, or a chain's head: a
-// hot key must keep up with its events); a few are due later, a few were
-// due seconds ago. Events
-// without a key spread over the queues and priorities.
+// tenant. A quarter of the snoozing events cost snoozyCostly starts under
+// the kind's rate limit, the others 1. Of the payloads some ask to fail
+// (keyless plain events only: a FAILED event would hold its key), to fail
+// once, to be retried after a delay of their own, or to hold (keyless, or
+// a chain's head: a hot key must keep up with its events); a few are due
+// later, a few were due seconds ago. Events without a key spread over the
+// queues and priorities.
 func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []history.Event) {
 	var events []lease.Event
 	var recorded []history.Event
 	partition := "" // of the next event added
+	cost := 1       // of the next event added
 	add := func(kind, key, queue, payload string, priority int, runAt time.Time) {
 		*n++
 		id := "e-" + strconv.Itoa(*n)
 		events = append(events, lease.Event{EventID: id, Kind: kind, Key: key, Queue: queue, Priority: priority,
-			Payload: []byte(payload), MaxAttempts: maxAttempts, RunAt: runAt, Partition: partition})
+			Payload: []byte(payload), MaxAttempts: maxAttempts, RunAt: runAt, Partition: partition, Cost: cost})
+		cost = 1
 		want := history.Done
 		if payload == payloadFail {
 			want = history.Failed
@@ -136,6 +139,9 @@ func nextEvents(rng *rand.Rand, n, chains *int, per int) ([]lease.Event, []histo
 			runAt = time.Now().Add(-time.Duration(3000+rng.IntN(7000)) * time.Millisecond)
 		}
 		if rng.IntN(100) < 10 {
+			if rng.IntN(4) == 0 {
+				cost = snoozyCostly
+			}
 			add(snoozyKind, "", "default", fmt.Sprintf("%s%d:%d", payloadSnooze, 1+rng.IntN(3), 10+rng.IntN(40)), rng.IntN(4), runAt)
 			continue
 		}

@@ -109,6 +109,12 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		if v.Figures["set_aside"] == 0 {
 			fail("no claim set a row aside under a partition limit: the soak did not exercise it")
 		}
+		// The rate limit bound: a window of its period held its Max.
+		if !slices.ContainsFunc(v.Rates, func(x history.RateSeen) bool {
+			return x.Scope == history.ScopeKind && x.Name == snoozyKind && x.Max == snoozyRateMax && x.Per == snoozyRatePer && x.Full > 0
+		}) {
+			fail("no window of %v held %d starts of kind %s, its rate limit: the soak did not reach it", snoozyRatePer, snoozyRateMax, snoozyKind)
+		}
 	}
 	var limits []string
 	for _, l := range v.Limits {
@@ -118,6 +124,11 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		}
 		limits = append(limits, fmt.Sprintf("%s %s under %d: %d claims (%d handed on by completions), at most %d live%s, %d reached it",
 			l.Scope, l.Name, l.Max, l.Claims, l.HandedOn, l.MostLive, outside, l.Full))
+	}
+	var rates []string
+	for _, r := range v.Rates {
+		rates = append(rates, fmt.Sprintf("%s %s under %d per %v: %d claims, %d starts, at most %d in a window, %d reached it",
+			r.Scope, r.Name, r.Max, r.Per, r.Claims, r.Starts, r.Fullest, r.Full))
 	}
 	s.mu.Lock()
 	settings, slowRenewals, slowMissed := len(s.limits), s.slowRenewals, s.slowMissed
@@ -141,6 +152,7 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		sum.Claimed, sum.Reclaimed, sum.ClaimErrors, sum.LeasesLost, sum.LocalLeaseTimeouts, sum.Cancelled, sum.OutcomesReplayed, sum.OutcomesAbandoned, sum.RerunsFromAbandonedOutcomes, splits)
 	t.Logf("soak limits (%d settings; slow renewals %d, failed %d; rows set aside by partition limits %d): %s",
 		settings, slowRenewals, slowMissed, v.Figures["set_aside"], strings.Join(limits, "; "))
+	t.Logf("soak rate limits: %s", strings.Join(rates, "; "))
 	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
 		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
 		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))

@@ -105,6 +105,7 @@ type soak struct {
 	cancels         []history.Cancel
 	pauses          []history.Pause
 	limits          []history.Limit
+	rateLimits      []history.RateLimit
 	slowTries       int // slow renewals begun (limits_test.go)
 	slowRenewals    int // slow renewals made
 	slowMissed      int // slow renewals that failed: refused, or a statement failed
