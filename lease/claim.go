@@ -276,11 +276,15 @@ func checkQueue(op, queue string) (string, error) {
 // earliest lease still running runs out (the row is claimable again if its
 // owner does not renew it), or the earliest READY row not yet due comes
 // due (a retry's or a snooze's delay ends, an event enqueued to run later
-// is due), whichever is first. ok is false when neither lies ahead. It
-// reads one entry of the lease index and one of the ready index per
-// priority level. Workers use it to wake for those rows without waiting
-// for their next poll: neither an expired lease nor a row coming due sends
-// a notification.
+// is due), or a rate limit over the queue's rows has room again for what
+// it holds back (the cost of a due row at the head of a priority level,
+// or one start while it is full), whichever is first. ok is false when
+// none lies ahead. It reads one entry of the lease index and one of the
+// ready index per priority level, and while a rate limit is declared, the
+// head of each level's due rows and each such limit's shares. Workers use
+// it to wake for those rows without waiting for their next poll: neither
+// an expired lease, a row coming due, nor a window moving on sends a
+// notification.
 func (s *Store) NextWake(ctx context.Context, queue string) (d time.Duration, ok bool, err error) {
 	d, ok, _, err = s.NextWakeFrom(ctx, queue, time.Time{})
 	return d, ok, err

@@ -1281,19 +1281,41 @@ WHERE id = ANY (ARRAY(
 
 // nextWakeSQL reads, in seconds from now by the database clock, when a row
 // of queue $1 next becomes claimable without a notification: the earliest
-// lease still running expires, or the earliest READY row not yet due (a
-// retry, a snooze, an event enqueued to run later) comes due; NULL when
-// neither is ahead. It reads one entry of the lease index and one entry of
-// the ready index per priority level, whatever the number of claims in
-// flight, the backlog, or who holds them: a lease already expired and a
-// row already due are left to the claim, and a row this worker does not
-// serve costs it one empty claim at most. The lease read starts at the
+// lease still running expires, or the earliest READY row not yet due comes
+// due (a retry, a snooze, an event enqueued to run later), or a rate limit
+// has room again for a row it holds back; NULL when none is ahead. It
+// reads one entry of the lease index and one entry of the ready index per
+// priority level, whatever the number of claims in flight, the backlog, or
+// who holds them: a lease already expired and a row already due are left
+// to the claim, and a row this worker does not serve costs it one empty
+// claim at most. The lease read starts at the
 // caller's floor $2 (microseconds from the epoch; 0: now) when that is
 // later than now, a bound of the index range: every row claimed and
 // finished in the last lease period leaves an entry ahead of now there,
 // which vacuum cannot remove while the horizon is pinned. The second
 // column is the lease found, for the caller's next floor.
+//
+// A rate limit over the queue's rows (the queue's own, or a kind's) wakes
+// the worker when its room, the starts its shares allow less those in the
+// window that ends now, reaches what it holds back: the cost of a due row
+// at the head of a priority level of the queue under it (heads: one more
+// entry of the ready index per level, read only while a rate limit is
+// declared), the least of those that do not fit, or one start while it is
+// full. Its room grows by one as each start leaves the window, a period
+// after it was made: it reaches n when the (n - room)-th oldest start in
+// the window leaves it (a share past a lowered cap gains nothing then: the
+// wake is early, and costs an empty claim). A row that costs more than
+// the limit's Max never fits, and wakes no one.
 const nextWakeSQL = `
+WITH heads AS MATERIALIZED (
+    SELECT h.kind, h.cost FROM generate_series(0, ` + maxPriorityText + `) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT kind, cost FROM {{table}}
+        WHERE queue = $1 AND status = 'READY' AND priority = p.priority
+          AND next_attempt_at <= statement_timestamp()
+        ORDER BY next_attempt_at
+        LIMIT 1) AS h
+)
 SELECT EXTRACT(EPOCH FROM LEAST(l.lease_until,
     (SELECT min(r.next_attempt_at)
      FROM generate_series(0, 9) AS p(priority)
@@ -1303,19 +1325,28 @@ SELECT EXTRACT(EPOCH FROM LEAST(l.lease_until,
            AND next_attempt_at > statement_timestamp()
          ORDER BY next_attempt_at
          LIMIT 1) AS r),
-    -- A full rate limit over the queue's rows (the queue's own, or a
-    -- kind's) has room again when the oldest start of a share's window
-    -- leaves it.
     (SELECT min(w.at) FROM {{schema}}.{{name "rate_limits"}} AS rl
+     CROSS JOIN LATERAL (SELECT rl.period_us * interval '1 microsecond' AS period,
+                                rl.id::bigint * 100000 AS first, rl.id::bigint * 100000 + ` + limitSlots + ` - 1 AS last) AS k
      CROSS JOIN LATERAL (
-         SELECT CASE WHEN sum(GREATEST(s.cap - x.recent, 0)) = 0
-                     THEN min(x.oldest) + rl.period_us * interval '1 microsecond' END AS at
+         SELECT COALESCE(sum(GREATEST(s.cap - (SELECT count(*) FROM unnest(s.starts) AS t
+                                               WHERE t > statement_timestamp() - k.period), 0)), 0) AS room
          FROM {{schema}}.{{name "rate_shares"}} AS s
-         CROSS JOIN LATERAL (
-             SELECT count(*) AS recent, min(t) AS oldest FROM unnest(s.starts) AS t
-             WHERE t > statement_timestamp() - rl.period_us * interval '1 microsecond') AS x
-         WHERE s.key BETWEEN rl.id::bigint * 100000 AND rl.id::bigint * 100000 + ` + limitSlots + ` - 1) AS w
-     WHERE (rl.scope = 'queue' AND rl.name = $1) OR (rl.scope = 'kind' AND rl.name >= ''))
+         WHERE s.key BETWEEN k.first AND k.last) AS r
+     CROSS JOIN LATERAL (
+         SELECT COALESCE(min(h.cost) FILTER (WHERE h.cost > r.room), CASE WHEN r.room = 0 THEN 1 END) AS need
+         FROM heads AS h
+         WHERE rl.scope = 'queue' OR h.kind = rl.name) AS n
+     CROSS JOIN LATERAL (
+         SELECT x.t + k.period AS at
+         FROM (SELECT t FROM {{schema}}.{{name "rate_shares"}} AS s
+               CROSS JOIN LATERAL unnest(s.starts) AS t
+               WHERE s.key BETWEEN k.first AND k.last AND t > statement_timestamp() - k.period) AS x
+         ORDER BY x.t
+         OFFSET n.need - r.room - 1
+         LIMIT 1) AS w
+     WHERE ((rl.scope = 'queue' AND rl.name = $1) OR (rl.scope = 'kind' AND rl.name >= ''))
+       AND n.need IS NOT NULL)
     ) - statement_timestamp())::float8,
     COALESCE((EXTRACT(EPOCH FROM l.lease_until) * 1000000)::bigint, 0)
 FROM (SELECT (

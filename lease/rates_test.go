@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/leasetest"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
@@ -250,6 +251,95 @@ func TestRateLimitKeepsTheStartsOfAnEarlierClaimsWindow(t *testing.T) {
 			t.Errorf("the early claim took %d events; its window held 47 starts of 48, so at most 1", took)
 		}
 	})
+}
+
+// An idle worker is woken when a rate limit has room for the due row it
+// holds back, not only when it is full: a limit with one start of room
+// left and an event costing 2 has NextWake say when the oldest start
+// leaves the window; an event that costs more than the limit's Max, which
+// never starts, wakes no one. (NextWake woke a worker only for a full
+// limit: one left with room for less than the event's cost slept until
+// its next poll.)
+func TestNextWakeWhenARateLimitHasRoomForTheHeldBackCost(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "c", Max: 3, Per: time.Hour})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "c", EventID: "c-1", Cost: 2}, lease.Event{Kind: "c", EventID: "c-2", Cost: 2})
+		first, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute})
+		if err != nil || len(first) != 1 || first[0].EventID != "c-1" {
+			t.Fatalf("claim = %+v, %v; want c-1 alone (c-2 costs 2, one start is left)", first, err)
+		}
+		write(t, s, lease.Complete(first[0].Ref()))
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
+			t.Fatalf("claim with one start left = %v; want nothing", kindsOf(got))
+		}
+		d, ok, err := s.NextWake(ctx, "")
+		if err != nil || !ok || d < 59*time.Minute || d > time.Hour {
+			t.Errorf("NextWake = %v, %v, %v; want about an hour (c-1's starts leave the window, and c-2 fits)", d, ok, err)
+		}
+		ageStarts(t, s, 30*time.Minute)
+		if d, ok, err := s.NextWake(ctx, ""); err != nil || !ok || d < 29*time.Minute || d > 30*time.Minute {
+			t.Errorf("NextWake half a window on = %v, %v, %v; want about half an hour", d, ok, err)
+		}
+		ageStarts(t, s, 30*time.Minute+time.Second)
+		second, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute})
+		if err != nil || len(second) != 1 || second[0].EventID != "c-2" {
+			t.Fatalf("claim after the window = %+v, %v; want c-2", second, err)
+		}
+		write(t, s, lease.Complete(second[0].Ref()))
+
+		// An event that costs more than Max never starts: no wake for it.
+		pgtest.Enqueue(t, s, lease.Event{Kind: "c", EventID: "c-big", Cost: 4})
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
+			t.Fatalf("claim of c-big = %v; want nothing", kindsOf(got))
+		}
+		if d, ok, err := s.NextWake(ctx, ""); err != nil || ok {
+			t.Errorf("NextWake with c-big held back = %v, %v, %v; want none (it never starts)", d, ok, err)
+		}
+	})
+}
+
+// NextWake under a rate limit reads, beside what it reads without one,
+// the head of each priority level's due rows only, whatever the history
+// and the backlog behind them, under either plan (invariant 11).
+func TestNextWakeUnderARateLimitReadsTheHeadsOnly(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	if err := leasetest.InsertFinished(ctx, s, 20_000); err != nil {
+		t.Fatal(err)
+	}
+	setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "c", Max: 3, Per: time.Hour})
+	var backlog []lease.Event
+	for i := range 2000 {
+		backlog = append(backlog, lease.Event{Kind: "c", EventID: fmt.Sprint("c-", i), Cost: 2, Priority: i % 3})
+	}
+	pgtest.Enqueue(t, s, backlog...)
+	if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10, Lease: 2 * time.Hour}); len(got) != 1 {
+		t.Fatalf("claim = %d rows; want 1 (3 starts, each event costs 2)", len(got))
+	}
+	if _, err := s.DB().ExecContext(ctx, "VACUUM (ANALYZE) "+s.QualifiedTable()); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		plan := shortLines(explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", mode, lease.RowStatements(s)["nextWake"], "'default', 0"))
+		read, bufs := rowsRead(plan)
+		t.Logf("nextWake under a rate limit, %s: %d rows read, in %d buffers", mode, read, bufs)
+		// The lease, a due head and a row not yet due per level; the
+		// limit, and its 16 shares twice (their room, their starts).
+		const most = 1 + 10 + 10 + 1 + 2*16
+		if read > most {
+			t.Errorf("nextWake under a rate limit, %s: %d rows read; want at most %d:\n%s", mode, read, most, plan)
+		}
+	}
+	if d, ok, err := s.NextWake(ctx, ""); err != nil || !ok || d < 59*time.Minute {
+		t.Errorf("NextWake = %v, %v, %v; want about an hour (one start left, the heads cost 2)", d, ok, err)
+	}
 }
 
 // containsID says whether claims hold the row of id.
