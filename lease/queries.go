@@ -355,7 +355,7 @@ const slotsCTEs = `limited AS (
 // The shares it takes starts from are locked once the rows are read
 // (rateLockCTEs).
 const rateCTEs = `rated AS (
-    SELECT l.scope, l.name, l.id, l.period_us * interval '1 microsecond' AS period,
+    SELECT l.scope, l.name, l.id, l.max_starts, l.period_us * interval '1 microsecond' AS period,
         l.id::bigint * 100000 AS first, l.id::bigint * 100000 + ` + limitSlots + ` AS past,
         CASE WHEN $4 = '' THEN floor(random() * ` + limitSlots + `)::integer
              ELSE mod(abs(hashtext($4)::bigint), ` + limitSlots + `)::integer END AS start
@@ -557,15 +557,22 @@ const admitCTEs = `candidates AS (
     LEFT JOIN carried AS k ON k.id = c.id
 ), ` + rateLockCTEs + `, ranked AS (
     -- in_kind: a row's place among its kind's rows that need one;
-    -- kind_units: the starts of its kind's rows up to it.
+    -- kind_units: the starts of its kind's rows up to it. A row that
+    -- costs more than a rate limit over it allows in a whole period
+    -- (too_costly) never starts; it is passed over, and takes no start
+    -- from the rows behind it.
     SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.carry_kind ORDER BY c.ord) AS in_kind,
-        sum(c.cost) OVER (PARTITION BY c.kind ORDER BY c.ord) AS kind_units
-    FROM candidates AS c
+        sum(c.cost) FILTER (WHERE NOT c.too_costly) OVER (PARTITION BY c.kind ORDER BY c.ord) AS kind_units
+    FROM (SELECT c.*,
+              c.cost > COALESCE((SELECT l.max_starts FROM rated AS l WHERE l.scope = 'kind' AND l.name = c.kind), c.cost)
+              OR c.cost > COALESCE((SELECT l.max_starts FROM rated AS l WHERE l.scope = 'queue'), c.cost) AS too_costly
+          FROM candidates AS c) AS c
 ), admitted AS (
     SELECT r.*, row_number() OVER (PARTITION BY r.carry_queue ORDER BY r.ord) AS in_queue
     FROM ranked AS r
     WHERE (r.carry_kind
            OR r.in_kind <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'kind' AND u.name = r.kind), r.in_kind))
+      AND NOT r.too_costly
       AND r.kind_units <= COALESCE((SELECT f.n FROM rate_free AS f WHERE f.scope = 'kind' AND f.name = r.kind), r.kind_units)
 ), taken AS (
     -- The expired leases are read before the queue's limit is known. No

@@ -29,7 +29,8 @@ const MaxCost = 1000
 // ends at once, fails, or is released has started. A due row that a full
 // rate limit holds back stays READY, and is claimed once the window
 // allows; a worker with nothing else to claim sleeps until then
-// ([Store.NextWake]). An event whose cost is more than Max never starts.
+// ([Store.NextWake]). An event whose cost is more than Max never starts;
+// claims pass over it, and take the events behind it.
 type RateLimit struct {
 	// Scope is [ScopeKind] or [ScopeQueue].
 	Scope string

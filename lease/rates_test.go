@@ -469,3 +469,25 @@ func TestParseRate(t *testing.T) {
 		}
 	}
 }
+
+// An event that costs more than its rate limit allows in a period never
+// starts, and takes no start from the events behind it.
+func TestRateLimitPassesOverAnEventCostingMoreThanMax(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeKind, Name: "c", Max: 10, Per: time.Hour})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "c", EventID: "too-costly", Cost: 11})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "c", EventID: "cheap", Cost: 1})
+		got := claimEventIDs(t, s, lease.ClaimRequest{Limit: 100, Lease: time.Minute})
+		if fmt.Sprint(got) != "[cheap]" {
+			t.Fatalf("claim = %v; want cheap alone (too-costly never fits a window of 10)", got)
+		}
+		setRateLimit(t, s, lease.RateLimit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 5, Per: time.Hour})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "d", EventID: "too-costly-for-the-queue", Cost: 6})
+		pgtest.Enqueue(t, s, lease.Event{Kind: "d", EventID: "cheap-too", Cost: 2})
+		got = claimEventIDs(t, s, lease.ClaimRequest{Limit: 100, Lease: time.Minute})
+		if fmt.Sprint(got) != "[cheap-too]" {
+			t.Fatalf("claim under the queue's limit = %v; want cheap-too alone", got)
+		}
+	})
+}
