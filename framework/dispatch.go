@@ -86,11 +86,12 @@ const (
 
 // untilNextWake shortens wait, the time to the next poll of an idle
 // worker, to the moment a row of q becomes claimable by itself, when that
-// comes first: the earliest running lease runs out, or the earliest READY
-// row not yet due comes due (lease.Store.NextWakeFrom). A crashed worker's
-// claims are then taken over as their leases expire, and a retry runs when
-// its delay ends, instead of at the next poll: neither sends a
-// notification. Only an idle worker asks (a claim that found nothing), so
+// comes first: the earliest running lease runs out, the earliest READY
+// row not yet due comes due, or a rate limit holding a due row back has
+// room for it again (lease.Store.NextWakeFrom). A crashed worker's claims
+// are then taken over as their leases expire, a retry runs when its delay
+// ends, and a rate-limited row when its window allows, instead of at the
+// next poll: none of them sends a notification. Only an idle worker asks (a claim that found nothing), so
 // a busy one adds no round trip. On an error it keeps wait.
 //
 // It reads the leases from the earliest running one it found last time
