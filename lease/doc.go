@@ -208,9 +208,9 @@
 // kind or a queue in any window of a period ([RateLimit]), an event taking
 // its [Event].Cost of them. It is kept in 16 shares, each holding the times
 // of its latest starts; a claim locks the shares it takes starts from,
-// SKIP LOCKED, and records a start at its own time for each unit. A row a
-// full rate limit holds back stays READY, and [Store.NextWake] says when
-// the window next has room.
+// SKIP LOCKED, as many as its rows' costs need, and records a start at its
+// own time for each unit. A row a rate limit holds back stays READY, and
+// [Store.NextWake] says when the window next has room for it.
 //
 // [Store.Limits] reads each limit with its live attempts and, while it is
 // full, the due rows it holds back ([LimitInfo].HeldBack).
