@@ -147,9 +147,19 @@ func (w *Worker) sweep(ctx context.Context, q *queue) {
 // claim claims up to limit rows of q and starts their handlers: from the
 // queue's floors, or, for a sweep, from the oldest.
 func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
-	// A claim in flight is allowed to finish even when the worker stops,
-	// so that its rows are started (and, on a stop, released) rather than
-	// left to wait out their lease.
+	// None begins once the worker stops (a loop may wake as the stop
+	// comes: select picks either). One in flight is allowed to finish, and
+	// Run waits for it before it releases anything, so that its rows are
+	// started and released with the others rather than left to wait out
+	// their lease.
+	w.mu.Lock()
+	if w.stopping {
+		w.mu.Unlock()
+		return 0, nil
+	}
+	w.claiming.Add(1)
+	w.mu.Unlock()
+	defer w.claiming.Done()
 	ctx, cancel := context.WithTimeout(w.dbCtx, w.cfg.statementTimeout())
 	defer cancel()
 	w.count.claimQueries.Add(1)

@@ -29,7 +29,8 @@ type Worker struct {
 	kinds    map[string]*kind
 	started  bool
 	stopped  bool                       // Run is returning: no attempt starts any more
-	stopping bool                       // Run stopped claiming: no completion takes a turn
+	stopping bool                       // Run stopped claiming: no claim begins, no completion takes a turn
+	claiming sync.WaitGroup             // the claims begun before stopping, until they return
 	live     map[leasework.Ref]*attempt // claims held, until their outcome is written
 	queues   []*queue                   // the queues served, as Config.Queues
 	sched    scheduler                  // periodic schedules (Schedule), under mu until Run
@@ -249,11 +250,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopClaiming()
 	}
 	w.mu.Lock()
-	w.stopping = true // a turn is a claim: no completion takes one any more
+	w.stopping = true // no claim begins; a turn is a claim: no completion takes one any more
 	w.mu.Unlock()
 	graceEnd := time.Now().Add(w.cfg.GracePeriod)
 	w.log.Info("worker stopping", "running", w.runningCount())
 	w.awaitHandlers(dispatched, graceEnd, true)
+	// A claim begun before the stop (a sweep's, or the loop's woken as the
+	// stop came) has its handlers started, and cancelled and released
+	// with the others, before any is released: a claim that ran after a
+	// release would take the row back for a worker about to exit.
+	if !waitUntil(goDone(w.claiming.Wait), time.Now().Add(w.cfg.StopTimeout/2)) {
+		w.log.Warn("worker stopping with a claim still in flight", "stop_timeout", w.cfg.StopTimeout)
+	}
 	w.cancelHandlers(leasework.ErrShutdown)
 	hardEnd := time.Now().Add(w.cfg.StopTimeout)
 	// The last outcomes need time to be written: a statement's timeout, at
