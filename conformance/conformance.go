@@ -67,6 +67,7 @@ type Store interface {
 	WriteManyTakingTurns(ctx context.Context, req lease.ClaimRequest, writes ...lease.Write) ([]lease.Result, []leasework.Claim, error)
 	SetLimit(ctx context.Context, l lease.Limit, by string) (int, error)
 	SetRateLimit(ctx context.Context, l lease.RateLimit, by string) (old lease.RateLimit, had bool, err error)
+	SetWeight(ctx context.Context, w lease.Weight, by string) (old int, err error)
 }
 
 // Environment variables between the suite and its child processes.
@@ -119,7 +120,7 @@ func Run(t *testing.T, target Target) {
 
 func properties() []property {
 	return slices.Concat(labProperties(), productProperties(), batchProperties(), enqueueProperties(), txProperties(),
-		orderProperties(), queueProperties(), limitProperties(), partitionProperties(), rateProperties(), cancelProperties(), snoozeProperties(), copyProperties(),
+		orderProperties(), queueProperties(), limitProperties(), partitionProperties(), rateProperties(), fairProperties(), cancelProperties(), snoozeProperties(), copyProperties(),
 		deadConnProperties())
 }
 

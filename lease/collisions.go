@@ -132,6 +132,14 @@ var derivedObjects = map[string]derivedObject{
 		columns: []sideColumn{{"partition", "text"}, {"id", "bigint"}, {"used", "integer"}}},
 	"partition_releases": {kind: ownTable, use: "table of places given back under partition limits", keyLen: 2,
 		columns: []sideColumn{{"slot", "bigint"}, {"id", "bigint"}, {"n", "integer"}}},
+	"fair_weights": {kind: ownTable, use: "table of fair scheduling's weights", keyLen: 2,
+		columns: []sideColumn{{"queue", "text"}, {"partition", "text"}, {"weight", "integer"}}},
+	"fair_keys": {kind: ownTable, use: "table of the partitions fair scheduling serves", keyLen: 2,
+		columns: []sideColumn{{"queue", "text"}, {"partition", "text"}, {"pass", "double precision"}}},
+	"fair_arrivals": {kind: ownTable, use: "table of partitions coming to fair scheduling",
+		columns: []sideColumn{{"id", "bigint"}, {"queue", "text"}, {"partition", "text"}, {"due_at", "timestamp with time zone"}}},
+	"queue_aging": {kind: ownTable, use: "table of priority aging per queue",
+		columns: []sideColumn{{"queue", "text"}, {"after_us", "bigint"}}},
 
 	"event_id_key":          {kind: ownIndex, use: "unique index of event ids (until migration 5)"},
 	"ready_idx":             {kind: ownIndex, use: "index of READY rows (until migration 6)"},
@@ -149,6 +157,7 @@ var derivedObjects = map[string]derivedObject{
 	"set_aside_idx":         {kind: ownIndex, use: "index of rows a full partition set aside"},
 	"partition_holders_idx": {kind: ownIndex, use: "index of attempts counted in a partition's slot"},
 	"discarded_idx":         {kind: ownIndex, use: "index of DISCARDED rows by finish time"},
+	"fair_ready_idx":        {kind: ownIndex, use: "index of READY rows per partition of a queue"},
 
 	"notify":               {kind: ownFunction, use: "trigger function that wakes workers"},
 	"lock_key":             {kind: ownFunction, use: "function that takes a key's lock", args: "text, text, boolean"},
@@ -167,6 +176,8 @@ var derivedObjects = map[string]derivedObject{
 	"hold_running_key":     {kind: ownFunction, use: "trigger function that refuses deleting a running keyed row"},
 	"release_slots":        {kind: ownFunction, use: "trigger function that gives back an attempt's concurrency slots"},
 	"wake_partitions":      {kind: ownFunction, use: "function that brings back rows set aside by partition limits", args: "text[]"},
+	"fair_arrive":          {kind: ownFunction, use: "trigger function that brings an insert's partitions to fair scheduling"},
+	"fair_again":           {kind: ownFunction, use: "trigger function that brings a row's partition back to fair scheduling"},
 
 	"status_check":       {kind: inTable},
 	"lease_check":        {kind: inTable},

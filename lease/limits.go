@@ -89,14 +89,19 @@ type LimitChange struct {
 	At time.Time
 	// Scope is the limit's: [ScopeKind], [ScopeQueue] or [ScopePartition]
 	// for a concurrency limit, "rate:kind" or "rate:queue" for a rate
-	// limit ([RateLimit]).
+	// limit ([RateLimit]), "weight" for a fair queue's weight ([Weight]:
+	// Name is its queue), "aging" for a queue's priority aging
+	// ([Store.SetAging]: Name is the queue).
 	Scope, Name string
+	// Partition is a weight's partition: empty for a queue's default, and
+	// for every other scope.
+	Partition string
 	// Old and New are the limit before and after the change: -1 for none
 	// (the change declared the limit, or cleared it). For a rate limit,
-	// its Max.
+	// its Max; for a weight, the weight; -1 both for an aging.
 	Old, New int
-	// Per is a rate limit's period: as the change set it, or, for a
-	// clear, as it was. Zero for a concurrency limit.
+	// Per is a rate limit's period, or an aging's wait: as the change set
+	// it, or, for a clear, as it was. Zero for a concurrency limit.
 	Per time.Duration
 	By  string
 }
@@ -280,7 +285,7 @@ ORDER BY l.partition`
 
 // limitChangesSQL reads the latest $1 changes, latest first.
 const limitChangesSQL = `
-SELECT at, scope, name, COALESCE(old_max, -1), COALESCE(new_max, -1), set_by, COALESCE(period_us, 0)
+SELECT at, scope, name, COALESCE(old_max, -1), COALESCE(new_max, -1), set_by, COALESCE(period_us, 0), COALESCE(partition, '')
 FROM {{schema}}.{{name "limit_changes"}}
 ORDER BY id DESC
 LIMIT $1`
@@ -444,7 +449,7 @@ func (s *Store) LimitChanges(ctx context.Context, n int) ([]LimitChange, error) 
 	for rows.Next() {
 		var c LimitChange
 		var per int64
-		if err := rows.Scan(&c.At, &c.Scope, &c.Name, &c.Old, &c.New, &c.By, &per); err != nil {
+		if err := rows.Scan(&c.At, &c.Scope, &c.Name, &c.Old, &c.New, &c.By, &per, &c.Partition); err != nil {
 			return nil, s.wrapErr("limit changes", err)
 		}
 		c.Per = time.Duration(per) * time.Microsecond

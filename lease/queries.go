@@ -201,34 +201,7 @@ WITH paused AS (
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
-), ` + limitsCTEs + `, ready AS (
-    -- One range of the queue's READY index per priority level, 0 first:
-    -- each reads due rows only, so rows not yet due (retries backing off,
-    -- events scheduled for later) cost nothing, whatever their priority.
-    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at, r.key, r.partition_key, r.cost
-    FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
-    CROSS JOIN LATERAL (
-        SELECT id, kind, generation, next_attempt_at, key, partition_key, cost FROM {{table}}
-        WHERE queue = $5 AND priority = p.level
-          AND status = 'READY' AND next_attempt_at <= statement_timestamp()
-          AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
-          AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
-                                 UNION ALL
-                                 SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
-          -- A keyed row is claimable once ordering has put it in line
-          -- (key_seq, at its enqueue's commit): READY before that only to
-          -- its own transaction, it may be behind its key's head.
-          AND (key IS NULL OR key_seq IS NOT NULL)
-          -- The caller's floor for the level ($6, microseconds from the
-          -- epoch; 0 or none: from the oldest), a bound of the index range.
-          AND next_attempt_at >= COALESCE(timestamptz 'epoch'
-              + NULLIF(($6::bigint[])[p.level + 1], 0) * interval '1 microsecond', '-infinity')
-        ORDER BY next_attempt_at, id
-        LIMIT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0)
-        FOR UPDATE SKIP LOCKED) AS r
-    WHERE NOT (SELECT yes FROM paused)
-    LIMIT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0)
-), aside AS (
+), ` + limitsCTEs + `, ` + readyCTEs + `, aside AS (
     -- The rows set aside by a full partition (migration 19) of the
     -- partitions of the due rows found and of those with places given
     -- back (up to 64), of this queue and kinds, in the
@@ -547,13 +520,13 @@ const limitsCTEs = `stale AS (
 const admitCTEs = `candidates AS (
     SELECT c.id, c.kind, c.generation, c.kind_slot, c.queue_slot, c.part, c.key, c.partition_key, c.partition_slot, c.cost,
         COALESCE(k.kind, false) AS carry_kind, COALESCE(k.queue, false) AS carry_queue,
-        row_number() OVER (ORDER BY c.part = 1, c.part, c.level, c.at, c.id) AS ord
+        row_number() OVER (ORDER BY c.part = 1, c.part, c.level, c.vt, c.at, c.id) AS ord
     FROM (SELECT id, kind, generation, kind_slot, queue_slot, 0 AS part, 0 AS level, lease_until AS at,
-              key, partition_key, partition_slot, cost FROM expired
+              key, partition_key, partition_slot, cost, 0::float8 AS vt FROM expired
           UNION ALL
-          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at, key, partition_key, NULL, cost FROM ready
+          SELECT id, kind, generation, NULL, NULL, 1, level, next_attempt_at, key, partition_key, NULL, cost, vt FROM ready
           UNION ALL
-          SELECT id, kind, generation, NULL, NULL, 2, level, next_attempt_at, NULL, partition_key, NULL, cost FROM aside) AS c
+          SELECT id, kind, generation, NULL, NULL, 2, level, next_attempt_at, NULL, partition_key, NULL, cost, 0 FROM aside) AS c
     LEFT JOIN carried AS k ON k.id = c.id
 ), ` + rateLockCTEs + `, ranked AS (
     -- in_kind: a row's place among its kind's rows that need one;
@@ -583,7 +556,7 @@ const admitCTEs = `candidates AS (
         WHERE a.carry_queue OR a.in_queue <= COALESCE((SELECT u.n FROM usable AS u WHERE u.scope = 'queue'), a.in_queue)) AS a
     WHERE a.nth <= $1
       AND a.queue_units <= COALESCE((SELECT f.n FROM rate_free AS f WHERE f.scope = 'queue'), a.queue_units)
-), ` + partitionCTEs + `, placed AS (
+), ` + partitionCTEs + `, ` + fairTakingCTEs + `, placed AS (
     -- The place each row claimed takes under each limit, as [slot key,
     -- row it is taken from]: its own, when it keeps it; else the i-th row
     -- of a kind the i-th free place of its kind's limit, the i-th row of
@@ -790,6 +763,218 @@ const partitionCTEs = `parts AS (
         UNION
         SELECT f.slot FROM part_fit AS f WHERE f.id = ANY (ARRAY(SELECT id FROM set_aside))) AS s
     RETURNING pg_notify({{channel}}, '')
+)`
+
+// readyCTEs read the queue's due READY rows (ready), each with its place
+// in a fair queue's order (vt; 0 elsewhere). plain: the rows in the
+// queue's order, one range of the READY index per priority level, 0
+// first; each reads due rows only, so rows not yet due (retries backing
+// off, events scheduled for later) cost nothing, whatever their
+// priority. Under priority aging (migration 22, aging) a level reads too
+// the rows of the level below it (one more) that have been due longer
+// than the queue's threshold, which its own range leaves out.
+//
+// In a fair queue (fair), ready takes the rows of fair_read first: the
+// due arrivals (fair_came) bring new partitions in at the queue's lowest
+// pass (fair_now); the partitions furthest behind (fair_cand, as many as
+// the claim wants) are filled like water (fair_level: the level t that
+// the rows wanted raise the first m of them to, each by 1 / weight a
+// row), and each gives its rows up to t (fair_read), each at its pass
+// plus its rank over its weight. Rows of plain come after, in their
+// order, as the rows of a partition just come (vt), when they have no
+// partition or one fair_keys does not know; behind every fair row when
+// their partition is known (a claim of some kinds only, whose partitions
+// fair_cand left out, still takes work).
+const readyCTEs = `fair AS (
+    -- The queue's default weight, when it is fair: one probe.
+    SELECT w.weight::float8 AS weight FROM {{schema}}.{{name "fair_weights"}} AS w
+    WHERE w.queue = $5 AND w.partition = ''
+), aging AS (
+    SELECT (SELECT a.after_us FROM {{schema}}.{{name "queue_aging"}} AS a WHERE a.queue = $5) AS us
+), wanted AS (
+    SELECT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0) AS n
+), plain AS (
+    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at, r.key, r.partition_key, r.cost
+    FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+    CROSS JOIN LATERAL (
+        SELECT u.* FROM (
+            SELECT * FROM (SELECT id, kind, generation, next_attempt_at, key, partition_key, cost FROM {{table}}
+             WHERE queue = $5 AND priority = p.level
+               AND status = 'READY' AND next_attempt_at <= statement_timestamp()
+               AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+               AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
+                                      UNION ALL
+                                      SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
+               -- A keyed row is claimable once ordering has put it in line
+               -- (key_seq, at its enqueue's commit): READY before that only to
+               -- its own transaction, it may be behind its key's head.
+               AND (key IS NULL OR key_seq IS NOT NULL)
+               -- The caller's floor for the level ($6, microseconds from the
+               -- epoch; 0 or none: from the oldest), a bound of the index range.
+               AND next_attempt_at >= COALESCE(timestamptz 'epoch'
+                   + NULLIF(($6::bigint[])[p.level + 1], 0) * interval '1 microsecond', '-infinity')
+               -- Under aging, the rows of the level but 0 due longer than the
+               -- threshold are the level above's.
+               -- (later than now less the threshold: from a microsecond after).
+               AND next_attempt_at >= CASE WHEN p.level = 0 OR (SELECT us FROM aging) IS NULL THEN timestamptz '-infinity'
+                                           ELSE statement_timestamp() - ((SELECT us FROM aging) - 1) * interval '1 microsecond' END
+             ORDER BY next_attempt_at, id
+             LIMIT (SELECT n FROM wanted)
+             FOR UPDATE SKIP LOCKED) AS own
+            UNION ALL
+            SELECT * FROM (SELECT id, kind, generation, next_attempt_at, key, partition_key, cost FROM {{table}}
+             WHERE (SELECT us FROM aging) IS NOT NULL AND p.level < ` + maxPriorityText + `
+               AND queue = $5 AND priority = p.level + 1
+               AND status = 'READY'
+               AND next_attempt_at <= statement_timestamp() - (SELECT us FROM aging) * interval '1 microsecond'
+               AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+               AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
+                                      UNION ALL
+                                      SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
+               AND (key IS NULL OR key_seq IS NOT NULL)
+               AND next_attempt_at >= COALESCE(timestamptz 'epoch'
+                   + NULLIF(($6::bigint[])[p.level + 2], 0) * interval '1 microsecond', '-infinity')
+             ORDER BY next_attempt_at, id
+             LIMIT (SELECT n FROM wanted)
+             FOR UPDATE SKIP LOCKED) AS aged) AS u
+        ORDER BY u.next_attempt_at, u.id
+        LIMIT (SELECT n FROM wanted)) AS r
+    WHERE NOT (SELECT yes FROM paused)
+    LIMIT (SELECT n FROM wanted)
+), fair_came AS (
+    DELETE FROM {{schema}}.{{name "fair_arrivals"}} AS a
+    WHERE a.id = ANY (ARRAY(
+        SELECT f.id FROM {{schema}}.{{name "fair_arrivals"}} AS f
+        WHERE f.queue = $5 AND f.due_at <= statement_timestamp()
+          AND EXISTS (SELECT 1 FROM fair) AND NOT (SELECT yes FROM paused)
+        ORDER BY f.due_at
+        LIMIT 1024
+        FOR UPDATE SKIP LOCKED))
+    RETURNING a.partition
+), fair_now AS (
+    -- The queue's virtual time: its lowest pass.
+    SELECT COALESCE((SELECT k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
+                     WHERE k.queue = $5 AND EXISTS (SELECT 1 FROM fair)
+                     ORDER BY k.pass LIMIT 1), 0) AS vt
+), fair_cand AS (
+    SELECT k.partition, k.pass, false AS new FROM (
+        SELECT k.partition, k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
+        WHERE k.queue = $5 AND EXISTS (SELECT 1 FROM fair) AND NOT (SELECT yes FROM paused)
+        ORDER BY k.pass
+        LIMIT (SELECT n FROM wanted)) AS k
+    UNION ALL
+    SELECT DISTINCT c.partition, (SELECT vt FROM fair_now), true FROM fair_came AS c
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_keys"}} AS k WHERE k.queue = $5 AND k.partition = c.partition)
+), fair_fill AS (
+    SELECT f.*, row_number() OVER o AS m, sum(f.w) OVER o AS sw, sum(f.w * f.pass) OVER o AS swp
+    FROM (SELECT c.partition, c.pass, c.new,
+              COALESCE((SELECT w.weight FROM {{schema}}.{{name "fair_weights"}} AS w
+                        WHERE w.queue = $5 AND w.partition = c.partition), (SELECT weight FROM fair))::float8 AS w
+          FROM fair_cand AS c) AS f
+    WINDOW o AS (ORDER BY f.pass, f.partition)
+), fair_level AS (
+    -- The water level: of the prefixes of the partitions by pass, the
+    -- longest whose level reaches its last partition's pass.
+    SELECT f.m, ((SELECT n FROM wanted) + f.swp) / f.sw AS t FROM fair_fill AS f
+    WHERE ((SELECT n FROM wanted) + f.swp) / f.sw >= f.pass
+    ORDER BY f.m DESC
+    LIMIT 1
+), fair_read AS (
+    SELECT r.id, r.kind, r.generation, r.level, r.next_attempt_at, r.key, r.partition_key, r.cost,
+        f.pass + (row_number() OVER (PARTITION BY f.partition ORDER BY r.priority, r.next_attempt_at, r.id)) / f.w AS vt
+    FROM fair_fill AS f
+    CROSS JOIN fair_level AS l
+    CROSS JOIN LATERAL (
+        SELECT x.* FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+        CROSS JOIN LATERAL (
+            SELECT e.id, e.kind, e.generation, e.priority, e.next_attempt_at, e.key, e.partition_key, e.cost,
+                CASE WHEN e.priority > 0 AND e.next_attempt_at <= statement_timestamp() - (SELECT us FROM aging) * interval '1 microsecond'
+                     THEN e.priority - 1 ELSE e.priority END AS level
+            FROM {{table}} AS e
+            WHERE e.queue = $5 AND e.partition_key = f.partition AND e.priority = p.level
+              AND e.status = 'READY' AND e.next_attempt_at <= statement_timestamp()
+              AND (cardinality($2::text[]) = 0 OR e.kind = ANY($2::text[]))
+              AND e.kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
+                                       UNION ALL
+                                       SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
+              AND (e.key IS NULL OR e.key_seq IS NOT NULL)
+            ORDER BY e.next_attempt_at, e.id
+            LIMIT LEAST(ceil((l.t - f.pass) * f.w)::bigint + 1, (SELECT n FROM wanted))
+            FOR UPDATE SKIP LOCKED) AS x
+        LIMIT LEAST(ceil((l.t - f.pass) * f.w)::bigint + 1, (SELECT n FROM wanted))) AS r
+    WHERE f.m <= l.m
+), ready AS (
+    SELECT id, kind, generation, level, next_attempt_at, key, partition_key, cost, 0::float8 AS vt FROM plain
+    WHERE NOT EXISTS (SELECT 1 FROM fair)
+    UNION ALL
+    SELECT * FROM (SELECT u.* FROM (
+        SELECT id, kind, generation, level, next_attempt_at, key, partition_key, cost, vt FROM fair_read
+        UNION ALL
+        SELECT p.id, p.kind, p.generation, p.level, p.next_attempt_at, p.key, p.partition_key, p.cost,
+            CASE WHEN p.known THEN 'infinity'::float8
+                 ELSE (SELECT vt FROM fair_now)
+                      + (row_number() OVER (PARTITION BY p.known ORDER BY p.level, p.next_attempt_at, p.id)) / (SELECT weight FROM fair) END
+        FROM (SELECT p.*,
+                  p.partition_key IS NOT NULL
+                  AND (p.partition_key IN (SELECT partition FROM fair_cand)
+                       OR EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_keys"}} AS k
+                                  WHERE k.queue = $5 AND k.partition = p.partition_key)) AS known
+              FROM plain AS p
+              WHERE p.id NOT IN (SELECT id FROM fair_read)) AS p) AS u
+    WHERE EXISTS (SELECT 1 FROM fair)
+    ORDER BY u.level, u.vt, u.next_attempt_at, u.id
+    LIMIT (SELECT n FROM wanted)) AS f
+)`
+
+// fairTakingCTEs move the passes of a fair queue's partitions by the rows
+// claimed of each (fair_took, fair_moved: a partition claimed first, or
+// just come, is added at the queue's lowest pass), and take out of fair_keys the
+// partitions that fair_read read no row of and that have no due READY
+// row, whatever its kind or its lock (fair_dry, fair_gone; one another
+// claim holds is left), with an arrival when their next READY row is due
+// (fair_later).
+const fairTakingCTEs = `fair_took AS (
+    SELECT t.partition, sum(t.n) AS n FROM (
+        SELECT c.partition_key AS partition, count(*) AS n FROM chosen AS c
+        WHERE c.part = 1 AND c.partition_key IS NOT NULL AND EXISTS (SELECT 1 FROM fair)
+        GROUP BY c.partition_key
+        UNION ALL
+        SELECT f.partition, 0 FROM fair_cand AS f WHERE f.new) AS t
+    GROUP BY t.partition
+), fair_moved AS (
+    INSERT INTO {{schema}}.{{name "fair_keys"}} AS k (queue, partition, pass)
+    SELECT $5, t.partition, (SELECT vt FROM fair_now)
+        + t.n / COALESCE((SELECT w.weight FROM {{schema}}.{{name "fair_weights"}} AS w
+                          WHERE w.queue = $5 AND w.partition = t.partition), (SELECT weight FROM fair))
+    FROM fair_took AS t
+    ORDER BY t.partition
+    ON CONFLICT (queue, partition) DO UPDATE SET pass = k.pass + (EXCLUDED.pass - (SELECT vt FROM fair_now))
+    RETURNING k.partition
+), fair_dry AS (
+    SELECT f.partition, d.at FROM fair_fill AS f
+    CROSS JOIN fair_level AS l
+    CROSS JOIN LATERAL (
+        SELECT min(x.at) AS at FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+        CROSS JOIN LATERAL (
+            SELECT e.next_attempt_at AS at FROM {{table}} AS e
+            WHERE e.queue = $5 AND e.partition_key = f.partition AND e.priority = p.level AND e.status = 'READY'
+            ORDER BY e.next_attempt_at
+            LIMIT 1) AS x) AS d
+    WHERE f.m <= l.m AND NOT f.new
+      AND NOT EXISTS (SELECT 1 FROM fair_read AS r WHERE r.partition_key = f.partition)
+      AND (d.at IS NULL OR d.at > statement_timestamp())
+), fair_gone AS (
+    DELETE FROM {{schema}}.{{name "fair_keys"}} AS k
+    WHERE k.queue = $5 AND k.partition = ANY (ARRAY(
+        SELECT g.partition FROM {{schema}}.{{name "fair_keys"}} AS g
+        WHERE g.queue = $5 AND g.partition = ANY (ARRAY(SELECT partition FROM fair_dry))
+        ORDER BY g.partition
+        FOR UPDATE SKIP LOCKED))
+    RETURNING k.partition
+), fair_later AS (
+    INSERT INTO {{schema}}.{{name "fair_arrivals"}} (queue, partition, due_at)
+    SELECT $5, d.partition, d.at FROM fair_dry AS d
+    WHERE d.at IS NOT NULL AND d.partition IN (SELECT partition FROM fair_gone)
 )`
 
 // maxPriorityText is MaxPriority in the claim's text.

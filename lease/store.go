@@ -67,6 +67,7 @@ type Store struct {
 	q          queries
 	cq         copyStatements
 	wq         whyStatements
+	fq         fairStatements
 }
 
 // New returns a Store for the table named by opts in the database behind db.
@@ -104,6 +105,7 @@ func New(db *sql.DB, drv leasework.Driver, opts Options) (*Store, error) {
 	s.q = s.renderQueries()
 	s.cq = s.renderCopyStatements()
 	s.wq = s.renderWhy()
+	s.fq = s.renderFair()
 	return s, nil
 }
 

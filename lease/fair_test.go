@@ -1,0 +1,183 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasework/leasework"
+	"github.com/leasework/leasework/internal/rig/pgtest"
+	"github.com/leasework/leasework/lease"
+)
+
+// setWeight sets w on s or fails the test.
+func setWeight(t *testing.T, s *lease.Store, w lease.Weight) {
+	t.Helper()
+	if _, err := s.SetWeight(context.Background(), w, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// enqueueMany enqueues n events of partition p in queue q, in batches.
+func enqueueMany(t *testing.T, s *lease.Store, p, q string, n int) {
+	t.Helper()
+	for lo := 0; lo < n; lo += 500 {
+		var es []lease.Event
+		for i := lo; i < min(lo+500, n); i++ {
+			es = append(es, lease.Event{Kind: "k", EventID: fmt.Sprintf("%s-%d", p, i), Partition: p, Queue: q})
+		}
+		pgtest.Enqueue(t, s, es...)
+	}
+}
+
+// claimedOf claims rounds times up to limit rows of queue q, completing
+// nothing, and counts the rows claimed per partition.
+func claimedOf(t *testing.T, s *lease.Store, q string, rounds, limit int) (map[string]int, []leasework.Claim) {
+	t.Helper()
+	var all []leasework.Claim
+	for range rounds {
+		got, _ := claimAll(t, s, lease.ClaimRequest{Limit: limit, Queue: q})
+		all = append(all, got...)
+	}
+	return partitionsOf(t, s, all), all
+}
+
+// Two partitions with full backlogs at weights 3:1 share 1,000 claims
+// 3:1, within 10%, whatever the size of the claims.
+func TestFairSplitsByWeight(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		for _, limit := range []int{1, 7, 100} {
+			t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+				s := pgtest.Store(t, drv, lease.Options{})
+				setWeight(t, s, lease.Weight{Weight: 1})
+				setWeight(t, s, lease.Weight{Partition: "big", Weight: 3})
+				enqueueMany(t, s, "big", "", 1200)
+				enqueueMany(t, s, "small", "", 1200)
+				got, all := claimedOf(t, s, "", 1000/limit, limit)
+				if len(all) != 1000/limit*limit {
+					t.Fatalf("claimed %d rows; want %d", len(all), 1000/limit*limit)
+				}
+				ratio := float64(got["big"]) / float64(got["small"])
+				if ratio < 2.7 || ratio > 3.3 {
+					t.Errorf("claimed %v: big/small = %.2f; want 3 ± 10%%", got, ratio)
+				}
+			})
+		}
+	})
+}
+
+// A partition with 10 events that comes while another has a backlog of
+// thousands, at equal weights, has all 10 claimed within the next 20
+// rows or so: it joins level with the busy one, not behind its backlog.
+// And a partition with nothing due takes no share: the busy one gets
+// whole claims meanwhile.
+func TestFairNewPartitionNotBehindBacklog(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		setWeight(t, s, lease.Weight{Weight: 1})
+		enqueueMany(t, s, "big", "", 3000)
+		got, _ := claimedOf(t, s, "", 5, 10)
+		if got["big"] != 50 {
+			t.Fatalf("with one partition due, 5 claims of 10 took %v; want all 50 of big", got)
+		}
+		enqueueMany(t, s, "late", "", 10)
+		rows := 0
+		seen := 0
+		for range 10 {
+			c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 4})
+			rows += len(c)
+			seen += partitionsOf(t, s, c)["late"]
+			if seen == 10 {
+				break
+			}
+		}
+		if seen != 10 || rows > 24 {
+			t.Errorf("late's 10 events: %d claimed within %d rows; want all 10 within 24", seen, rows)
+		}
+	})
+}
+
+// A partition whose rows all went (claimed) leaves fair scheduling, and
+// comes back, level with the others, when a row of it is READY again: a
+// retry, here.
+func TestFairRetryBringsPartitionBack(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setWeight(t, s, lease.Weight{Weight: 1})
+		enqueueMany(t, s, "one", "", 1)
+		enqueueMany(t, s, "big", "", 2000)
+		first, _ := claimAll(t, s, lease.ClaimRequest{Limit: 2})
+		var one leasework.Claim
+		for _, c := range first {
+			if partitionsOf(t, s, []leasework.Claim{c})["one"] == 1 {
+				one = c
+			}
+		}
+		if one.ID == 0 {
+			t.Fatalf("the first claim of 2 took %v; want one's row among them", partitionsOf(t, s, first))
+		}
+		// Claims that find one with nothing due take it out.
+		claimedOf(t, s, "", 3, 10)
+		write(t, s, lease.Retry(one.Ref(), time.Millisecond, "again"))
+		if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET next_attempt_at = now() - interval '1 second' WHERE id = $1`, one.ID); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := claimedOf(t, s, "", 2, 2)
+		if got["one"] != 1 {
+			t.Errorf("after one's retry came due, 2 claims of 2 took %v; want one's row among them", got)
+		}
+	})
+}
+
+// Priority aging: a due row of level 1 that waited longer than the
+// queue's threshold is taken with the rows of level 0, in its order
+// among them; without aging, level 0 goes first.
+func TestAgingMovesRowsUpOneLevel(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		var es []lease.Event
+		for i := range 5 {
+			es = append(es, lease.Event{Kind: "k", EventID: fmt.Sprintf("low-%d", i), Priority: 1})
+			es = append(es, lease.Event{Kind: "k", EventID: fmt.Sprintf("high-%d", i)})
+		}
+		pgtest.Enqueue(t, s, es...)
+		// The rows of level 1 have been due for an hour: a fixture.
+		if _, err := s.DB().ExecContext(ctx, `UPDATE `+s.QualifiedTable()+` SET next_attempt_at = now() - interval '1 hour' WHERE priority = 1`); err != nil {
+			t.Fatal(err)
+		}
+		levels := func() []int {
+			tx, err := s.DB().BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback()
+			cs, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: 5, Lease: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []int
+			for _, c := range cs {
+				out = append(out, c.Priority)
+			}
+			return out
+		}
+		if got := levels(); fmt.Sprint(got) != "[0 0 0 0 0]" {
+			t.Errorf("without aging, a claim of 5 took levels %v; want level 0 first", got)
+		}
+		if _, err := s.SetAging(ctx, "", time.Minute, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if got := levels(); fmt.Sprint(got) != "[1 1 1 1 1]" {
+			t.Errorf("with aging after a minute, a claim of 5 took levels %v; want the rows of level 1 due an hour, first as level 0", got)
+		}
+		if _, err := s.SetAging(ctx, "", 2*time.Hour, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if got := levels(); fmt.Sprint(got) != "[0 0 0 0 0]" {
+			t.Errorf("with aging after 2 hours, a claim of 5 took levels %v; want level 0 first", got)
+		}
+	})
+}
