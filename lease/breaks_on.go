@@ -22,11 +22,11 @@ func breakQueries(q *queries) {
 		// a second owner while the first one's lease runs (a renewal
 		// every third of a lease keeps the leases of short handlers out
 		// of its reach; long ones are taken).
-		q.claim = mustReplace(q.claim, "AND lease_until <= statement_timestamp()\n      AND attempt < max_attempts",
+		replaceClaims(q, "AND lease_until <= statement_timestamp()\n      AND attempt < max_attempts",
 			"AND lease_until <= statement_timestamp() + 0.6 * $3 * interval '1 microsecond'\n      AND attempt < max_attempts")
 	case "claim-waiting":
 		// The claim takes WAITING rows as if each were its key's head.
-		q.claim = mustReplace(q.claim, "AND status = 'READY' AND next_attempt_at <= statement_timestamp()",
+		replaceClaims(q, "AND status = 'READY' AND next_attempt_at <= statement_timestamp()",
 			"AND status IN ('READY', 'WAITING') AND next_attempt_at <= statement_timestamp()")
 	case "cancel-releases":
 		// A cancel of a running attempt ends its row at once, as before
@@ -45,12 +45,12 @@ func breakQueries(q *queries) {
 		q.retry = mustReplace(q.retry, "->> 1)::bigint * interval '1 microsecond'", "->> 1)::bigint * 2 * interval '1 microsecond'")
 	case "pause-ignored":
 		// The claim takes rows of a paused queue.
-		q.claim = mustReplace(q.claim, "NOT (SELECT yes FROM paused)", "true")
+		replaceClaims(q, "NOT (SELECT yes FROM paused)", "true")
 	case "limit-off-by-one":
 		// The claim admits one attempt more than a limit allows: with
 		// every slot held, one row without a slot, which no later claim
 		// counts either.
-		q.claim = mustReplace(q.claim, "SELECT scope, name, n FROM free", "SELECT scope, name, n + 1 AS n FROM free")
+		replaceClaims(q, "SELECT scope, name, n FROM free", "SELECT scope, name, n + 1 AS n FROM free")
 	case "limit-handoff-doubled":
 		// A completion hands each place its rows held on to two rows.
 		for _, q := range []*string{&q.completeTaking, &q.completeDeleteTaking} {
@@ -64,19 +64,25 @@ func breakQueries(q *queries) {
 		// that one would be counted twice, and the slot's count would
 		// stay one too high for good, stranding the partition's rows set
 		// aside, which the soak's drain would wait for.)
-		q.claim = mustReplace(q.claim, "OR r.in_part <= l.room\n", "OR (NOT r.carry_part AND r.in_part <= l.room + 1) OR r.in_part <= l.room\n")
+		replaceClaims(q, "OR r.in_part <= l.room\n", "OR (NOT r.carry_part AND r.in_part <= l.room + 1) OR r.in_part <= l.room\n")
 	case "rate-window-short":
 		// The claim counts a rate limit's starts over half its period:
 		// up to twice Max start in some window of the period.
-		q.claim = mustReplace(q.claim, "l.period_us * interval '1 microsecond' AS period,",
+		replaceClaims(q, "l.period_us * interval '1 microsecond' AS period,",
 			"l.period_us * interval '1 microsecond' / 2 AS period,")
+	case "fair-no-arrivals":
+		// With the insert trigger writing no arrival (breakMigration), a
+		// fair queue's claims never learn of a partition from its
+		// enqueue, and take no row of a partition they do not know.
+		q.claimFair = mustReplace(q.claimFair, "              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read)) AS p) AS u",
+			"              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read) AND p.partition_key IS NULL) AS p) AS u")
 	case "limit-ignores-holder-lease":
 		// The place of a holder whose lease ran out in the snapshot of a
 		// claim without floors (a sweep) is taken without the holder
 		// row's lock: a renewal that commits during the claim is missed,
 		// and the renewed attempt runs on beside the one that took its
 		// place.
-		q.claim = mustReplace(q.claim, "    LIMIT $1\n    FOR UPDATE SKIP LOCKED\n), pstale AS (", "    LIMIT $1\n), pstale AS (")
+		replaceClaims(q, "    LIMIT $1\n    FOR UPDATE SKIP LOCKED\n), pstale AS (", "    LIMIT $1\n), pstale AS (")
 	}
 }
 
@@ -86,6 +92,9 @@ func breakQueries(q *queries) {
 // from scratch: the soak migrates a fresh table.
 func breakMigration(v int, sql string) string {
 	switch {
+	case v == 22 && os.Getenv("LEASEWORK_BREAK") == "fair-no-arrivals":
+		// An insert brings no partition to a fair queue.
+		return mustReplace(sql, "    WHERE i.partition_key IS NOT NULL AND i.status = 'READY'", "    WHERE false")
 	case v == 14 && os.Getenv("LEASEWORK_BREAK") == "keys-listed-reversed":
 		// The commit-time step puts a transaction's keyed rows in line
 		// last inserted first.
@@ -93,6 +102,13 @@ func breakMigration(v int, sql string) string {
 			"array_agg(r.id ORDER BY r.n DESC), array_agg(r.ks[1] ORDER BY r.n DESC), array_agg(r.ks[2] ORDER BY r.n DESC)")
 	}
 	return sql
+}
+
+// replaceClaims rewrites both claim statements, the plain one and the one
+// of fair or aging queues (claimFair): each must have old.
+func replaceClaims(q *queries, old, repl string) {
+	q.claim = mustReplace(q.claim, old, repl)
+	q.claimFair = mustReplace(q.claimFair, old, repl)
 }
 
 func mustReplace(s, old, repl string) string {

@@ -100,7 +100,7 @@ func (s *Store) Claim(ctx context.Context, req ClaimRequest) ([]leasework.Claim,
 // after such a claim. heldBack is false when nothing was claimed: the
 // statement returns it with its rows.
 func (s *Store) ClaimHeldBack(ctx context.Context, req ClaimRequest) (claims []leasework.Claim, heldBack bool, err error) {
-	claims, bad, heldBack, err := s.scanClaims(ctx, s.db, s.q.claim, req)
+	claims, bad, heldBack, err := s.scanClaims(ctx, s.db, req)
 	if err == nil && len(bad) > 0 {
 		// The claims are committed and the caller's whatever becomes of
 		// this write (see above).
@@ -120,7 +120,7 @@ func (s *Store) ClaimTx(ctx context.Context, tx *sql.Tx, req ClaimRequest) ([]le
 	if tx == nil {
 		return nil, errors.New("lease: claim: tx is nil")
 	}
-	claims, bad, _, err := s.scanClaims(ctx, tx, s.q.claim, req)
+	claims, bad, _, err := s.scanClaims(ctx, tx, req)
 	if err == nil && len(bad) > 0 {
 		err = s.settleUndecodable(ctx, tx, bad)
 	}
@@ -136,22 +136,61 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// scanClaims runs a claim statement and reads the claims it returns, and,
-// apart, the claimed rows it cannot decode, each with the reason to fail it
-// with: the column and why (invariant 14); and whether a limit held rows
-// back (see [Store.ClaimHeldBack]).
-func (s *Store) scanClaims(ctx context.Context, q querier, query string, req ClaimRequest) (claims []leasework.Claim, bad []Write, heldBack bool, err error) {
+// claimFor returns the claim statement for queue: the one that keeps fair
+// scheduling and priority aging (migration 22) when the last claim of
+// the queue that took rows said the queue has either, else the plain one,
+// which reads neither. A queue made fair, or given an aging, has its
+// first claim of each store that takes rows in the queue's plain order;
+// the claims after it keep the new policy. A queue that stops being
+// either goes back to the plain statement after its next claim that
+// takes rows.
+func (s *Store) claimFor(queue string) string {
+	if v, ok := s.policies.Load(queue); ok && v.(bool) {
+		return s.q.claimFair
+	}
+	return s.q.claim
+}
+
+// learnPolicy reads whether queue is fair or ages its rows, once per
+// queue and store, before its first claim (see claimFor); on an error the
+// claim that follows says.
+func (s *Store) learnPolicy(ctx context.Context, q querier, queue string) {
+	if _, ok := s.policies.Load(queue); ok {
+		return
+	}
+	rows, err := q.QueryContext(ctx, s.fq.policy, queue)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	var yes bool
+	if rows.Next() && rows.Scan(&yes) == nil && rows.Err() == nil {
+		s.policies.Store(queue, yes)
+	}
+}
+
+// scanClaims runs the claim statement for req and reads the claims it
+// returns, and, apart, the claimed rows it cannot decode, each with the
+// reason to fail it with: the column and why (invariant 14); and whether a
+// limit held rows back (see [Store.ClaimHeldBack]).
+func (s *Store) scanClaims(ctx context.Context, q querier, req ClaimRequest) (claims []leasework.Claim, bad []Write, heldBack bool, err error) {
 	args, err := s.claimArgs(req)
 	if err != nil {
 		return nil, nil, false, err
 	}
+	queue := args[4].(string)
+	s.learnPolicy(ctx, q, queue)
+	query := s.claimFor(queue)
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, nil, false, s.wrapErr("claim", err)
 	}
 	defer rows.Close()
 	// claims is not sized from req.Limit: the table may hold far fewer rows.
+	var policy bool
+	took := false
 	for rows.Next() {
+		took = true
 		var c leasework.Claim
 		var meta string
 		var d decoder
@@ -160,7 +199,7 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 			col(&d, "max_attempts", &c.MaxAttempts), col(&d, "lease_until", &c.LeaseUntil),
 			col(&d, "reclaimed", &c.Reclaimed), col(&d, "progress", &c.Progress), col(&d, "last_error", &c.LastError),
 			col(&d, "queue", &c.Queue), col(&d, "priority", &c.Priority), col(&d, "next_attempt_at", &c.DueAt),
-			col(&d, "metadata", &meta), col(&d, "snoozes", &c.Snoozes), &heldBack); err != nil {
+			col(&d, "metadata", &meta), col(&d, "snoozes", &c.Snoozes), &heldBack, &policy); err != nil {
 			return nil, nil, false, s.wrapErr("claim", err)
 		}
 		d.metadata(meta, &c.Metadata)
@@ -172,6 +211,9 @@ func (s *Store) scanClaims(ctx context.Context, q querier, query string, req Cla
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, false, s.wrapErr("claim", err)
+	}
+	if took && policy != (query == s.q.claimFair) {
+		s.policies.Store(queue, policy)
 	}
 	return claims, bad, heldBack, nil
 }
@@ -205,7 +247,7 @@ func (s *Store) ExplainClaim(ctx context.Context, req ClaimRequest) (string, err
 		return "", s.wrapErr("explain claim", err)
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.q.claim, args...)
+	rows, err := tx.QueryContext(ctx, "EXPLAIN (ANALYZE, BUFFERS) "+s.claimFor(args[4].(string)), args...)
 	if err != nil {
 		return "", s.wrapErr("explain claim", err)
 	}

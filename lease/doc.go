@@ -165,8 +165,22 @@
 // one queue (ClaimRequest.Queue): its expired leases first, then its due
 // READY rows, priority 0 before 1 and so on, in due order within a level.
 // Priority is strict: while a queue always has due events of a level, its
-// claims take none of a later one. A worker gives each queue it serves its
+// claims take none of a later one, unless the queue ages its events
+// ([Store.SetAging]: a due event waiting longer than a threshold is
+// claimed as one level higher). A worker gives each queue it serves its
 // own handler slots (framework.Config.Queues).
+//
+// A queue is fair once its default weight is set ([Store.SetWeight] of a
+// [Weight]): within a priority level, its claims take the events of its
+// partitions ([Event].Partition) in proportion to their weights, by
+// stride scheduling. Each partition with due events has a pass that grows
+// by 1/weight for each of its events claimed; a claim takes the
+// partitions furthest behind, up to the level its Limit raises them to. A
+// partition comes to a fair queue through an arrival row, written by a
+// trigger when its events are inserted or made READY again, and joins at
+// the queue's lowest pass: behind no one's backlog, with no credit saved
+// while it was idle. Claims of a queue neither fair nor aging run a
+// statement without these reads.
 //
 // [Store.PauseQueue] stops every claim of a queue at once, expired leases
 // included; handlers already running finish. [Store.ResumeQueue] lets

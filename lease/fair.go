@@ -117,6 +117,12 @@ WITH gone AS (
 )
 SELECT count(*) FROM gone`
 
+// policySQL says whether queue $1 is fair or ages its rows, as the
+// claim's policyCTE does.
+const policySQL = `
+SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_weights"}} AS w WHERE w.queue = $1 AND w.partition = '')
+    OR EXISTS (SELECT 1 FROM {{schema}}.{{name "queue_aging"}} AS a WHERE a.queue = $1)`
+
 // agingsSQL reads every queue's aging.
 const agingsSQL = `
 SELECT queue, after_us FROM {{schema}}.{{name "queue_aging"}} ORDER BY queue`
@@ -157,6 +163,9 @@ func (s *Store) SetWeight(ctx context.Context, w Weight, by string) (old int, er
 	var was sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, s.fq.setWeight, q, w.Partition, w.Weight, by).Scan(&was); err != nil {
 		return 0, s.wrapErr("set weight", err)
+	}
+	if w.Partition == "" {
+		s.policies.Store(q, true)
 	}
 	return int(was.Int64), nil
 }
@@ -226,6 +235,7 @@ func (s *Store) SetAging(ctx context.Context, queue string, after time.Duration,
 	if err := s.db.QueryRowContext(ctx, s.fq.setAging, q, after.Microseconds(), by).Scan(&was); err != nil {
 		return 0, s.wrapErr("set aging", err)
 	}
+	s.policies.Store(q, true)
 	return time.Duration(was) * time.Microsecond, nil
 }
 
@@ -271,7 +281,7 @@ func (s *Store) Agings(ctx context.Context) (map[string]time.Duration, error) {
 // fairStatements are the rendered statements of fair scheduling and
 // priority aging.
 type fairStatements struct {
-	setWeight, clearWeight, weights, setAging, clearAging, agings string
+	setWeight, clearWeight, weights, setAging, clearAging, agings, policy string
 }
 
 func (s *Store) renderFair() fairStatements {
@@ -282,5 +292,6 @@ func (s *Store) renderFair() fairStatements {
 		setAging:    s.render(setAgingSQL),
 		clearAging:  s.render(clearAgingSQL),
 		agings:      s.render(agingsSQL),
+		policy:      s.render(policySQL),
 	}
 }

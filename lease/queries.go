@@ -257,7 +257,19 @@ WHERE o.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
     o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
-    o.snoozes, (SELECT yes FROM held_back) AND (SELECT yes FROM held_whole) = 1`
+    o.snoozes, (SELECT yes FROM held_back) AND (SELECT yes FROM held_whole) = 1, (SELECT yes FROM policy)`
+
+// claimPlainSQL is claimSQL for a queue neither fair nor aging (most):
+// without the reads of fair scheduling and aging, which a claim of such a
+// queue would plan and probe for nothing.
+var claimPlainSQL = func() string {
+	plain := strings.Replace(claimSQL, readyCTEs, readyPlainCTEs, 1)
+	plain = strings.Replace(plain, ", "+fairTakingCTEs, "", 1)
+	if strings.Contains(plain, "fair_read") {
+		panic("lease: the plain claim statement still reads fair scheduling")
+	}
+	return plain
+}()
 
 // slotsCTEs are the claim's reads of the concurrency limits it keeps
 // (migration 17) before it reads any row: the limits of its queue and of
@@ -765,6 +777,46 @@ const partitionCTEs = `parts AS (
     RETURNING pg_notify({{channel}}, '')
 )`
 
+// policyCTE says whether the claim's queue is fair or ages its rows
+// (migration 22): two primary-key probes. The claim returns it with each
+// row, so that the store runs the statement that keeps them (claimFair)
+// only for such queues; see Store.claimFor.
+const policyCTE = `policy AS (
+    SELECT EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_weights"}} AS w WHERE w.queue = $5 AND w.partition = '')
+        OR EXISTS (SELECT 1 FROM {{schema}}.{{name "queue_aging"}} AS a WHERE a.queue = $5) AS yes
+)`
+
+// readyPlainCTEs are readyCTEs for a queue neither fair nor aging: the
+// rows in the queue's order, one range of the READY index per priority
+// level, 0 first; each reads due rows only, so rows not yet due (retries
+// backing off, events scheduled for later) cost nothing, whatever their
+// priority.
+const readyPlainCTEs = policyCTE + `, ready AS (
+    SELECT r.id, r.kind, r.generation, p.level, r.next_attempt_at, r.key, r.partition_key, r.cost, 0::float8 AS vt
+    FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+    CROSS JOIN LATERAL (
+        SELECT id, kind, generation, next_attempt_at, key, partition_key, cost FROM {{table}}
+        WHERE queue = $5 AND priority = p.level
+          AND status = 'READY' AND next_attempt_at <= statement_timestamp()
+          AND (cardinality($2::text[]) = 0 OR kind = ANY($2::text[]))
+          AND kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
+                                 UNION ALL
+                                 SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
+          -- A keyed row is claimable once ordering has put it in line
+          -- (key_seq, at its enqueue's commit): READY before that only to
+          -- its own transaction, it may be behind its key's head.
+          AND (key IS NULL OR key_seq IS NOT NULL)
+          -- The caller's floor for the level ($6, microseconds from the
+          -- epoch; 0 or none: from the oldest), a bound of the index range.
+          AND next_attempt_at >= COALESCE(timestamptz 'epoch'
+              + NULLIF(($6::bigint[])[p.level + 1], 0) * interval '1 microsecond', '-infinity')
+        ORDER BY next_attempt_at, id
+        LIMIT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0)
+        FOR UPDATE SKIP LOCKED) AS r
+    WHERE NOT (SELECT yes FROM paused)
+    LIMIT GREATEST((SELECT n FROM room) - (SELECT count(*) FROM expired), 0)
+)`
+
 // readyCTEs read the queue's due READY rows (ready), each with its place
 // in a fair queue's order (vt; 0 elsewhere). plain: the rows in the
 // queue's order, one range of the READY index per priority level, 0
@@ -785,7 +837,7 @@ const partitionCTEs = `parts AS (
 // partition or one fair_keys does not know; behind every fair row when
 // their partition is known (a claim of some kinds only, whose partitions
 // fair_cand left out, still takes work).
-const readyCTEs = `fair AS (
+const readyCTEs = `` + policyCTE + `, fair AS (
     -- The queue's default weight, when it is fair: one probe.
     SELECT w.weight::float8 AS weight FROM {{schema}}.{{name "fair_weights"}} AS w
     WHERE w.queue = $5 AND w.partition = ''
@@ -1550,7 +1602,7 @@ FROM (SELECT (
     LIMIT 1) AS lease_until) AS l`
 
 type queries struct {
-	claim, enqueue, enqueueOne, enqueueOneSkip, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
+	claim, claimFair, enqueue, enqueueOne, enqueueOneSkip, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
 	completeTaking, completeDeleteTaking,
 	retry, fail, renew, release, progress,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
@@ -1562,7 +1614,8 @@ type queries struct {
 
 func (s *Store) renderQueries() queries {
 	q := queries{
-		claim:                s.render(claimSQL),
+		claim:                s.render(claimPlainSQL),
+		claimFair:            s.render(claimSQL),
 		enqueue:              s.render(enqueueSQL),
 		enqueueOne:           s.render(enqueueOneSQL),
 		enqueueOneSkip:       s.render(enqueueOneSkippingSQL),

@@ -17,7 +17,7 @@ import (
 // shows, compiled and never called; docs_test.go in the module's root
 // checks each snippet against its function. The names a snippet takes as
 // given are the function's parameters.
-var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning, partitionLimits, rateLimits}
+var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning, partitionLimits, rateLimits, fairScheduling}
 
 // storeRoundTrip is the store without a worker (docs/store.md): migrate,
 // enqueue with the business write, claim, and record the outcomes.
@@ -155,5 +155,19 @@ func whyNotRunning(ctx context.Context, store *lease.Store, id int64) error {
 		// r.Kind: lease.ReasonLimit, ReasonPartition, ReasonRate, ReasonPaused, ReasonKey or ReasonNotDue.
 		_ = r.Text // "held by concurrency limit kind:send-email (5/5 live): it starts when one of those attempts ends, ..."
 	}
+	return err
+}
+
+// fairScheduling makes a queue fair across its tenants, with a heavier
+// one, and ages its priorities (docs/flow-control.md).
+func fairScheduling(ctx context.Context, store *lease.Store, tx *sql.Tx, body []byte) error {
+	// Queue "reports" is fair: each partition (tenant) weighs 1 ...
+	_, err := store.SetWeight(ctx, lease.Weight{Queue: "reports", Weight: 1}, "ops")
+	// ... but acme, who pays for it, 3: three of its events to one of another's.
+	_, err = store.SetWeight(ctx, lease.Weight{Queue: "reports", Partition: "acme", Weight: 3}, "ops")
+	// A due event of priority 5 waiting over 10 minutes is claimed as priority 4.
+	_, err = store.SetAging(ctx, "reports", 10*time.Minute, "ops")
+
+	_, err = store.Enqueue(ctx, tx, lease.Event{Kind: "report.build", Queue: "reports", Partition: "acme", Priority: 5, Payload: body})
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"sync"
 
 	"github.com/leasework/leasework"
 )
@@ -68,6 +69,9 @@ type Store struct {
 	cq         copyStatements
 	wq         whyStatements
 	fq         fairStatements
+	// policies: per queue, whether its last claim that took rows said it
+	// is fair or ages its rows (claimFor).
+	policies sync.Map
 }
 
 // New returns a Store for the table named by opts in the database behind db.
