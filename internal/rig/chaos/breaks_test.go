@@ -47,6 +47,7 @@ var breaks = map[string]libraryBreak{
 		[]string{history.Limits}},
 	"partition-off-by-one": {"the claim admits one attempt more than a partition's room", []string{history.Partitions}},
 	"rate-window-short":    {"the claim counts a rate limit's starts over half its period", []string{history.Rates}},
+	"fair-no-arrivals":     {"an insert brings no partition to a fair queue, whose claims take no row of a partition they do not know", []string{history.Terminal}},
 }
 
 // breakOf returns the break $LEASEWORK_BREAK names, "" for none.

@@ -73,7 +73,13 @@
 // (its own), so that claims set rows aside and bring them back. The
 // snoozy kind has a rate limit of 12 starts in any 500ms, a quarter of
 // its events costing 2: about what the enqueuer asks on average, so that
-// bursts reach it and what it holds back drains within seconds. While the
+// bursts reach it and what it holds back drains within seconds. The bulk
+// queue is fair across tenants (lease.Weight: each weighs 1, t-1 3) and
+// ages its priorities after 300ms (lease.Store.SetAging), so that its
+// claims run the statement of fair and aging queues (partitions coming
+// by arrivals, leaving when they have nothing due, coming back on a
+// retry) under every fault; the history checks that none of its events
+// is lost or run twice, as for every queue. While the
 // faults are done, the tx kind's limit is lowered to 1 now and then, for
 // a while, and raised again once the attempts claimed before the lowering
 // have ended (a raise while one of them runs lets the store admit more
@@ -182,7 +188,9 @@
 // without the holder row's lock, and only the slow renewals catch it),
 // partition-off-by-one (partitions: the claim admits one attempt more
 // than a partition's room), rate-window-short (rates: the claim counts a
-// rate limit's starts over half its period). Such a run passes
+// rate limit's starts over half its period), fair-no-arrivals
+// (terminal: an insert brings no partition to a fair queue, whose claims
+// take no row of a partition they do not know). Such a run passes
 // when the history shows the break's properties violated, and prints the
 // violations.
 //

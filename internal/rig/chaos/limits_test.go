@@ -83,7 +83,36 @@ func (s *soak) declareLimits(ctx context.Context) error {
 			return err
 		}
 	}
-	return s.setRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: snoozyKind, Max: snoozyRateMax, Per: snoozyRatePer})
+	if err := s.setRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: snoozyKind, Max: snoozyRateMax, Per: snoozyRatePer}); err != nil {
+		return err
+	}
+	return s.declareFairness(ctx)
+}
+
+// The bulk queue is fair across tenants, one of them heavier, and ages
+// its priorities: its claims run the statement of fair and aging queues,
+// through every fault the others see.
+const (
+	heavyTenant    = "t-1"
+	heavyWeight    = 3
+	bulkAgingAfter = 300 * time.Millisecond
+)
+
+// declareFairness makes the bulk queue fair and gives it an aging, again
+// until each succeeds.
+func (s *soak) declareFairness(ctx context.Context) error {
+	for _, w := range []lease.Weight{{Queue: bulkQueue, Weight: 1}, {Queue: bulkQueue, Partition: heavyTenant, Weight: heavyWeight}} {
+		if err := retry(ctx, "set the weight of "+bulkQueue+" "+w.Partition, func(ctx context.Context) error {
+			_, err := s.ops.SetWeight(ctx, w, limitSetter)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return retry(ctx, "set the aging of "+bulkQueue, func(ctx context.Context) error {
+		_, err := s.ops.SetAging(ctx, bulkQueue, bulkAgingAfter, limitSetter)
+		return err
+	})
 }
 
 // setRateLimit sets l, again until it succeeds, and records the setting
