@@ -43,20 +43,22 @@ func claimedOf(t *testing.T, s *lease.Store, q string, rounds, limit int) (map[s
 	return partitionsOf(t, s, all), all
 }
 
-// Two partitions with full backlogs at weights 3:1 share 1,000 claims
-// 3:1, within 10%, whatever the size of the claims.
+// Two partitions with full backlogs at weights 3:1 share the rows
+// claimed 3:1, within 10%, whatever the size of the claims: 300 rows in
+// claims of 1 and of 7, 1,000 in claims of 100.
 func TestFairSplitsByWeight(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
-		for _, limit := range []int{1, 7, 100} {
-			t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+		for _, c := range []struct{ limit, rows int }{{1, 300}, {7, 300}, {100, 1000}} {
+			t.Run(fmt.Sprintf("limit %d", c.limit), func(t *testing.T) {
 				s := pgtest.Store(t, drv, lease.Options{})
 				setWeight(t, s, lease.Weight{Weight: 1})
 				setWeight(t, s, lease.Weight{Partition: "big", Weight: 3})
 				enqueueMany(t, s, "big", "", 1200)
 				enqueueMany(t, s, "small", "", 1200)
-				got, all := claimedOf(t, s, "", 1000/limit, limit)
-				if len(all) != 1000/limit*limit {
-					t.Fatalf("claimed %d rows; want %d", len(all), 1000/limit*limit)
+				want := c.rows / c.limit * c.limit
+				got, all := claimedOf(t, s, "", c.rows/c.limit, c.limit)
+				if len(all) != want {
+					t.Fatalf("claimed %d rows; want %d", len(all), want)
 				}
 				ratio := float64(got["big"]) / float64(got["small"])
 				if ratio < 2.7 || ratio > 3.3 {
