@@ -103,7 +103,7 @@ func addSection(name string, run func(ctx context.Context, e *env) ([]table, err
 
 // order is the order of the sections in the output, whatever the order of
 // their files' init functions.
-var order = []string{"throughput", "keyed", "enqueue", "pickup", "server", "claimcost", "recovery", "rss", "paused", "pressure", "limits", "partitions"}
+var order = []string{"throughput", "keyed", "enqueue", "pickup", "server", "claimcost", "recovery", "rss", "paused", "pressure", "limits", "partitions", "fairness"}
 
 // children are roles this program plays when it re-executes itself (a worker
 // to kill, a process whose memory is measured): name → function, added by the
