@@ -102,13 +102,15 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_rate_limits") + " TO " + worker,
 			"GRANT SELECT, UPDATE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_rate_shares") + " TO " + worker,
 			// The claim reads a queue's weights and aging, takes the
-			// partitions come to a fair queue, moves their passes, and
-			// takes out those with nothing due (each with an arrival for
-			// when its next row is).
+			// partitions come to a fair queue, moves their passes (or
+			// owes the move of one another claim holds), and takes out
+			// those with nothing due (each with an arrival for when its
+			// next row is).
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_fair_weights") + " TO " + worker,
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_queue_aging") + " TO " + worker,
 			"GRANT SELECT, INSERT, UPDATE, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_fair_keys") + " TO " + worker,
 			"GRANT SELECT, INSERT, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_fair_arrivals") + " TO " + worker,
+			"GRANT SELECT, INSERT, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_fair_debts") + " TO " + worker,
 		} {
 			if _, err := ownerDB.ExecContext(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)

@@ -136,6 +136,8 @@ var derivedObjects = map[string]derivedObject{
 		columns: []sideColumn{{"queue", "text"}, {"partition", "text"}, {"weight", "integer"}}},
 	"fair_keys": {kind: ownTable, use: "table of the partitions fair scheduling serves", keyLen: 2,
 		columns: []sideColumn{{"queue", "text"}, {"partition", "text"}, {"pass", "double precision"}}},
+	"fair_debts": {kind: ownTable, use: "table of what claims owe fair scheduling's passes",
+		columns: []sideColumn{{"id", "bigint"}, {"queue", "text"}, {"partition", "text"}, {"pass", "double precision"}}},
 	"fair_arrivals": {kind: ownTable, use: "table of partitions coming to fair scheduling",
 		columns: []sideColumn{{"id", "bigint"}, {"queue", "text"}, {"partition", "text"}, {"due_at", "timestamp with time zone"}}},
 	"queue_aging": {kind: ownTable, use: "table of priority aging per queue",

@@ -78,6 +78,8 @@ WITH gone AS (
     DELETE FROM {{schema}}.{{name "fair_keys"}} WHERE queue = $1 AND $2 = '' AND EXISTS (SELECT 1 FROM gone)
 ), arrivals AS (
     DELETE FROM {{schema}}.{{name "fair_arrivals"}} WHERE queue = $1 AND $2 = '' AND EXISTS (SELECT 1 FROM gone)
+), debts AS (
+    DELETE FROM {{schema}}.{{name "fair_debts"}} WHERE queue = $1 AND $2 = '' AND EXISTS (SELECT 1 FROM gone)
 )
 SELECT count(*) FROM gone`
 

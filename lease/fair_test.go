@@ -183,3 +183,51 @@ func TestAgingMovesRowsUpOneLevel(t *testing.T) {
 		}
 	})
 }
+
+// No claim of a fair queue waits for another: a claim whose transaction
+// stays open holds its partitions' passes, and a claim of the same
+// partition meanwhile takes its rows and leaves its pass as a debt, which
+// the next claim that can lock the partition pays.
+func TestFairClaimsWaitForNoOtherClaim(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setWeight(t, s, lease.Weight{Weight: 1})
+		enqueueMany(t, s, "a", "", 100)
+		claimedOf(t, s, "", 1, 5) // a known to fair scheduling, with a pass
+		debts := func() (n int, sum float64) {
+			t.Helper()
+			if err := s.DB().QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(pass), 0) FROM `+
+				lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(s.Table()+"_fair_debts")).Scan(&n, &sum); err != nil {
+				t.Fatal(err)
+			}
+			return n, sum
+		}
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		held, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: 5, Lease: time.Minute})
+		if err != nil || len(held) != 5 {
+			t.Fatalf("claim in an open transaction: %d rows, %v; want 5", len(held), err)
+		}
+		// A generous liveness bound: the claim waits for nothing.
+		bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		got, err := s.Claim(bounded, lease.ClaimRequest{Limit: 5, Lease: time.Minute})
+		if err != nil || len(got) != 5 {
+			t.Fatalf("claim beside the open transaction: %d rows, %v; want 5 at once", len(got), err)
+		}
+		if n, sum := debts(); n != 1 || sum != 5 {
+			t.Errorf("debts after the claim beside the open transaction: %d rows owing %v; want 1 owing 5 (5 rows of weight 1)", n, sum)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		claimedOf(t, s, "", 1, 5)
+		if n, _ := debts(); n != 0 {
+			t.Errorf("debts after a claim that could lock the partition: %d rows; want them paid", n)
+		}
+	})
+}

@@ -909,11 +909,13 @@ const readyCTEs = `` + policyCTE + `, fair AS (
                      WHERE k.queue = $5 AND EXISTS (SELECT 1 FROM fair)
                      ORDER BY k.pass LIMIT 1), 0) AS vt
 ), fair_cand AS (
-    SELECT k.partition, k.pass, false AS new FROM (
-        SELECT k.partition, k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
-        WHERE k.queue = $5 AND EXISTS (SELECT 1 FROM fair) AND NOT (SELECT yes FROM paused)
-        ORDER BY k.pass
-        LIMIT (SELECT n FROM wanted)) AS k
+    SELECT k.partition, k.pass + COALESCE((SELECT sum(d.pass) FROM {{schema}}.{{name "fair_debts"}} AS d
+                                           WHERE d.queue = $5 AND d.partition = k.partition), 0) AS pass,
+        false AS new
+    FROM (SELECT k.partition, k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
+          WHERE k.queue = $5 AND EXISTS (SELECT 1 FROM fair) AND NOT (SELECT yes FROM paused)
+          ORDER BY k.pass
+          LIMIT (SELECT n FROM wanted)) AS k
     UNION ALL
     SELECT DISTINCT c.partition, (SELECT vt FROM fair_now), true FROM fair_came AS c
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_keys"}} AS k WHERE k.queue = $5 AND k.partition = c.partition)
@@ -979,8 +981,13 @@ const readyCTEs = `` + policyCTE + `, fair AS (
 )`
 
 // fairTakingCTEs move the passes of a fair queue's partitions by the rows
-// claimed of each (fair_took, fair_moved: a partition claimed first, or
-// just come, is added at the queue's lowest pass), and take out of fair_keys the
+// claimed of each (fair_took): each partition this claim can lock, SKIP
+// LOCKED, with the debts left to it (fair_locked, fair_paid,
+// fair_moved); a debt for each that another claim holds (fair_owed),
+// which fair_cand counts in its pass until paid; a partition claimed
+// first, or just come, added at the queue's lowest pass (fair_joined).
+// No claim waits for another's partitions but to add a partition both
+// add at once. They take out of fair_keys the
 // partitions that fair_read read no row of and that have no due READY
 // row, whatever its kind or its lock (fair_dry, fair_gone; one another
 // claim holds is left), with an arrival when their next READY row is due
@@ -993,15 +1000,49 @@ const fairTakingCTEs = `fair_took AS (
         UNION ALL
         SELECT f.partition, 0 FROM fair_cand AS f WHERE f.new) AS t
     GROUP BY t.partition
+), fair_locked AS (
+    -- The partitions claimed of that this claim can lock now; another
+    -- claim holds the others, and is not waited for: a queue of one busy
+    -- partition would have every claim wait for the one before.
+    SELECT k.partition FROM {{schema}}.{{name "fair_keys"}} AS k
+    WHERE k.queue = $5 AND k.partition = ANY (ARRAY(SELECT partition FROM fair_took WHERE n > 0))
+    ORDER BY k.partition
+    FOR UPDATE SKIP LOCKED
+), fair_paid AS (
+    -- Their debts, left by claims that could not lock them, paid now.
+    DELETE FROM {{schema}}.{{name "fair_debts"}} AS d
+    WHERE d.queue = $5 AND d.partition = ANY (ARRAY(SELECT partition FROM fair_locked))
+    RETURNING d.partition, d.pass
 ), fair_moved AS (
-    INSERT INTO {{schema}}.{{name "fair_keys"}} AS k (queue, partition, pass)
+    UPDATE {{schema}}.{{name "fair_keys"}} AS k
+    SET pass = k.pass
+        + COALESCE((SELECT t.n FROM fair_took AS t WHERE t.partition = k.partition), 0)
+          / COALESCE((SELECT w.weight FROM {{schema}}.{{name "fair_weights"}} AS w
+                      WHERE w.queue = $5 AND w.partition = k.partition), (SELECT weight FROM fair))
+        + COALESCE((SELECT sum(p.pass) FROM fair_paid AS p WHERE p.partition = k.partition), 0)
+    WHERE k.queue = $5 AND k.partition = ANY (ARRAY(SELECT partition FROM fair_locked))
+    RETURNING k.partition
+), fair_owed AS (
+    -- The passes of the partitions another claim holds, owed.
+    INSERT INTO {{schema}}.{{name "fair_debts"}} (queue, partition, pass)
+    SELECT $5, t.partition,
+        t.n / COALESCE((SELECT w.weight FROM {{schema}}.{{name "fair_weights"}} AS w
+                        WHERE w.queue = $5 AND w.partition = t.partition), (SELECT weight FROM fair))
+    FROM fair_took AS t
+    WHERE t.n > 0 AND t.partition NOT IN (SELECT partition FROM fair_locked)
+      AND EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_keys"}} AS k WHERE k.queue = $5 AND k.partition = t.partition)
+), fair_joined AS (
+    -- The partitions new to fair_keys, at the queue's lowest pass and
+    -- the rows claimed of them. One another claim adds meanwhile keeps
+    -- its own pass.
+    INSERT INTO {{schema}}.{{name "fair_keys"}} (queue, partition, pass)
     SELECT $5, t.partition, (SELECT vt FROM fair_now)
         + t.n / COALESCE((SELECT w.weight FROM {{schema}}.{{name "fair_weights"}} AS w
                           WHERE w.queue = $5 AND w.partition = t.partition), (SELECT weight FROM fair))
     FROM fair_took AS t
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_keys"}} AS k WHERE k.queue = $5 AND k.partition = t.partition)
     ORDER BY t.partition
-    ON CONFLICT (queue, partition) DO UPDATE SET pass = k.pass + (EXCLUDED.pass - (SELECT vt FROM fair_now))
-    RETURNING k.partition
+    ON CONFLICT (queue, partition) DO NOTHING
 ), fair_dry AS (
     SELECT f.partition, d.at FROM fair_fill AS f
     CROSS JOIN fair_level AS l
@@ -1023,6 +1064,9 @@ const fairTakingCTEs = `fair_took AS (
         ORDER BY g.partition
         FOR UPDATE SKIP LOCKED))
     RETURNING k.partition
+), fair_forgiven AS (
+    DELETE FROM {{schema}}.{{name "fair_debts"}} AS d
+    WHERE d.queue = $5 AND d.partition = ANY (ARRAY(SELECT partition FROM fair_gone))
 ), fair_later AS (
     INSERT INTO {{schema}}.{{name "fair_arrivals"}} (queue, partition, due_at)
     SELECT $5, d.partition, d.at FROM fair_dry AS d

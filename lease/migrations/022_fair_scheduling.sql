@@ -6,7 +6,9 @@
 -- partition. Within a priority level, the claims of a fair queue take its
 -- events across partitions in proportion to their weights, by stride
 -- scheduling: each partition with due events has a row in fair_keys whose
--- pass grows by 1 / weight for each event claimed of it, and a claim takes
+-- pass grows by 1 / weight for each event claimed of it (written by the
+-- next claim that can lock it, SKIP LOCKED, as a debt in fair_debts
+-- until then: no claim waits for another), and a claim takes
 -- the events that keep the passes level (the partitions furthest behind
 -- first). A partition that had no due events joins at the lowest pass of
 -- the queue's partitions, so an idle partition saves no credit, and a new
@@ -60,6 +62,16 @@ CREATE TABLE IF NOT EXISTS {{schema}}.{{name "fair_keys"}} (
     PRIMARY KEY (queue, partition),
     -- The claim's order: the partitions furthest behind first.
     UNIQUE (queue, pass, partition)
+);
+
+-- What claims owe to the passes of partitions another claim held: added
+-- to the pass by the next claim that locks it.
+CREATE TABLE IF NOT EXISTS {{schema}}.{{name "fair_debts"}} (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue     text   NOT NULL,
+    partition text   NOT NULL,
+    pass      double precision NOT NULL,
+    UNIQUE (queue, partition, id)
 );
 
 -- Partitions of fair queues that have, or will have at due_at, READY
