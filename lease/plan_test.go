@@ -330,3 +330,201 @@ func TestRowStatementsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 		}
 	}
 }
+
+// tableReads is what a backend has read of a table: its sequential
+// scans, and the tuples its scans returned (those a sequential scan read,
+// and the entries its indexes' scans returned, before any filter), by the
+// server's statistics not yet reported (those of the current transaction,
+// and of earlier ones: take the difference of two readings in one
+// transaction). It counts the statements of a function the transaction
+// called too, which EXPLAIN does not show.
+type tableReads struct{ seqScans, tuples int64 }
+
+func (r tableReads) since(before tableReads) tableReads {
+	return tableReads{r.seqScans - before.seqScans, r.tuples - before.tuples}
+}
+
+func readsOf(t *testing.T, tx *sql.Tx, table string) tableReads {
+	t.Helper()
+	var r tableReads
+	if err := tx.QueryRow(`SELECT pg_stat_get_xact_numscans($1::regclass),
+		pg_stat_get_xact_tuples_returned($1::regclass)
+		+ (SELECT COALESCE(sum(pg_stat_get_xact_tuples_returned(i.indexrelid)), 0)
+		   FROM pg_index AS i WHERE i.indrelid = $1::regclass)::bigint`, table).Scan(&r.seqScans, &r.tuples); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestPartitionWakeReadsItsSlotsOnlyWhateverThePlan: invariant 11 for
+// wake_partitions (migration 19), which every claim runs while a
+// partition limit is declared, and for the claim around it. Beside 20,000
+// partition slots, each full (a default limit of 1) with 2 rows set aside,
+// and 19,200 releases pending on 64 slots (300 each, the releases'
+// statistics not yet gathered, so that the planner expects many), with
+// custom and with generic plans, the function counts the 61 of those
+// slots that still exist (3 were removed: their releases are deleted),
+// brings back one row set aside in each, and reads, of the slots and of
+// the events table, a few tuples per slot it names, never a whole table;
+// and so does a claim of 100 rows of partitions with room beside them.
+// Then the default limit is cleared (a release for every slot): the
+// function removes the 64 slots it counts and brings back all their rows,
+// as boundedly. A join of the releases with the slots (NOT EXISTS) was
+// planned here as a hash anti join over a sequential scan of every slot,
+// in every claim.
+//
+// EXPLAIN does not show a function's statements: the reads are the
+// server's statistics of the test's transaction, which count them.
+func TestPartitionWakeReadsItsSlotsOnlyWhateverThePlan(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	name := func(suffix string) string {
+		return lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_"+suffix)
+	}
+	slots, releases, wake := name("partition_slots"), name("partition_releases"), name("wake_partitions")
+	const partitions, pendingSlots, perSlot, removed = 20_000, 64, 300, 3
+	setLimit(t, s, partitionLimit("", 1))
+	for _, q := range []string{
+		`INSERT INTO ` + slots + ` (partition, used) SELECT 'p-' || g, 1 FROM generate_series(1, ` + fmt.Sprint(partitions) + `) AS g`,
+		`INSERT INTO ` + s.QualifiedTable() + ` (event_id, kind, partition_key, status)
+		 SELECT 'aside-' || g || '-' || i, 'k', 'p-' || g, 'WAITING'
+		 FROM generate_series(1, ` + fmt.Sprint(partitions) + `) AS g, generate_series(1, 2) AS i`,
+		// Each of the first slots: one place given back and 99 "look
+		// again"s.
+		`INSERT INTO ` + releases + ` (slot, n)
+		 SELECT s.id, CASE WHEN i = 1 THEN 1 ELSE 0 END
+		 FROM (SELECT id FROM ` + slots + ` ORDER BY id LIMIT ` + fmt.Sprint(pendingSlots) + `) AS s,
+		      generate_series(1, ` + fmt.Sprint(perSlot) + `) AS i`,
+		// Slots removed since, with their rows: their releases count
+		// nowhere.
+		`WITH gone AS (
+		     DELETE FROM ` + slots + ` WHERE id IN (SELECT id FROM ` + slots + ` ORDER BY id LIMIT ` + fmt.Sprint(removed) + `)
+		     RETURNING partition)
+		 DELETE FROM ` + s.QualifiedTable() + ` WHERE partition_key IN (SELECT partition FROM gone)`,
+		// Rows of partitions with room, for the claim: 100 with a slot
+		// (used 0), 100 without.
+		`INSERT INTO ` + slots + ` (partition) SELECT 'room-' || g FROM generate_series(1, 100) AS g`,
+		`INSERT INTO ` + s.QualifiedTable() + ` (event_id, kind, partition_key)
+		 SELECT 'room-' || g, 'k', 'room-' || g FROM generate_series(1, 200) AS g`,
+		`VACUUM (ANALYZE) ` + s.QualifiedTable(),
+		`VACUUM (ANALYZE) ` + slots,
+		// The releases' column statistics are left unknown, as they are
+		// until autovacuum first analyzes the table: the planner
+		// expects a release table's share of the rows for each slot.
+		`VACUUM ` + releases,
+	} {
+		if _, err := s.DB().ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	// Per slot named, a statement reads a few entries of the slots'
+	// indexes and of the events' (the rows set aside of its partition);
+	// a scan of either table reads 20,000 or more.
+	const perSlotNamed = 12
+	tables := []string{slots, s.QualifiedTable()}
+	// begin begins a transaction under plan_cache_mode mode, and returns
+	// it with what the backend had read of each table.
+	begin := func(mode string) (*sql.Tx, []tableReads) {
+		t.Helper()
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec("SET LOCAL plan_cache_mode = " + mode); err != nil {
+			t.Fatal(err)
+		}
+		var before []tableReads
+		for _, table := range tables {
+			before = append(before, readsOf(t, tx, table))
+		}
+		return tx, before
+	}
+	bounded := func(step, mode string, tx *sql.Tx, before []tableReads, named int) {
+		t.Helper()
+		for i, table := range tables {
+			r := readsOf(t, tx, table).since(before[i])
+			t.Logf("%s, %s: %s: %d sequential scans, %d tuples read", step, mode, table, r.seqScans, r.tuples)
+			if r.seqScans > 0 {
+				t.Errorf("%s, %s: %s read sequentially (%d scans, %d tuples read)", step, mode, table, r.seqScans, r.tuples)
+			}
+			if r.tuples > int64(perSlotNamed*named) {
+				t.Errorf("%s, %s: %d tuples of %s read for %d slots named; want at most %d",
+					step, mode, r.tuples, table, named, perSlotNamed*named)
+			}
+		}
+	}
+	// wakeIn runs wake_partitions in a transaction under plan_cache_mode
+	// mode, checks its reads, and returns the transaction (for the caller
+	// to check and roll back) and the partitions it counted.
+	wakeIn := func(step, mode string) (*sql.Tx, []string) {
+		t.Helper()
+		tx, before := begin(mode)
+		var ps string
+		if err := tx.QueryRow(`SELECT ` + wake + `('{}')::text`).Scan(&ps); err != nil {
+			t.Fatal(err)
+		}
+		bounded(step, mode, tx, before, 64)
+		return tx, strings.Split(strings.Trim(ps, "{}"), ",")
+	}
+	count := func(tx *sql.Tx, q string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := tx.QueryRow(q, args...).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		tx, ps := wakeIn("full partitions", mode)
+		if len(ps) != 64-removed {
+			t.Errorf("full partitions, %s: wake_partitions counted %d partitions; want %d", mode, len(ps), 64-removed)
+		}
+		if n := count(tx, `SELECT count(*) FROM `+s.QualifiedTable()+` WHERE status = 'READY' AND partition_key LIKE 'p-%'`); n != 64-removed {
+			t.Errorf("full partitions, %s: %d rows set aside brought back; want one in each partition counted, %d", mode, n, 64-removed)
+		}
+		if n := count(tx, `SELECT count(*) FROM `+releases+` AS r WHERE NOT EXISTS (SELECT 1 FROM `+slots+` AS s WHERE s.id = r.slot)`); n != 0 {
+			t.Errorf("full partitions, %s: %d releases of removed slots left", mode, n)
+		}
+		tx.Rollback()
+
+		// A claim of 100 rows of partitions with room, beside them.
+		tx, before := begin(mode)
+		claims, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: 100, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(claims) != 100 {
+			t.Errorf("claim, %s: %d rows claimed; want 100", mode, len(claims))
+		}
+		// The 100 slots of its rows, and the 64 of wake_partitions.
+		bounded("claim", mode, tx, before, 100+64)
+		tx.Rollback()
+	}
+
+	if _, err := s.ClearLimit(ctx, lease.ScopePartition, "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		// Every slot has a release now: the function takes any 64.
+		tx, ps := wakeIn("limit cleared", mode)
+		if len(ps) != 64 {
+			t.Errorf("limit cleared, %s: wake_partitions counted %d partitions; want 64", mode, len(ps))
+		}
+		counted := "{" + strings.Join(ps, ",") + "}"
+		if n := count(tx, `SELECT count(*) FROM `+slots+` WHERE partition = ANY ($1)`, counted); n != 0 {
+			t.Errorf("limit cleared, %s: %d slots of the partitions counted left; want them removed", mode, n)
+		}
+		back := count(tx, `SELECT count(*) FROM `+s.QualifiedTable()+` WHERE status = 'READY' AND partition_key = ANY ($1)`, counted)
+		want := count(tx, `SELECT count(*) FROM `+s.QualifiedTable()+` WHERE partition_key = ANY ($1)`, counted)
+		if back != want {
+			t.Errorf("limit cleared, %s: %d rows of the partitions counted READY; want all %d (those set aside brought back)", mode, back, want)
+		}
+		tx.Rollback()
+	}
+}

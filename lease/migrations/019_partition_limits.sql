@@ -118,10 +118,20 @@ CREATE TRIGGER {{name "release_slots_delete"}} AFTER DELETE ON {{table}}
 -- counted. Its second statement begins after the locks are held: it sees
 -- every row set aside by a claim that held one before. A row brought back
 -- is due now at the earliest, as a key's promoted row is.
+--
+-- Every statement names the slots it reads or writes by id, through an
+-- array (a primary-key probe each, whatever plan the server caches for
+-- the function's statements), and joins the events table only through a
+-- lateral read of one partition's rows set aside: its cost grows with the
+-- slots it counts and the rows it brings back, never with the number of
+-- slots or of rows set aside. A join there (NOT EXISTS, UPDATE FROM,
+-- DELETE USING) was once planned, under the function's generic plan, as
+-- a hash join over every slot, in every claim.
 CREATE OR REPLACE FUNCTION {{schema}}.{{name "wake_partitions"}}(skip text[]) RETURNS text[]
 LANGUAGE plpgsql AS $$
 DECLARE
     pending bigint[];
+    live bigint[];
     ids bigint[];
     ps text[];
     n bigint;
@@ -131,12 +141,14 @@ BEGIN
         RETURN '{}';
     END IF;
     -- The releases of slots removed since (a limit cleared) count nowhere.
-    DELETE FROM {{schema}}.{{name "partition_releases"}} AS r
-    WHERE r.slot = ANY (pending)
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.id = r.slot);
+    live := ARRAY(SELECT s.id FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.id = ANY (pending));
+    IF cardinality(live) < cardinality(pending) THEN
+        DELETE FROM {{schema}}.{{name "partition_releases"}} AS r
+        WHERE r.slot = ANY (ARRAY(SELECT p.slot FROM unnest(pending) AS p(slot) WHERE p.slot <> ALL (live)));
+    END IF;
     SELECT array_agg(s.id), array_agg(s.partition) INTO ids, ps
     FROM (SELECT s.id, s.partition FROM {{schema}}.{{name "partition_slots"}} AS s
-          WHERE s.id = ANY (pending)
+          WHERE s.id = ANY (live)
             AND s.partition <> ALL (COALESCE(skip, '{}'))
           ORDER BY s.partition
           FOR UPDATE SKIP LOCKED) AS s;
@@ -148,7 +160,8 @@ BEGIN
         WHERE r.slot = ANY (ids)
         RETURNING r.slot, r.n
     ), counted AS (
-        SELECT s.id, s.partition, s.used - COALESCE((SELECT sum(b.n) FROM back AS b WHERE b.slot = s.id), 0)::integer AS used,
+        SELECT s.id, s.partition, s.used AS was,
+            s.used - COALESCE((SELECT sum(b.n) FROM back AS b WHERE b.slot = s.id), 0)::integer AS used,
             COALESCE((SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = s.partition),
                      (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = '')) AS cap
         FROM {{schema}}.{{name "partition_slots"}} AS s
@@ -181,18 +194,19 @@ BEGIN
         SELECT c.id, 0 FROM counted AS c
         WHERE c.cap IS NOT NULL
           AND c.cap - c.used > (SELECT count(*) FROM woken AS k WHERE k.partition_key = c.partition)
-          AND EXISTS (SELECT 1 FROM {{table}} AS a
-                      WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
-                        AND a.id <> ALL (ARRAY(SELECT k.id FROM woken AS k)))
+          AND (SELECT true FROM {{table}} AS a
+               WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
+                 AND a.id <> ALL (ARRAY(SELECT k.id FROM woken AS k))
+               LIMIT 1) IS NOT NULL
     ), kept AS (
+        -- The slots are named by an array of their ids, as in the claim:
+        -- a primary-key scan, whatever the plan.
         UPDATE {{schema}}.{{name "partition_slots"}} AS s
-        SET used = c.used
-        FROM counted AS c
-        WHERE s.id = c.id AND c.cap IS NOT NULL AND s.used <> c.used
+        SET used = (SELECT c.used FROM counted AS c WHERE c.id = s.id)
+        WHERE s.id = ANY (ARRAY(SELECT c.id FROM counted AS c WHERE c.cap IS NOT NULL AND c.used <> c.was))
     ), gone AS (
         DELETE FROM {{schema}}.{{name "partition_slots"}} AS s
-        USING counted AS c
-        WHERE s.id = c.id AND c.cap IS NULL
+        WHERE s.id = ANY (ARRAY(SELECT c.id FROM counted AS c WHERE c.cap IS NULL))
     )
     SELECT count(pg_notify({{channel}}, d.kind)) INTO n FROM (SELECT DISTINCT kind FROM woken) AS d;
     RETURN ps;
