@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/leasework/leasework/lease"
@@ -11,146 +13,228 @@ import (
 
 func init() { addSection("partitions", partitions) }
 
+// partitionState is one store of the partitions section: the claimable
+// rows alike in each, the partition limits and the backlog not.
+type partitionState struct {
+	name  string
+	s     *lease.Store
+	plain []float64 // ms of each measured claim of queue plain
+	part  []float64 // and of queue part
+}
+
 // partitions measures a claim of 100 rows beside a backlog held back by
-// partition limits: with no partition limit, with a default limit of 1
-// and no backlog, and with 10,000 partitions held at that limit and
-// 1,000,000 rows set aside behind them. Two claims each time: of rows of
-// no partition, and of rows of partitions with room (each row its own
-// partition, whose slot the claim locks and counts in). Every claim runs
-// in a transaction that is rolled back, so each sees the same table.
+// partition limits, in three stores measured in interleaved rounds: with
+// no partition limit, with a default limit of 1 and no backlog, and with
+// 10,000 partitions held at that limit and 1,000,000 rows set aside
+// behind them. Two claims in each: of queue plain, whose rows have no
+// partition, and of queue part, whose rows are each of a partition of its
+// own with room (the claim locks and counts in their slots), beside the
+// rows set aside, which are of queue part too. The stores without the
+// backlog hold as many finished rows in its place: every table is of one
+// size. Every claim runs in a transaction that is rolled back, so each
+// sees the same tables.
 func partitions(ctx context.Context, e *env) ([]table, error) {
 	full, behind, free := 10_000, 100, 10_000
 	if e.quick {
 		full, behind, free = 1_000, 10, 1_000
 	}
+	// Measured rounds come in blocks, each after the small tables are
+	// vacuumed and a few unmeasured rounds: a vacuum invalidates the
+	// server's cached plans of the claim, and the next executions plan it
+	// again (custom plans first: milliseconds of planning each).
 	const (
-		runs    = 30
-		warmUps = 3
+		blocks   = 3
+		perBlock = 10
+		warmUps  = 3
+		runs     = blocks * perBlock
 	)
-	s, err := openLeaseStore(ctx, e, "pgx", freshSchema("partitions"))
-	if err != nil {
-		return nil, err
+	states := []*partitionState{{name: "no partition limit"}, {name: "default limit 1, no backlog"}, {name: "full partitions"}}
+	for _, st := range states {
+		s, err := openLeaseStore(ctx, e, "pgx", freshSchema("partitions"))
+		if err != nil {
+			return nil, err
+		}
+		defer dropLeaseStore(s)
+		st.s = s
 	}
-	defer dropLeaseStore(s)
+	var setup time.Duration
+	for i, st := range states {
+		began := time.Now()
+		if err := setUpPartitionState(ctx, st.s, i > 0, i == 2, free, full, behind, full+full*behind); err != nil {
+			return nil, fmt.Errorf("%s: %w", st.name, err)
+		}
+		if i == 2 {
+			setup = time.Since(began)
+		}
+	}
+
+	claim := func(s *lease.Store, queue string) func(*sql.Tx) (int, error) {
+		return func(tx *sql.Tx) (int, error) {
+			cs, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: claimCostBatch, Lease: 30 * time.Second, Queue: queue})
+			return len(cs), err
+		}
+	}
+	for round := range blocks * (warmUps + perBlock) {
+		if round%(warmUps+perBlock) == 0 {
+			for _, st := range states {
+				if err := vacuumPartitionTables(ctx, st.s); err != nil {
+					return nil, fmt.Errorf("%s: %w", st.name, err)
+				}
+			}
+		}
+		measured := round%(warmUps+perBlock) >= warmUps
+		// Each round starts at another state, and alternates the queues.
+		for i := range states {
+			st := states[(round+i)%len(states)]
+			queues := []string{"plain", "part"}
+			if round%2 == 1 {
+				queues = []string{"part", "plain"}
+			}
+			for _, q := range queues {
+				d, err := rolledBackClaim(ctx, st.s, claim(st.s, q))
+				if err != nil {
+					return nil, fmt.Errorf("%s: claim of queue %s: %w", st.name, q, err)
+				}
+				if !measured {
+					continue
+				}
+				if q == "plain" {
+					st.plain = append(st.plain, msOf(d))
+				} else {
+					st.part = append(st.part, msOf(d))
+				}
+			}
+		}
+	}
+
+	t := table{
+		title:  "Claim of 100 rows beside partitions held at their limit (median, and the middle half of the claims; each claim rolled back)",
+		header: []string{"state", "rows of no partition", "rows of partitions with room"},
+	}
+	cell := func(xs []float64) string {
+		lo, hi := quartiles(xs)
+		return fmt.Sprintf("%.2f ms (%.2f–%.2f)", median(xs), lo, hi)
+	}
+	labels := []string{"no partition limit declared", "default limit of 1, no backlog",
+		fmt.Sprintf("%s partitions full, %s rows set aside", thousands(float64(full)), thousands(float64(full*behind)))}
+	for i, st := range states {
+		e.logf("partitions: %s: plain %.2f ms, part %.2f ms", st.name, median(st.plain), median(st.part))
+		t.rows = append(t.rows, []string{labels[i], cell(st.plain), cell(st.part)})
+	}
+	ratio := func(a, b []float64) string {
+		if median(b) == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f×", median(a)/median(b))
+	}
+	none, empty, backlog := states[0], states[1], states[2]
+	t.rows = append(t.rows,
+		[]string{"backlog ÷ no backlog", ratio(backlog.plain, empty.plain), ratio(backlog.part, empty.part)},
+		[]string{"limit ÷ no limit (no backlog)", ratio(empty.plain, none.plain), ratio(empty.part, none.part)})
+	t.notes = append(t.notes,
+		fmt.Sprintf("Three stores (schemas), driver pgx, each with %s READY rows of queue plain, of no partition, and %s READY rows of queue part, each of a partition of its own; in the stores with the default limit, each of those partitions has a slot with room (used 0 of 1). A claim of Limit 100 of one queue; %d rounds, each one claim of each queue in each store, starting at another store each round, so that the machine's load falls on every state alike; the median and the middle half of the %d claims of each.",
+			thousands(float64(free)), thousands(float64(free)), runs, runs),
+		fmt.Sprintf("The backlog: %s partitions, each with one holder INPROGRESS under a 1-hour lease counted in its slot (used 1 of 1) and %d rows set aside (WAITING, queue part), inserted by SQL in %.1fs, then VACUUM ANALYZE. A claim of queue part reads none of them: it takes rows of partitions with room, locking and counting in 100 slots.",
+			thousands(float64(full)), behind, setup.Seconds()),
+		fmt.Sprintf("The stores without the backlog hold as many rows finished (%s DONE rows of queue part) in its place, so that the planner sees tables of one size in every store and the figures compare the backlog, not the table's size: in a table of %s rows, the generic plan of the claim read its queue's range of the READY index by a bitmap scan, every READY row of the queue, and sorted them, where the larger table's reads the index in order. What a table's finished history costs a claim is the claimcost section's.",
+			thousands(float64(full+full*behind)), thousands(float64(2*free))),
+		fmt.Sprintf("No place given back or look again is pending in any store: the limit is declared before the slots are made. SetLimit of a default writes a look-again release for every slot that exists, which claims that commit consume, 64 slots a claim; a claim rolled back leaves them, and every later claim would count the same 64 again (and update and roll back the same slots), which is not what a running system's claims do. The slots and releases tables of every store are vacuumed every %d rounds, so that the dead versions the rolled-back claims leave there do not pile up, each time followed by %d unmeasured rounds (a vacuum makes the server plan the claim again).", perBlock, warmUps),
+	)
+	return []table{t}, nil
+}
+
+// setUpPartitionState fills the store of one state: the claimable rows of
+// queues plain and part; with limited, the default partition limit of 1,
+// then a slot with room for each of the part rows' partitions; with
+// backlog, full partitions each with a holder and behind rows set aside,
+// else as many rows (pad) finished, DONE.
+func setUpPartitionState(ctx context.Context, s *lease.Store, limited, backlog bool, free, full, behind, pad int) error {
 	q := s.QualifiedTable()
 	slots := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_partition_slots")
+	releases := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_partition_releases")
 	exec := func(what, stmt string, args ...any) error {
 		if _, err := s.DB().ExecContext(ctx, stmt, args...); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		return nil
 	}
-	// The claimable rows: free of no partition (kind plain), free each in a
-	// partition of its own (kind part), with its slot made, counting none.
-	if err := exec("insert the rows of no partition", `INSERT INTO `+q+` (event_id, kind)
-		SELECT 'plain-' || g, 'plain' FROM generate_series(1, $1::int) AS g`, free); err != nil {
-		return nil, err
+	if err := exec("insert the rows of no partition", `INSERT INTO `+q+` (event_id, kind, queue)
+		SELECT 'plain-' || g, 'k', 'plain' FROM generate_series(1, $1::int) AS g`, free); err != nil {
+		return err
 	}
-	if err := exec("insert the rows of partitions with room", `INSERT INTO `+q+` (event_id, kind, partition_key)
-		SELECT 'part-' || g, 'part', 'room-' || g FROM generate_series(1, $1::int) AS g`, free); err != nil {
-		return nil, err
+	if err := exec("insert the rows of partitions with room", `INSERT INTO `+q+` (event_id, kind, queue, partition_key)
+		SELECT 'part-' || g, 'k', 'part', 'room-' || g FROM generate_series(1, $1::int) AS g`, free); err != nil {
+		return err
 	}
-	if err := exec("make their slots", `INSERT INTO `+slots+` (partition) SELECT 'room-' || g FROM generate_series(1, $1::int) AS g`, free); err != nil {
-		return nil, err
-	}
-	if err := exec("vacuum", `VACUUM ANALYZE `+q); err != nil {
-		return nil, err
-	}
-
-	claim := func(kind string) func(*sql.Tx) (int, error) {
-		return func(tx *sql.Tx) (int, error) {
-			cs, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: claimCostBatch, Lease: 30 * time.Second, Kinds: []string{kind}})
-			return len(cs), err
+	if limited {
+		// Declared before any slot exists: it writes no look-again
+		// release.
+		if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopePartition, Max: 1}, "bench"); err != nil {
+			return err
+		}
+		if err := exec("make their slots", `INSERT INTO `+slots+` (partition)
+			SELECT 'room-' || g FROM generate_series(1, $1::int) AS g`, free); err != nil {
+			return err
 		}
 	}
-	measure := func(state string) (plain, part float64, err error) {
-		for range warmUps {
-			for _, k := range []string{"plain", "part"} {
-				if _, err := rolledBackClaim(ctx, s, claim(k)); err != nil {
-					return 0, 0, fmt.Errorf("%s: claim of %s rows: %w", state, k, err)
-				}
-			}
+	if !backlog {
+		if err := exec("insert the finished rows", `INSERT INTO `+q+` (event_id, kind, queue, status, generation, attempt, finished_at)
+			SELECT 'done-' || g, 'k', 'part', 'DONE', 1, 1, statement_timestamp() FROM generate_series(1, $1::int) AS g`, pad); err != nil {
+			return err
 		}
-		var a, b []float64
-		for range runs {
-			d, err := rolledBackClaim(ctx, s, claim("plain"))
-			if err != nil {
-				return 0, 0, fmt.Errorf("%s: claim of plain rows: %w", state, err)
-			}
-			a = append(a, msOf(d))
-			d, err = rolledBackClaim(ctx, s, claim("part"))
-			if err != nil {
-				return 0, 0, fmt.Errorf("%s: claim of part rows: %w", state, err)
-			}
-			b = append(b, msOf(d))
+	}
+	if backlog {
+		if err := exec("make the full partitions' slots", `INSERT INTO `+slots+` (partition, used)
+			SELECT 'full-' || g, 1 FROM generate_series(1, $1::int) AS g`, full); err != nil {
+			return err
 		}
-		e.logf("partitions: %s: plain %.2f ms, part %.2f ms", state, median(a), median(b))
-		return median(a), median(b), nil
-	}
-
-	t := table{
-		title:  "Claim of 100 rows beside partitions held at their limit (median; each claim rolled back)",
-		header: []string{"state", "rows of no partition", "rows of partitions with room"},
-	}
-	add := func(state string, plain, part float64) {
-		t.rows = append(t.rows, []string{state, fmt.Sprintf("%.2f ms", plain), fmt.Sprintf("%.2f ms", part)})
-	}
-	noLimitA, noLimitB, err := measure("no partition limit")
-	if err != nil {
-		return nil, err
-	}
-	add("no partition limit declared", noLimitA, noLimitB)
-	if _, err := s.SetLimit(ctx, lease.Limit{Scope: lease.ScopePartition, Max: 1}, "bench"); err != nil {
-		return nil, err
-	}
-	emptyA, emptyB, err := measure("default limit 1, no backlog")
-	if err != nil {
-		return nil, err
-	}
-	add("default limit of 1, no backlog", emptyA, emptyB)
-
-	began := time.Now()
-	if err := exec("make the full partitions' slots", `INSERT INTO `+slots+` (partition, used)
-		SELECT 'full-' || g, 1 FROM generate_series(1, $1::int) AS g`, full); err != nil {
-		return nil, err
-	}
-	if err := exec("insert their holders", `INSERT INTO `+q+`
-		(event_id, kind, partition_key, partition_slot, status, generation, attempt, lease_until)
-		SELECT 'holder-' || s.partition, 'holder', s.partition, s.id, 'INPROGRESS', 1, 1, statement_timestamp() + interval '1 hour'
-		FROM `+slots+` AS s WHERE s.partition LIKE 'full-%'`); err != nil {
-		return nil, err
-	}
-	for lo := 0; lo < full*behind; lo += 1_000_000 {
-		hi := min(lo+1_000_000, full*behind)
-		if err := exec("insert the rows set aside", `INSERT INTO `+q+` (event_id, kind, partition_key, status)
-			SELECT 'aside-' || g, 'part', 'full-' || (g % $3::int + 1), 'WAITING'
-			FROM generate_series($1::int, $2::int) AS g`, lo+1, hi, full); err != nil {
-			return nil, err
+		if err := exec("insert their holders", `INSERT INTO `+q+`
+			(event_id, kind, queue, partition_key, partition_slot, status, generation, attempt, lease_until)
+			SELECT 'holder-' || s.partition, 'k', 'part', s.partition, s.id, 'INPROGRESS', 1, 1, statement_timestamp() + interval '1 hour'
+			FROM `+slots+` AS s WHERE s.partition LIKE 'full-%'`); err != nil {
+			return err
+		}
+		for lo := 0; lo < full*behind; lo += 1_000_000 {
+			hi := min(lo+1_000_000, full*behind)
+			if err := exec("insert the rows set aside", `INSERT INTO `+q+` (event_id, kind, queue, partition_key, status)
+				SELECT 'aside-' || g, 'k', 'part', 'full-' || (g % $3::int + 1), 'WAITING'
+				FROM generate_series($1::int, $2::int) AS g`, lo+1, hi, full); err != nil {
+				return err
+			}
 		}
 	}
 	if err := exec("vacuum", `VACUUM ANALYZE `+q); err != nil {
-		return nil, err
+		return err
 	}
-	setup := time.Since(began)
-	fullA, fullB, err := measure("full partitions")
-	if err != nil {
-		return nil, err
+	if err := exec("vacuum", `VACUUM ANALYZE `+slots+`, `+releases); err != nil {
+		return err
 	}
-	add(fmt.Sprintf("%s partitions full, %s rows set aside", thousands(float64(full)), thousands(float64(full*behind))), fullA, fullB)
-	ratio := func(a, b float64) string {
-		if b == 0 {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.2f×", a/b)
+	var pending int
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM `+releases).Scan(&pending); err != nil {
+		return err
 	}
-	t.rows = append(t.rows,
-		[]string{"backlog ÷ no backlog", ratio(fullA, emptyA), ratio(fullB, emptyB)},
-		[]string{"limit ÷ no limit (no backlog)", ratio(emptyA, noLimitA), ratio(emptyB, noLimitB)})
-	t.notes = append(t.notes,
-		fmt.Sprintf("One table, driver pgx; %s READY rows of no partition (kind plain) and %s READY rows each of a partition of its own whose slot exists (kind part); a claim of Limit 100 of one kind, median of %d per kind and state after %d unmeasured ones, the two kinds alternating.",
-			thousands(float64(free)), thousands(float64(free)), runs, warmUps),
-		fmt.Sprintf("The backlog: %s partitions, each with one holder INPROGRESS under a 1-hour lease counted in its slot (used 1 of 1) and %d rows set aside (WAITING, kind part), inserted by SQL in %.1fs, then VACUUM ANALYZE. A claim of kind part reads none of them: it takes rows of partitions with room, locking and counting in 100 slots.",
-			thousands(float64(full)), behind, setup.Seconds()),
-	)
-	return []table{t}, nil
+	if pending != 0 {
+		return fmt.Errorf("%d partition releases pending before the measurement; want none", pending)
+	}
+	return nil
+}
+
+// vacuumPartitionTables vacuums the partition limits' slots and releases
+// of s.
+func vacuumPartitionTables(ctx context.Context, s *lease.Store) error {
+	schema := lease.QuoteIdent(s.Schema()) + "."
+	_, err := s.DB().ExecContext(ctx, `VACUUM `+schema+lease.QuoteIdent(s.Table()+"_partition_slots")+`, `+
+		schema+lease.QuoteIdent(s.Table()+"_partition_releases"))
+	return err
+}
+
+// quartiles returns the first and third quartiles of xs (nearest rank).
+func quartiles(xs []float64) (lo, hi float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	rank := func(p float64) float64 { return s[max(int(math.Ceil(p*float64(len(s))))-1, 0)] }
+	return rank(0.25), rank(0.75)
 }
