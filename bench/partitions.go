@@ -121,18 +121,28 @@ func partitions(ctx context.Context, e *env) ([]table, error) {
 		e.logf("partitions: %s: plain %.2f ms, part %.2f ms", st.name, median(st.plain), median(st.part))
 		t.rows = append(t.rows, []string{labels[i], cell(st.plain), cell(st.part)})
 	}
+	// ratio is the ratio of the medians, then the median and the middle
+	// half of the ratios of the claims of one round: the claims of a
+	// round ran moments apart, under the same load.
 	ratio := func(a, b []float64) string {
-		if median(b) == 0 {
+		if median(b) == 0 || len(a) != len(b) {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.2f×", median(a)/median(b))
+		var paired []float64
+		for i := range a {
+			if b[i] > 0 {
+				paired = append(paired, a[i]/b[i])
+			}
+		}
+		lo, hi := quartiles(paired)
+		return fmt.Sprintf("%.2f× (by round %.2f×, %.2f–%.2f)", median(a)/median(b), median(paired), lo, hi)
 	}
 	none, empty, backlog := states[0], states[1], states[2]
 	t.rows = append(t.rows,
 		[]string{"backlog ÷ no backlog", ratio(backlog.plain, empty.plain), ratio(backlog.part, empty.part)},
 		[]string{"limit ÷ no limit (no backlog)", ratio(empty.plain, none.plain), ratio(empty.part, none.part)})
 	t.notes = append(t.notes,
-		fmt.Sprintf("Three stores (schemas), driver pgx, each with %s READY rows of queue plain, of no partition, and %s READY rows of queue part, each of a partition of its own; in the stores with the default limit, each of those partitions has a slot with room (used 0 of 1). A claim of Limit 100 of one queue; %d rounds, each one claim of each queue in each store, starting at another store each round, so that the machine's load falls on every state alike; the median and the middle half of the %d claims of each.",
+		fmt.Sprintf("Three stores (schemas), driver pgx, each with %s READY rows of queue plain, of no partition, and %s READY rows of queue part, each of a partition of its own; in the stores with the default limit, each of those partitions has a slot with room (used 0 of 1). A claim of Limit 100 of one queue; %d rounds, each one claim of each queue in each store, starting at another store each round, so that the machine's load falls on every state alike; the median and the middle half of the %d claims of each. A ratio is of the medians, then (by round) the median and the middle half of the ratios of the two claims of each round.",
 			thousands(float64(free)), thousands(float64(free)), runs, runs),
 		fmt.Sprintf("The backlog: %s partitions, each with one holder INPROGRESS under a 1-hour lease counted in its slot (used 1 of 1) and %d rows set aside (WAITING, queue part), inserted by SQL in %.1fs, then VACUUM ANALYZE. A claim of queue part reads none of them: it takes rows of partitions with room, locking and counting in 100 slots.",
 			thousands(float64(full)), behind, setup.Seconds()),
