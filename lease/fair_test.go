@@ -231,3 +231,62 @@ func TestFairClaimsWaitForNoOtherClaim(t *testing.T) {
 		}
 	})
 }
+
+// Order per key composes with fair scheduling: the keyed events of a fair
+// queue's partitions run one at a time per key, in the order enqueued;
+// and a claim that its queue's concurrency limit leaves no room takes
+// nothing and leaves the partitions known.
+func TestFairKeepsKeyOrderAndLimits(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setWeight(t, s, lease.Weight{Weight: 1})
+		var es []lease.Event
+		for i := range 5 {
+			for _, p := range []string{"a", "b"} {
+				es = append(es, lease.Event{Kind: "k", Key: "key-" + p, Partition: p, EventID: fmt.Sprintf("%s-%d", p, i)})
+			}
+		}
+		pgtest.Enqueue(t, s, es...)
+		var order []string
+		for range 20 {
+			got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+			if len(got) > 2 {
+				t.Fatalf("a claim took %d keyed rows of 2 keys; want at most one a key", len(got))
+			}
+			for _, c := range got {
+				order = append(order, c.EventID)
+				write(t, s, lease.Complete(c.Ref()))
+			}
+			if len(order) == 10 {
+				break
+			}
+		}
+		perKey := map[string][]string{}
+		for _, id := range order {
+			perKey[id[:1]] = append(perKey[id[:1]], id)
+		}
+		for _, p := range []string{"a", "b"} {
+			if got, want := fmt.Sprint(perKey[p]), fmt.Sprintf("[%s-0 %s-1 %s-2 %s-3 %s-4]", p, p, p, p, p); got != want {
+				t.Errorf("key-%s ran %s; want %s", p, got, want)
+			}
+		}
+
+		enqueueMany(t, s, "c", "", 10)
+		setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: 2})
+		first, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10})
+		if len(first) != 2 {
+			t.Fatalf("under a queue limit of 2: claimed %d; want 2", len(first))
+		}
+		if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 10}); len(got) != 0 {
+			t.Fatalf("with the queue's limit full: claimed %d; want none", len(got))
+		}
+		ws, err := s.Weights(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) != 1 || ws[0].Active != 1 {
+			t.Errorf("weights after a claim with no room: %+v; want the default, with c still active", ws)
+		}
+	})
+}

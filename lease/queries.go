@@ -956,7 +956,8 @@ const readyCTEs = `` + policyCTE + `, fair AS (
             LIMIT LEAST(ceil((l.t - f.pass) * f.w)::bigint + 1, (SELECT n FROM wanted))
             FOR UPDATE SKIP LOCKED) AS x
         LIMIT LEAST(ceil((l.t - f.pass) * f.w)::bigint + 1, (SELECT n FROM wanted))) AS r
-    WHERE f.m <= l.m
+    -- A claim that wants no row (its queue's limit full) reads none.
+    WHERE f.m <= l.m AND (SELECT n FROM wanted) > 0
 ), ready AS (
     SELECT id, kind, generation, level, next_attempt_at, key, partition_key, cost, 0::float8 AS vt FROM plain
     WHERE NOT EXISTS (SELECT 1 FROM fair)
@@ -1053,7 +1054,7 @@ const fairTakingCTEs = `fair_took AS (
             WHERE e.queue = $5 AND e.partition_key = f.partition AND e.priority = p.level AND e.status = 'READY'
             ORDER BY e.next_attempt_at
             LIMIT 1) AS x) AS d
-    WHERE f.m <= l.m AND NOT f.new
+    WHERE f.m <= l.m AND NOT f.new AND (SELECT n FROM wanted) > 0
       AND NOT EXISTS (SELECT 1 FROM fair_read AS r WHERE r.partition_key = f.partition)
       AND (d.at IS NULL OR d.at > statement_timestamp())
 ), fair_gone AS (
