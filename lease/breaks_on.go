@@ -74,8 +74,8 @@ func breakQueries(q *queries) {
 		// With the insert trigger writing no arrival (breakMigration), a
 		// fair queue's claims never learn of a partition from its
 		// enqueue, and take no row of a partition they do not know.
-		q.claimFair = mustReplace(q.claimFair, "              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read)) AS p) AS u",
-			"              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read) AND p.partition_key IS NULL) AS p) AS u")
+		q.claimFair = mustReplace(q.claimFair, "              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read UNION ALL SELECT id FROM fair_more)) AS p) AS u",
+			"              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read UNION ALL SELECT id FROM fair_more) AND p.partition_key IS NULL) AS p) AS u")
 	case "limit-ignores-holder-lease":
 		// The place of a holder whose lease ran out in the snapshot of a
 		// claim without floors (a sweep) is taken without the holder

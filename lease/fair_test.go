@@ -290,3 +290,39 @@ func TestFairKeepsKeyOrderAndLimits(t *testing.T) {
 		}
 	})
 }
+
+// A fair claim takes as many rows as there are, up to its Limit: when the
+// partition furthest behind has fewer rows than its share, the rest come
+// from the next partitions, whatever the claim's floors (a worker's
+// claims read the queue's order from floors: a fair claim that came back
+// short left the worker idle until its next wake).
+func TestFairClaimTakesWhatThereIs(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		setWeight(t, s, lease.Weight{Weight: 1})
+		enqueueMany(t, s, "big", "", 200)
+		claimedOf(t, s, "", 1, 5)
+		// big owes 10 to its pass: a claim beside an open one.
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		claimedOf(t, s, "", 1, 10)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		// One row of a partition that comes, at the queue's lowest pass,
+		// well behind big's; the claim's floor past every row of big.
+		enqueueMany(t, s, "small", "", 1)
+		floor := time.Now().Add(time.Hour)
+		got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 5, DueFrom: []time.Time{floor}})
+		if n := partitionsOf(t, s, got); len(got) != 5 || n["small"] != 1 {
+			t.Errorf("a claim of 5 took %v; want small's one row and 4 of big's", n)
+		}
+	})
+}

@@ -958,12 +958,57 @@ const readyCTEs = `` + policyCTE + `, fair AS (
         LIMIT LEAST(ceil((l.t - f.pass) * f.w)::bigint + 1, (SELECT n FROM wanted))) AS r
     -- A claim that wants no row (its queue's limit full) reads none.
     WHERE f.m <= l.m AND (SELECT n FROM wanted) > 0
+), fair_short AS (
+    -- What fair_read left short of the rows wanted (a partition had fewer
+    -- rows than its share), and the rows it read of each partition.
+    SELECT GREATEST((SELECT n FROM wanted) - (SELECT count(*) FROM fair_read), 0) AS n,
+        COALESCE((SELECT jsonb_object_agg(x.partition_key, x.n)
+                  FROM (SELECT partition_key, count(*) AS n FROM fair_read GROUP BY partition_key) AS x), '{}') AS got
+), fair_more AS (
+    -- The rest from the partitions that may have more (those fair_read
+    -- read all their share of, and those past the level), in the order
+    -- of their next row's place, one partition after another until
+    -- enough: a claim takes as many rows as there are, as a claim of a
+    -- queue that is not fair does.
+    SELECT r.id, r.kind, r.generation, r.level, r.next_attempt_at, r.key, r.partition_key, r.cost, r.vt
+    FROM (SELECT f.partition, f.pass, f.w, COALESCE((s.got ->> f.partition)::bigint, 0) AS got,
+              CASE WHEN f.m <= l.m THEN LEAST(ceil((l.t - f.pass) * f.w)::bigint + 1, (SELECT n FROM wanted)) ELSE 0 END AS cap
+          FROM fair_fill AS f
+          CROSS JOIN fair_level AS l
+          CROSS JOIN fair_short AS s
+          WHERE s.n > 0
+          ORDER BY f.pass + COALESCE((s.got ->> f.partition)::bigint, 0) / f.w, f.partition) AS k
+    CROSS JOIN LATERAL (
+        SELECT x.*, k.pass + (k.got + row_number() OVER (ORDER BY x.priority, x.next_attempt_at, x.id)) / k.w AS vt
+        FROM (
+            SELECT y.* FROM generate_series(0, ` + maxPriorityText + `) AS p(level)
+            CROSS JOIN LATERAL (
+                SELECT e.id, e.kind, e.generation, e.priority, e.next_attempt_at, e.key, e.partition_key, e.cost,
+                    CASE WHEN e.priority > 0 AND e.next_attempt_at <= statement_timestamp() - (SELECT us FROM aging) * interval '1 microsecond'
+                         THEN e.priority - 1 ELSE e.priority END AS level
+                FROM {{table}} AS e
+                WHERE e.queue = $5 AND e.partition_key = k.partition AND e.priority = p.level
+                  AND e.status = 'READY' AND e.next_attempt_at <= statement_timestamp()
+                  AND (cardinality($2::text[]) = 0 OR e.kind = ANY($2::text[]))
+                  AND e.kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
+                                           UNION ALL
+                                           SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
+                  AND (e.key IS NULL OR e.key_seq IS NOT NULL)
+                  AND e.id <> ALL (ARRAY(SELECT id FROM fair_read))
+                ORDER BY e.next_attempt_at, e.id
+                LIMIT (SELECT n FROM fair_short)
+                FOR UPDATE SKIP LOCKED) AS y
+            LIMIT (SELECT n FROM fair_short)) AS x) AS r
+    WHERE k.got >= k.cap
+    LIMIT (SELECT n FROM fair_short)
 ), ready AS (
     SELECT id, kind, generation, level, next_attempt_at, key, partition_key, cost, 0::float8 AS vt FROM plain
     WHERE NOT EXISTS (SELECT 1 FROM fair)
     UNION ALL
     SELECT * FROM (SELECT u.* FROM (
         SELECT id, kind, generation, level, next_attempt_at, key, partition_key, cost, vt FROM fair_read
+        UNION ALL
+        SELECT id, kind, generation, level, next_attempt_at, key, partition_key, cost, vt FROM fair_more
         UNION ALL
         SELECT p.id, p.kind, p.generation, p.level, p.next_attempt_at, p.key, p.partition_key, p.cost,
             CASE WHEN p.known THEN 'infinity'::float8
@@ -975,7 +1020,7 @@ const readyCTEs = `` + policyCTE + `, fair AS (
                        OR EXISTS (SELECT 1 FROM {{schema}}.{{name "fair_keys"}} AS k
                                   WHERE k.queue = $5 AND k.partition = p.partition_key)) AS known
               FROM plain AS p
-              WHERE p.id NOT IN (SELECT id FROM fair_read)) AS p) AS u
+              WHERE p.id NOT IN (SELECT id FROM fair_read UNION ALL SELECT id FROM fair_more)) AS p) AS u
     WHERE EXISTS (SELECT 1 FROM fair)
     ORDER BY u.level, u.vt, u.next_attempt_at, u.id
     LIMIT (SELECT n FROM wanted)) AS f
@@ -1056,6 +1101,7 @@ const fairTakingCTEs = `fair_took AS (
             LIMIT 1) AS x) AS d
     WHERE f.m <= l.m AND NOT f.new AND (SELECT n FROM wanted) > 0
       AND NOT EXISTS (SELECT 1 FROM fair_read AS r WHERE r.partition_key = f.partition)
+      AND NOT EXISTS (SELECT 1 FROM fair_more AS r WHERE r.partition_key = f.partition)
       AND (d.at IS NULL OR d.at > statement_timestamp())
 ), fair_gone AS (
     DELETE FROM {{schema}}.{{name "fair_keys"}} AS k
