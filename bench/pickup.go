@@ -5,6 +5,7 @@ package main
 // that enqueues it.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -50,6 +51,7 @@ type pickupClock struct {
 	base    time.Time
 	begin   []atomic.Int64
 	latency chan time.Duration
+	wait    time.Duration // bounds the wait for the last handler after the last enqueue; zero: pickupWait
 }
 
 func newPickupClock(n int) *pickupClock {
@@ -81,13 +83,14 @@ func (c *pickupClock) send(ctx context.Context, n int, enqueue func(i int64) err
 		}
 	}
 	out := make([]time.Duration, 0, n)
-	deadline := time.After(pickupWait)
+	wait := cmp.Or(c.wait, pickupWait)
+	deadline := time.After(wait)
 	for len(out) < n {
 		select {
 		case d := <-c.latency:
 			out = append(out, d)
 		case <-deadline:
-			return nil, fmt.Errorf("%d of %d events picked up %v after the last enqueue", len(out), n, pickupWait)
+			return nil, fmt.Errorf("%d of %d events picked up %v after the last enqueue", len(out), n, wait)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
