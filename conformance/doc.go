@@ -141,6 +141,16 @@
 //     completion taking turns. A retry and an expired lease taken back
 //     each take their event's cost in starts, and an attempt that ends at
 //     once or is released gives none back;
+//   - FairClaimsSplitByWeightUnderConcurrentClaims and
+//     IdlePartitionsShareIsUsedAndItsReturnWaitsForNoBacklog: a fair
+//     queue (Store.SetWeight of a lease.Weight) shares its claims by
+//     weight. Four claimers through the driver, in claims of 1 to 8 rows
+//     completed at once, over two partitions with backlogs at weights 3
+//     and 1, give the heavy one 3 rows for the light one's 1, within 10%,
+//     of the first 1,000 claimed; while one partition alone has events it
+//     gets every row of every claim, and a partition whose 10 events come
+//     beside a backlog of 3,000 has them all claimed within the next 30
+//     rows;
 //   - CancelledAttemptCannotWriteAnything,
 //     CancelledEventIsNeverClaimedAndPassesItsKeyOn and
 //     CancelNeverUndoesACommittedCompletion: once Store.Cancel has marked a
@@ -309,6 +319,9 @@
 // TestLimitSelfTest asserts that, with ClaimThenComplete passing as a
 // control. The rate properties fail too against a store whose rate limits
 // count their starts over half their period (TestRateWindowSelfTest).
+// The fairness properties fail against a store that sets no partition's
+// own weight and learns of no partition when its events are inserted
+// (TestFairSelfTest).
 //
 // Every required method of leasework.Driver fails a property when it is
 // wrong. TestBrokenDrivers runs, in child processes, real drivers with one
