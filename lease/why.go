@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/leasework/leasework"
@@ -51,6 +52,17 @@ const (
 	// event that costs more than the limit's Max never starts under it
 	// (NextAt is zero).
 	ReasonRate ReasonKind = "rate"
+	// ReasonFair: a READY row, due, of a fair queue ([Weight]) whose
+	// partition is ahead of the partition furthest behind: its pass (the
+	// rows claimed of it, over its weight) exceeds the queue's lowest, so
+	// about Ahead rows of the partitions behind it go first. It is a turn,
+	// not a hold: a claim of more rows than that takes it at once. A due
+	// row without a partition in a fair queue whose partitions are being
+	// served has it too (Partition empty): it is taken in the queue's
+	// order, behind the fair ones. A row of a partition fair scheduling
+	// does not serve yet has no such reason: the next claim brings its
+	// partition in level with the one furthest behind.
+	ReasonFair ReasonKind = "fair"
 )
 
 // maxAhead bounds how many of the rows waiting before a WAITING row
@@ -78,21 +90,31 @@ type Reason struct {
 	Live  int
 	// Partition is the row's partition, and SetAside whether the limit
 	// set it aside (WAITING without a key, out of the claim's index),
-	// for ReasonPartition.
+	// for ReasonPartition; for ReasonFair, the row's partition (empty
+	// for a row without one).
 	Partition string
 	SetAside  bool
-	// Queue is the row's queue, for ReasonPaused; PausedAt when it was
-	// paused.
+	// Queue is the row's queue, for ReasonPaused and ReasonFair; PausedAt
+	// when it was paused.
 	Queue    string
 	PausedAt time.Time
 	// Key is the row's key, HeadID and HeadStatus its head (READY,
 	// INPROGRESS or FAILED; HeadID 0 when the key has none just now: it
 	// is being passed on), and Ahead the rows waiting before this one,
 	// counted up to 1000 (1000 means at least that many), for ReasonKey.
+	// For ReasonFair, Ahead is how many rows the row's partition is ahead
+	// of the partition furthest behind: its pass less the queue's lowest,
+	// times Weight, rounded; about how many rows of the partitions behind
+	// it go first (exactly that many of the one furthest behind, if its
+	// weight is the same). Zero for a row without a partition.
 	Key        string
 	HeadID     int64
 	HeadStatus leasework.Status
 	Ahead      int
+	// Weight is the weight of the row's partition in its fair queue (its
+	// own, else the queue's default), for ReasonFair; zero for a row
+	// without a partition.
+	Weight int
 	// DueAt is when the row comes due, by the database clock, and DueIn
 	// how long from the database's now, for ReasonNotDue. A due time of
 	// infinity (written before the schema refused it) is a zero DueAt.
@@ -122,8 +144,10 @@ type Reason struct {
 // (partitionLimitSQL); for a READY row or a row whose lease ran out, each
 // rate limit of its kind and queue with its starts in the window and its
 // room (rateRoomSQL: the limit by its primary key, its 16 shares by
-// theirs), for a row a claim would take back. The reads a status does
-// not need are not made.
+// theirs), for a row a claim would take back; for a READY row of a fair
+// queue, the queue's default weight and its partition's, and its
+// partition's pass and the queue's lowest (fairSQL). The reads a status
+// does not need are not made.
 const whySQL = `
 SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     o.next_attempt_at > statement_timestamp(),
@@ -134,7 +158,8 @@ SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     hd.id, hd.status, ah.n,
     COALESCE(o.partition_key, ''), pl.name, pl.max_live, pl.live,
     o.cost, kr.max_starts, kr.period_us, kr.recent, kr.room, kr.next_at,
-    qr.max_starts, qr.period_us, qr.recent, qr.room, qr.next_at
+    qr.max_starts, qr.period_us, qr.recent, qr.room, qr.next_at,
+    fr.weight, fr.pass, fr.low
 FROM {{table}} AS o
 LEFT JOIN {{schema}}.{{name "queues"}} AS p ON p.queue = o.queue
 LEFT JOIN LATERAL (
@@ -168,7 +193,28 @@ LEFT JOIN LATERAL (
     CROSS JOIN LATERAL (` + rateRoomSQL + `) AS w
     WHERE l.scope = 'queue' AND l.name = o.queue
       AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp() AND ` + takenBack + `))) AS qr ON true
+LEFT JOIN LATERAL (` + fairSQL + `) AS fr ON true
 WHERE o.id = $1`
+
+// fairSQL is the fair scheduling of row o, for whySQL, when its queue is
+// fair (it has a default weight) and the row READY: the weight of its
+// partition (its own, else the queue's default; the default for a row
+// without a partition), its partition's pass, and the queue's lowest
+// pass. The weights are read by the primary key of fair_weights, the
+// pass by that of fair_keys, and the lowest pass as the claim reads it
+// (fair_now): the first entry of the queue in fair_keys' (queue, pass)
+// index; so the read does not grow with the partitions served.
+const fairSQL = `
+    SELECT COALESCE((SELECT pw.weight FROM {{schema}}.{{name "fair_weights"}} AS pw
+                     WHERE pw.queue = o.queue AND pw.partition = o.partition_key), dw.weight) AS weight,
+        (SELECT k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
+         WHERE k.queue = o.queue AND k.partition = o.partition_key) AS pass,
+        (SELECT k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
+         WHERE k.queue = o.queue
+         ORDER BY k.pass
+         LIMIT 1) AS low
+    FROM {{schema}}.{{name "fair_weights"}} AS dw
+    WHERE dw.queue = o.queue AND dw.partition = '' AND o.status = 'READY'`
 
 // takenBack says that row o, INPROGRESS with its lease run out, is taken
 // back by a claim (a start), as the claim's expired leases are: not on
@@ -256,7 +302,9 @@ func (s *Store) renderWhy() whyStatements {
 // without a key ([ReasonPartition]: a row set aside has it alone, after
 // its queue's pause); its kind's, then its queue's rate limit without
 // room for its cost, for a READY row that is due or an INPROGRESS row
-// whose lease ran out ([ReasonRate]).
+// whose lease ran out ([ReasonRate]); its partition ahead of the partition
+// furthest behind in its fair queue, or no partition in a fair queue whose
+// partitions are served, for a READY row that is due ([ReasonFair]).
 //
 // It returns an empty list for a row nothing in the database holds back:
 // a READY row due and under no full limit, or an INPROGRESS row whose
@@ -272,7 +320,7 @@ func (s *Store) renderWhy() whyStatements {
 // for its own cost may wait behind a costlier one.
 //
 // A row that does not exist is [ErrNotFound]. On a table whose schema
-// predates the rate limits (migration 21) it fails, naming what is
+// predates fair scheduling (migration 22) it fails, naming what is
 // missing.
 func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 	var (
@@ -291,12 +339,15 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 		partMax, partLive   sql.NullInt64
 		cost                int
 		kindRate, queueRate rateRead
+		fairWeight          sql.NullInt64
+		fairPass, fairLow   sql.NullFloat64
 	)
 	err := s.db.QueryRowContext(ctx, s.wq.why, id).Scan(&status, &kind, &queue, &key, &later, &dueAt, &lapsed, &now, &pausedAt,
 		&kindMax, &kindLive, &kindRoom, &queueMax, &queueLive, &queueRoom, &headID, &headStatus, &ahead,
 		&partition, &partName, &partMax, &partLive,
 		&cost, &kindRate.max, &kindRate.per, &kindRate.recent, &kindRate.room, &kindRate.next,
-		&queueRate.max, &queueRate.per, &queueRate.recent, &queueRate.room, &queueRate.next)
+		&queueRate.max, &queueRate.per, &queueRate.recent, &queueRate.room, &queueRate.next,
+		&fairWeight, &fairPass, &fairLow)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("lease: why row %d is not running: %w", id, errprefix.Trim("lease: ", ErrNotFound))
 	}
@@ -366,7 +417,43 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 	if partMax.Valid && part.Live >= part.Limit.Max {
 		reasons = append(reasons, part)
 	}
-	return append(reasons, rateReasons(kind, queue, cost, now, kindRate, queueRate)...), nil
+	reasons = append(reasons, rateReasons(kind, queue, cost, now, kindRate, queueRate)...)
+	if r, ok := fairReason(queue, partition, fairWeight, fairPass, fairLow); ok {
+		reasons = append(reasons, r)
+	}
+	return reasons, nil
+}
+
+// fairReason is the ReasonFair of a due READY row of queue and partition,
+// from whySQL's reads: the weight of its partition (NULL when the queue
+// is not fair), its partition's pass (NULL when fair scheduling does not
+// serve it) and the queue's lowest (NULL when it serves none). ok is
+// false when fairness keeps the row from nothing: the queue is not fair,
+// its partition is level with the one furthest behind (less than a row
+// ahead), or not served yet (the next claim brings it in at the lowest
+// pass), or, for a row without a partition, no partition is served.
+func fairReason(queue, partition string, weight sql.NullInt64, pass, low sql.NullFloat64) (Reason, bool) {
+	if !weight.Valid || !low.Valid {
+		return Reason{}, false
+	}
+	if partition == "" {
+		return Reason{Kind: ReasonFair, Queue: queue,
+			Text: fmt.Sprintf("has no partition in fair queue %s: it is taken in the queue's order, behind the partitions served by weight, when it is among the queue's oldest due events", queue)}, true
+	}
+	if !pass.Valid {
+		return Reason{}, false
+	}
+	ahead := math.Round((pass.Float64 - low.Float64) * float64(weight.Int64))
+	if ahead < 1 {
+		return Reason{}, false
+	}
+	r := Reason{Kind: ReasonFair, Queue: queue, Partition: partition, Weight: int(weight.Int64), Ahead: int(min(ahead, math.MaxInt32))}
+	rows := "rows"
+	if r.Ahead == 1 {
+		rows = "row"
+	}
+	r.Text = fmt.Sprintf("waits its turn in fair queue %s: partition %s (weight %d) is %d %s ahead of the partition furthest behind", queue, partition, r.Weight, r.Ahead, rows)
+	return r, true
 }
 
 // rateRead is a rate limit of a row as whySQL reads it: all NULL when

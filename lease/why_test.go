@@ -582,6 +582,84 @@ func TestLimitsCountTheRowsTheyHoldBack(t *testing.T) {
 	})
 }
 
+// In a fair queue, a due READY row of a partition ahead of the partition
+// furthest behind waits its turn, named with its partition's weight and
+// how many rows it is ahead (its pass less the queue's lowest, times its
+// weight: its own weight, else the default, as it is now); a row of the
+// partition furthest behind has no such reason, nor one of a partition
+// not served yet, nor a row not due (it is not due), nor any row while no
+// partition is served or once the queue is no longer fair. A due row
+// without a partition is taken in the queue's order, behind the fair ones.
+func TestWhyAFairQueueTakesTurns(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		setWeight(t, s, lease.Weight{Queue: "bulk", Weight: 1})
+		setWeight(t, s, lease.Weight{Queue: "bulk", Partition: "acme", Weight: 3})
+		var es []lease.Event
+		for range 6 {
+			es = append(es, lease.Event{Kind: "a", Queue: "bulk", Partition: "acme"})
+		}
+		for range 3 {
+			es = append(es, lease.Event{Kind: "b", Queue: "bulk", Partition: "beta"})
+		}
+		es = append(es, lease.Event{Kind: "b", Queue: "bulk"}, lease.Event{Kind: "a", Queue: "bulk", Partition: "acme", RunAt: time.Now().Add(time.Hour)},
+			lease.Event{Kind: "a", Partition: "acme"})
+		in := pgtest.Enqueue(t, s, es...)
+		acme, beta, bare, future, plain := in[5].ID, in[6].ID, in[9].ID, in[10].ID, in[11].ID
+		for id, what := range map[int64]string{acme: "acme's row", beta: "beta's row", bare: "a row without a partition"} {
+			wantNoReason(t, s, id, what+" before any claim: no partition is served yet")
+		}
+
+		// A claim of kind a alone takes acme's first 4 rows: both
+		// partitions come in at pass 0, and acme moves to 4/3; beta,
+		// with due rows of another kind, stays at 0.
+		if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 4, Queue: "bulk", Kinds: []string{"a"}}); len(c) != 4 || c[0].ID != in[0].ID || c[3].ID != in[3].ID {
+			t.Fatalf("claimed %+v of kind a; want acme's first 4 rows", c)
+		}
+		wantAcme := lease.Reason{Kind: lease.ReasonFair, Queue: "bulk", Partition: "acme", Weight: 3, Ahead: 4,
+			Text: "waits its turn in fair queue bulk: partition acme (weight 3) is 4 rows ahead of the partition furthest behind"}
+		if rs := why(t, s, acme); len(rs) != 1 || rs[0] != wantAcme {
+			t.Fatalf("reasons of acme's due row = %+v; want %+v", rs, wantAcme)
+		}
+		wantNoReason(t, s, beta, "beta's row, the partition furthest behind")
+		wantBare := lease.Reason{Kind: lease.ReasonFair, Queue: "bulk",
+			Text: "has no partition in fair queue bulk: it is taken in the queue's order, behind the partitions served by weight, when it is among the queue's oldest due events"}
+		if rs := why(t, s, bare); len(rs) != 1 || rs[0] != wantBare {
+			t.Fatalf("reasons of a row without a partition = %+v; want %+v", rs, wantBare)
+		}
+		if rs := why(t, s, future); len(rs) != 1 || rs[0].Kind != lease.ReasonNotDue {
+			t.Errorf("reasons of acme's row not due = %q; want not due only", texts(rs))
+		}
+		wantNoReason(t, s, plain, "acme's row in a queue that is not fair")
+		wantNoReason(t, s, in[0].ID, "acme's running row")
+		gamma := pgtest.Enqueue(t, s, lease.Event{Kind: "a", Queue: "bulk", Partition: "gamma"})[0].ID
+		wantNoReason(t, s, gamma, "a row of a partition not served yet")
+
+		// The weight as it is now: acme at 6 is 8 rows ahead; with its
+		// own weight cleared, at the default of 1, one row (4/3, rounded).
+		setWeight(t, s, lease.Weight{Queue: "bulk", Partition: "acme", Weight: 6})
+		if rs := why(t, s, acme); len(rs) != 1 || rs[0].Weight != 6 || rs[0].Ahead != 8 ||
+			rs[0].Text != "waits its turn in fair queue bulk: partition acme (weight 6) is 8 rows ahead of the partition furthest behind" {
+			t.Errorf("reasons of acme's row at weight 6 = %+v; want 8 rows ahead", rs)
+		}
+		if _, err := s.ClearWeight(ctx, "bulk", "acme", "test"); err != nil {
+			t.Fatal(err)
+		}
+		if rs := why(t, s, acme); len(rs) != 1 || rs[0].Weight != 1 || rs[0].Ahead != 1 ||
+			rs[0].Text != "waits its turn in fair queue bulk: partition acme (weight 1) is 1 row ahead of the partition furthest behind" {
+			t.Errorf("reasons of acme's row at the default weight = %+v; want 1 row ahead", rs)
+		}
+
+		// Not fair any more: nothing holds either.
+		if _, err := s.ClearWeight(ctx, "bulk", "", "test"); err != nil {
+			t.Fatal(err)
+		}
+		wantNoReason(t, s, acme, "acme's row once the queue is not fair")
+		wantNoReason(t, s, bare, "a row without a partition once the queue is not fair")
+	})
+}
+
 // explain runs EXPLAIN (options) of query in a transaction it rolls back.
 func explain(t *testing.T, s *lease.Store, options, query string) string {
 	t.Helper()
@@ -766,4 +844,70 @@ func TestWhyAndLimitsReadTheirRowsOnlyWhateverThePlan(t *testing.T) {
 		t.Fatalf("Limits = %+v, %v; want kind k holding back %d, kind wide and queue q1 none, then the partitions' two", ls, err, due-3)
 	}
 	check("a limit full", 100, map[string]int{"ready row": 40, "waiting row": 10})
+}
+
+// TestWhyOfAFairQueueReadsItsRowsOnlyWhateverThePlan: in a fair queue of
+// 1,000 partitions served, each with due rows, beside 20,000 DONE rows,
+// WhyNotRunning of a row of a partition ahead reads its row, the queue's
+// default weight and its partition's (the primary key of the weights),
+// its partition's pass (the primary key of fair_keys) and the queue's
+// lowest pass (the first entry of the (queue, pass) index), never the
+// other partitions' passes or rows, with custom and generic plans; so
+// does a row without a partition.
+func TestWhyOfAFairQueueReadsItsRowsOnlyWhateverThePlan(t *testing.T) {
+	s := pgtest.Store(t, pgtest.Drivers[0].New(), lease.Options{})
+	ctx := context.Background()
+	if err := leasetest.InsertFinished(ctx, s, 20_000); err != nil {
+		t.Fatal(err)
+	}
+	setWeight(t, s, lease.Weight{Queue: "fairq", Weight: 1})
+	setWeight(t, s, lease.Weight{Queue: "fairq", Partition: "lead", Weight: 2})
+	const partitions = 1000
+	var fair []lease.Event
+	for i := range 2 * partitions {
+		fair = append(fair, lease.Event{Kind: "f", Queue: "fairq", Partition: fmt.Sprint("fair-", i%partitions)})
+	}
+	pgtest.Enqueue(t, s, fair...)
+	lead := pgtest.Enqueue(t, s, lease.Event{Kind: "fl", Queue: "fairq", Partition: "lead"}, lease.Event{Kind: "fl", Queue: "fairq", Partition: "lead"},
+		lease.Event{Kind: "fl", Queue: "fairq", Partition: "lead"}, lease.Event{Kind: "f", Queue: "fairq"})
+	// Kind fl alone: lead's first 2 rows, its pass 1; every partition of
+	// kind f comes in at pass 0.
+	if c, _ := claimAll(t, s, lease.ClaimRequest{Limit: 2, Queue: "fairq", Kinds: []string{"fl"}}); len(c) != 2 || c[0].ID != lead[0].ID {
+		t.Fatalf("claimed %+v of kind fl; want lead's first 2 rows", c)
+	}
+	ws, err := s.Weights(ctx)
+	if err != nil || len(ws) != 2 || ws[0].Active != partitions+1 {
+		t.Fatalf("weights = %+v, %v; want the default serving %d partitions", ws, err, partitions+1)
+	}
+	if rs := why(t, s, lead[2].ID); len(rs) != 1 || rs[0].Kind != lease.ReasonFair || rs[0].Ahead != 2 || rs[0].Weight != 2 {
+		t.Fatalf("reasons of lead's READY row = %q; want its turn, 2 rows ahead at weight 2", texts(rs))
+	}
+	if rs := why(t, s, lead[3].ID); len(rs) != 1 || rs[0].Kind != lease.ReasonFair || rs[0].Partition != "" {
+		t.Fatalf("reasons of a row without a partition = %q; want the queue's order", texts(rs))
+	}
+	for _, table := range []string{s.QualifiedTable(), lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_fair_keys")} {
+		if _, err := s.DB().ExecContext(ctx, "VACUUM (ANALYZE) "+table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for name, id := range map[string]int64{"row of a partition ahead": lead[2].ID, "row without a partition": lead[3].ID} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			plan := shortLines(explainPreparedWith(t, conn, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF", mode, lease.WhyStatement(s), fmt.Sprint(id)))
+			if cost := estimatedCost(t, explainPreparedWith(t, conn, "FORMAT TEXT", mode, lease.WhyStatement(s), fmt.Sprint(id))); cost >= jitAboveCost {
+				t.Errorf("why, %s, %s: an estimated cost of %.0f: the server compiles the statement (JIT) at each call", name, mode, cost)
+			}
+			read, _ := rowsRead(plan)
+			t.Logf("why, %s, %s: %d rows read", name, mode, read)
+			// The row, two weights, two passes; nothing of the queue's
+			// 1,000 partitions or 2,000 due rows.
+			if read > 10 || strings.Contains(plan, "Seq Scan on "+s.Table()) {
+				t.Errorf("why, %s, %s: %d rows read; want at most 10, and no sequential read:\n%s", name, mode, read, plan)
+			}
+		}
+	}
 }
