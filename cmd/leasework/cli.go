@@ -103,9 +103,13 @@ live in partition acme)" under the default limit of the partitions); held
 by a rate limit without room for its cost ("held by rate limit
 kind:sms.send (100/100 starts per 1m0s): the next start is allowed at
 ..."), or one whose most starts in a window are fewer than its cost, under
-which it never starts. When nothing holds it back it says what takes it.
-With -json: {"row": ..., "why": [{"kind": "limit" | "partition" | "rate" |
-"paused" | "key" | "not_due", "text": ...}]}.`,
+which it never starts; waiting its turn in a fair queue, its partition
+ahead of the partition furthest behind ("waits its turn in fair queue
+bulk: partition acme (weight 3) is 12 rows ahead of the partition furthest
+behind"), or, without a partition, taken in the fair queue's order behind
+the partitions served by weight. When nothing holds it back it says what
+takes it. With -json: {"row": ..., "why": [{"kind": "limit" | "partition"
+| "rate" | "paused" | "key" | "not_due" | "fair", "text": ...}]}.`,
 		new: func() action { return &listCmd{} },
 	},
 	{
@@ -181,9 +185,10 @@ says so and changes nothing.`,
 	},
 	{
 		name:     "limits",
-		synopsis: "[(-kind K | -queue Q | -partition P | -partition-default) (-max N | -clear) [-by NAME]] | [(-kind K | -queue Q) (-rate M/PERIOD | -clear-rate) [-by NAME]] | -changes [-n N]",
-		summary:  "each concurrency limit with its live attempts, each rate limit with its recent starts; set, clear or audit one",
-		doc: `Limits lists the concurrency and rate limits, or sets, clears or audits one. A limit
+		synopsis: "[(-kind K | -queue Q | -partition P | -partition-default) (-max N | -clear) [-by NAME]] | [(-kind K | -queue Q) (-rate M/PERIOD | -clear-rate) [-by NAME]] | [-queue Q [-partition P] (-weight N | -clear-weight) [-by NAME]] | [-queue Q (-aging D | -clear-aging) [-by NAME]] | -changes [-n N]",
+		summary:  "each concurrency limit with its live attempts, each rate limit with its recent starts, each fair queue's weights; set, clear or audit one",
+		doc: `Limits lists the concurrency and rate limits and the fair queues' weights and
+priority agings, or sets, clears or audits one. A limit
 allows at most N live attempts of one kind (-kind, in every queue), of one
 queue (-queue, of every kind) or of one partition (-partition: the events
 enqueued with that partition key, of every kind and queue) at once, across
@@ -241,6 +246,34 @@ the next start is allowed (NEXT ROOM; "now" while it has room). With
 has room). -changes lists their changes too, with scope rate:kind or
 rate:queue, their maxima, and the period set (PERIOD; for a clear, the one
 cleared).
+
+-queue Q -weight N makes queue Q fair: within a priority level, its claims
+take its events across partitions (an event's partition key) in proportion
+to their weights, N for each partition without a weight of its own.
+-queue Q -partition P -weight N gives partition P its own weight in queue
+Q; N is from 1 to 1000. A partition with nothing due takes no share, and
+one whose events come joins level with the partitions served, neither
+behind their backlog nor ahead of it. -clear-weight removes the weight:
+without -partition, the queue's default, and the queue is no longer fair
+(its partitions' weights stay, unused until a default is set again); with
+it, the partition's own, and the partition weighs the default.
+-queue Q -aging D sets queue Q's priority aging: a due event that has
+waited longer than D (a duration such as 10m or 1h30m, from 1ms to 8760h)
+is claimed as one priority level higher (priority 5 as 4; never more than
+one). -clear-aging removes it.
+
+The listing shows the weights after the rate limits: scope weight, the
+queue (NAME), the partition or (default), the weight, and ACTIVE: for the
+default, how many of the queue's partitions fair scheduling serves now;
+for a partition, 1 while it is served. Then the priority agings: scope
+aging, the queue and the wait (AFTER). With -json they come in the same
+list: scope "weight" with name (the queue), partition ("" for the
+default), weight, active, set_at and set_by; scope "aging" with name,
+after ("10m0s") and after_us. -changes lists their changes too, with scope
+weight (PARTITION names the partition, or (default)) or aging (PERIOD is
+the wait set, or the one a clear removed; the audit does not say which).
+Workers of a version without fair scheduling schedule no queue fairly:
+upgrade every worker before making a queue fair.
 
 Workers of a version without limits keep none: upgrade every worker, and
 migrate, before setting one.`,

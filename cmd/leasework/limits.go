@@ -20,10 +20,13 @@ const limitNameWidth = 40
 // maxChanges is the most changes -changes lists (Store.LimitChanges' bound).
 const maxChanges = 1000
 
-// limitsCmd lists the concurrency and rate limits; with -kind, -queue,
-// -partition or -partition-default and -max or -clear it sets or clears a
-// concurrency limit, with -kind or -queue and -rate or -clear-rate a rate
-// limit, and with -changes it lists the audit.
+// limitsCmd lists the concurrency and rate limits and the fair queues'
+// weights and agings; with -kind, -queue, -partition or -partition-default
+// and -max or -clear it sets or clears a concurrency limit, with -kind or
+// -queue and -rate or -clear-rate a rate limit, with -queue (and
+// -partition) and -weight or -clear-weight a weight, with -queue and
+// -aging or -clear-aging a queue's priority aging, and with -changes it
+// lists the audit.
 type limitsCmd struct {
 	fs          *flag.FlagSet   // to tell a flag given from its default
 	given       map[string]bool // the flags given, by name, as check found them
@@ -35,6 +38,10 @@ type limitsCmd struct {
 	clear       bool
 	rate        string
 	clearRate   bool
+	weight      int
+	clearWeight bool
+	aging       time.Duration
+	clearAging  bool
 	by          string
 	changes     bool
 	n           int
@@ -50,6 +57,10 @@ func (l *limitsCmd) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&l.clear, "clear", false, "remove the limit")
 	fs.StringVar(&l.rate, "rate", "", fmt.Sprintf("set the rate limit of the kind or queue to at most M attempt starts in any window of PERIOD: `M/PERIOD`, such as 100/1m, 5/500ms or 100/s (M from 1 to %d, PERIOD from %v to %v)", lease.MaxRateStarts, lease.MinRatePeriod, lease.MaxRatePeriod))
 	fs.BoolVar(&l.clearRate, "clear-rate", false, "remove the rate limit of the kind or queue")
+	fs.IntVar(&l.weight, "weight", 0, fmt.Sprintf("set the weight of the queue's partitions (its default: the queue becomes fair), or with -partition of that partition, to `N`, from 1 to %d", lease.MaxWeight))
+	fs.BoolVar(&l.clearWeight, "clear-weight", false, "remove the queue's default weight (the queue is no longer fair), or with -partition that partition's weight")
+	fs.DurationVar(&l.aging, "aging", 0, fmt.Sprintf("set the queue's priority aging: a due event that has waited longer than `D` is claimed as one priority level higher (D from %v to %v)", lease.MinAgeAfter, lease.MaxAgeAfter))
+	fs.BoolVar(&l.clearAging, "clear-aging", false, "remove the queue's priority aging")
 	fs.StringVar(&l.by, "by", operatorName(), "who sets or clears the limit, as the audit (-changes) records it: a `name`, by default your user name")
 	fs.BoolVar(&l.changes, "changes", false, "list the latest changes of the limits instead, latest first: when, which, from what to what, by whom")
 	fs.IntVar(&l.n, "n", 20, fmt.Sprintf("with -changes, list at most `N` changes, up to %d", maxChanges))
@@ -70,7 +81,7 @@ func (l *limitsCmd) check() error {
 	l.given = given
 
 	if l.changes {
-		for _, f := range []string{"kind", "queue", "partition", "partition-default", "max", "clear", "rate", "clear-rate", "by"} {
+		for _, f := range []string{"kind", "queue", "partition", "partition-default", "max", "clear", "rate", "clear-rate", "weight", "clear-weight", "aging", "clear-aging", "by"} {
 			if given[f] {
 				return usagef("-changes lists the changes of every limit: it takes -n, not -%s", f)
 			}
@@ -96,7 +107,8 @@ func (l *limitsCmd) check() error {
 	for _, f := range []struct {
 		name string
 		on   bool
-	}{{"-max N", given["max"]}, {"-clear", l.clear}, {"-rate M/PERIOD", given["rate"]}, {"-clear-rate", l.clearRate}} {
+	}{{"-max N", given["max"]}, {"-clear", l.clear}, {"-rate M/PERIOD", given["rate"]}, {"-clear-rate", l.clearRate},
+		{"-weight N", given["weight"]}, {"-clear-weight", l.clearWeight}, {"-aging D", given["aging"]}, {"-clear-aging", l.clearAging}} {
 		if f.on {
 			acts = append(acts, f.name)
 		}
@@ -104,9 +116,20 @@ func (l *limitsCmd) check() error {
 	switch {
 	case len(named) == 0 && len(acts) == 0:
 		if given["by"] {
-			return usagef("-by names who sets or clears a limit: name it with -kind K, -queue Q, -partition P or -partition-default, and add -max N or -clear (or -rate M/PERIOD or -clear-rate)")
+			return usagef("-by names who sets or clears a limit: name it with -kind K, -queue Q, -partition P or -partition-default, and add -max N or -clear (or -rate M/PERIOD or -clear-rate); or -queue Q with -weight N, -clear-weight, -aging D or -clear-aging")
 		}
 		return nil // list them
+	case l.fairing() && len(acts) > 1:
+		not := "not both"
+		if len(acts) > 2 {
+			not = "not more"
+		}
+		return usagef("give one of %s, %s: each call makes one change", strings.Join(acts, " and "), not)
+	case l.fairing():
+		if err := l.checkFair(acts[0]); err != nil {
+			return err
+		}
+		return l.checkBy()
 	case len(named) > 1:
 		not := "not both"
 		if len(named) > 2 {
@@ -154,6 +177,9 @@ func (l *limitsCmd) check() error {
 		if scope == lease.ScopePartition {
 			return usagef("say what to do with the %s: -max N sets it, -clear removes it (leasework limits alone lists the limits)", limitOf(scope, name))
 		}
+		if scope == lease.ScopeQueue {
+			return usagef("say what to do with the %s: -max N sets it, -clear removes it; -rate M/PERIOD sets its rate limit, -clear-rate removes that; -weight N makes it fair, -clear-weight ends that; -aging D sets its priority aging, -clear-aging removes it (leasework limits alone lists the limits)", limitOf(scope, name))
+		}
 		return usagef("say what to do with the %s: -max N sets it, -clear removes it; -rate M/PERIOD sets its rate limit, -clear-rate removes that (leasework limits alone lists the limits)", limitOf(scope, name))
 	}
 	if given["rate"] {
@@ -164,8 +190,13 @@ func (l *limitsCmd) check() error {
 	if given["max"] && (l.max < 0 || l.max > lease.MaxLimit) {
 		return usagef("-max is %d; it must be from 0 (no attempt starts: the %s is held) to %d", l.max, scope, lease.MaxLimit)
 	}
+	return l.checkBy()
+}
+
+// checkBy checks -by, who makes the change, for the audit.
+func (l *limitsCmd) checkBy() error {
 	switch {
-	case l.by == "" && given["by"]:
+	case l.by == "" && l.given["by"]:
 		return usagef("-by is empty; name who changes the limit, for the audit (leasework limits -changes)")
 	case l.by == "":
 		return usagef("your user name could not be found; name who changes the limit with -by, for the audit (leasework limits -changes)")
@@ -215,6 +246,14 @@ func (l *limitsCmd) exec(ctx context.Context, st *lease.Store, out *printer) err
 		return l.execClearRate(ctx, st, out)
 	case l.given["rate"]:
 		return l.execSetRate(ctx, st, out)
+	case l.clearWeight:
+		return l.execClearWeight(ctx, st, out)
+	case l.given["weight"]:
+		return l.execSetWeight(ctx, st, out)
+	case l.clearAging:
+		return l.execClearAging(ctx, st, out)
+	case l.given["aging"]:
+		return l.execSetAging(ctx, st, out)
 	}
 	return l.execList(ctx, st, out)
 }
@@ -270,17 +309,27 @@ func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer)
 	if err != nil {
 		return err
 	}
+	ws, ag, err := fairListing(ctx, st)
+	if err != nil {
+		return err
+	}
 	if out.json {
-		res := make([]any, 0, len(ls)+len(rls))
+		res := make([]any, 0, len(ls)+len(rls)+len(ws)+len(ag))
 		for _, li := range ls {
 			res = append(res, limitJSON{Scope: li.Scope, Name: li.Name, Max: li.Max, Live: li.Live, HeldBack: li.HeldBack, SetAt: li.SetAt.UTC(), SetBy: li.SetBy})
 		}
 		for _, rl := range rls {
 			res = append(res, toRateLimitJSON(rl))
 		}
+		for _, w := range ws {
+			res = append(res, toWeightJSON(w))
+		}
+		for _, a := range ag {
+			res = append(res, a)
+		}
 		return out.JSON(res)
 	}
-	if len(ls) == 0 && len(rls) == 0 {
+	if len(ls) == 0 && len(rls) == 0 && len(ws) == 0 && len(ag) == 0 {
 		return out.Linef("no limits are set")
 	}
 	if len(ls) > 0 {
@@ -296,20 +345,22 @@ func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer)
 			return err
 		}
 	}
-	if len(rls) == 0 {
-		return nil
-	}
-	if len(ls) > 0 {
-		if err := out.Linef(""); err != nil {
+	if len(rls) > 0 {
+		if len(ls) > 0 {
+			if err := out.Linef(""); err != nil {
+				return err
+			}
+		}
+		rows := make([][]string, len(rls))
+		for i, rl := range rls {
+			rows[i] = []string{rateScope(rl.Scope), truncate(rl.Name, limitNameWidth), rl.RateLimit.String(), itoa(int64(rl.Recent)),
+				nextRoomCell(rl), timeCell(&rl.SetAt), orDash(truncate(rl.SetBy, keyWidth))}
+		}
+		if err := out.Table([]string{"SCOPE", "NAME", "MAX/PERIOD", "RECENT", "NEXT ROOM", "SET AT", "SET BY"}, rows); err != nil {
 			return err
 		}
 	}
-	rows := make([][]string, len(rls))
-	for i, rl := range rls {
-		rows[i] = []string{rateScope(rl.Scope), truncate(rl.Name, limitNameWidth), rl.RateLimit.String(), itoa(int64(rl.Recent)),
-			nextRoomCell(rl), timeCell(&rl.SetAt), orDash(truncate(rl.SetBy, keyWidth))}
-	}
-	return out.Table([]string{"SCOPE", "NAME", "MAX/PERIOD", "RECENT", "NEXT ROOM", "SET AT", "SET BY"}, rows)
+	return writeFairTables(out, ws, ag, len(ls) > 0 || len(rls) > 0)
 }
 
 func toRateLimitJSON(rl lease.RateLimitInfo) rateLimitJSON {
@@ -439,17 +490,25 @@ func (l *limitsCmd) execClear(ctx context.Context, st *lease.Store, out *printer
 type limitChangeJSON struct {
 	At time.Time `json:"at"`
 	// Scope is "kind", "queue" or "partition" for a concurrency limit,
-	// "rate:kind" or "rate:queue" for a rate limit.
+	// "rate:kind" or "rate:queue" for a rate limit, "weight" for a fair
+	// queue's weight, "aging" for a queue's priority aging.
 	Scope string `json:"scope"`
-	Name  string `json:"name"`
+	// Name is the kind, the queue or the partition limited; for a weight
+	// or an aging, the queue.
+	Name string `json:"name"`
+	// Partition is a weight's partition, "" for the queue's default;
+	// absent for every other scope.
+	Partition *string `json:"partition,omitempty"`
 	// Old and New are the limit before and after; null for none (the
 	// change set a new limit, or cleared one). For a rate limit, its
-	// most starts in a period.
+	// most starts in a period; for a weight, the weight; null both for
+	// an aging.
 	Old *int `json:"old"`
 	New *int `json:"new"`
 	// Per and PerUS are a rate limit's period, as set, or as it was for
-	// a clear: a Go duration ("1m0s"), and in microseconds; absent for a
-	// concurrency limit.
+	// a clear: a Go duration ("1m0s"), and in microseconds; for an aging,
+	// its wait, as set, or as it was for a clear; absent for a
+	// concurrency limit and a weight.
 	Per   string `json:"per,omitempty"`
 	PerUS int64  `json:"per_us,omitempty"`
 	By    string `json:"by"`
@@ -464,6 +523,9 @@ func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *print
 		res := make([]limitChangeJSON, len(cs))
 		for i, c := range cs {
 			res[i] = limitChangeJSON{At: c.At.UTC(), Scope: c.Scope, Name: c.Name, Old: orNone(c.Old), New: orNone(c.New), By: c.By}
+			if c.Scope == scopeWeight {
+				res[i].Partition = &c.Partition
+			}
 			if c.Per > 0 {
 				res[i].Per, res[i].PerUS = c.Per.String(), c.Per.Microseconds()
 			}
@@ -479,9 +541,21 @@ func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *print
 		if c.Per > 0 {
 			per = c.Per.String()
 		}
-		rows[i] = []string{timeCell(&c.At), c.Scope, truncate(c.Name, limitNameWidth), maxCell(c.Old), maxCell(c.New), per, orDash(truncate(c.By, keyWidth))}
+		part := "-"
+		if c.Scope == scopeWeight {
+			part = defaultPartitionName
+			if c.Partition != "" {
+				part = truncate(c.Partition, limitNameWidth)
+			}
+		}
+		old, now := maxCell(c.Old), maxCell(c.New)
+		if c.Scope == scopeAging {
+			// The audit keeps an aging's wait alone (PERIOD).
+			old, now = "-", "-"
+		}
+		rows[i] = []string{timeCell(&c.At), c.Scope, truncate(c.Name, limitNameWidth), part, old, now, per, orDash(truncate(c.By, keyWidth))}
 	}
-	return out.Table([]string{"AT", "SCOPE", "NAME", "OLD", "NEW", "PERIOD", "BY"}, rows)
+	return out.Table([]string{"AT", "SCOPE", "NAME", "PARTITION", "OLD", "NEW", "PERIOD", "BY"}, rows)
 }
 
 // orNone returns n, or nil for -1: no limit.

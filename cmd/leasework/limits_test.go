@@ -147,8 +147,8 @@ func TestLimits(t *testing.T) {
 			if len(lines) != 5 || !strings.HasPrefix(lines[0], "AT") {
 				t.Fatalf("limits -changes printed %d lines; want a header and 4 changes:\n%s", len(lines), r.stdout)
 			}
-			if f := strings.Fields(lines[1]); len(f) != 8 || f[2] != "kind" || f[3] != "send-email" || f[4] != "2" || f[5] != "none" || f[6] != "-" || f[7] != "carol" {
-				t.Errorf("limits -changes' latest line is %q; want when, kind, send-email, 2, none, no period, carol", f)
+			if f := strings.Fields(lines[1]); len(f) != 9 || f[2] != "kind" || f[3] != "send-email" || f[4] != "-" || f[5] != "2" || f[6] != "none" || f[7] != "-" || f[8] != "carol" {
+				t.Errorf("limits -changes' latest line is %q; want when, kind, send-email, no partition, 2, none, no period, carol", f)
 			}
 		})
 	}
@@ -437,8 +437,8 @@ func TestRateLimits(t *testing.T) {
 				t.Errorf("limits -changes -json = %+v; want the clears of sms.send's (3 per hour) and the queue's (per second), then sms.send's raise", cs)
 			}
 			r = limits("-changes", "-n", "1")
-			if f := lineWith(r.stdout, "rate:kind"); len(f) != 8 || f[3] != "sms.send" || f[4] != "3" || f[5] != "none" || f[6] != "1h0m0s" || f[7] != "dave" {
-				t.Errorf("limits -changes -n 1 prints %q; want when, rate:kind, sms.send, 3, none, 1h0m0s, dave:\n%s", f, r.stdout)
+			if f := lineWith(r.stdout, "rate:kind"); len(f) != 9 || f[3] != "sms.send" || f[4] != "-" || f[5] != "3" || f[6] != "none" || f[7] != "1h0m0s" || f[8] != "dave" {
+				t.Errorf("limits -changes -n 1 prints %q; want when, rate:kind, sms.send, no partition, 3, none, 1h0m0s, dave:\n%s", f, r.stdout)
 			}
 			if r := limits(); strings.Contains(r.stdout, "rate:") || !strings.HasPrefix(r.stdout, "SCOPE") {
 				t.Errorf("limits once the rate limits were cleared:\n%s", r.stdout)

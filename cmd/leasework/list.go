@@ -244,8 +244,8 @@ func nextOrFinished(r lease.Row) string {
 // reasonJSON is one reason a row is not running (lease.Reason); the
 // fields after text are those of its kind.
 type reasonJSON struct {
-	// Kind is "limit", "partition", "rate", "paused", "key" or
-	// "not_due".
+	// Kind is "limit", "partition", "rate", "paused", "key", "not_due"
+	// or "fair".
 	Kind string `json:"kind"`
 	Text string `json:"text"`
 	// limit and partition: the limit and its live attempts. For
@@ -267,10 +267,11 @@ type reasonJSON struct {
 	Cost   *int       `json:"cost,omitempty"`
 	NextAt *time.Time `json:"next_at,omitempty"`
 	// partition: the row's partition, and whether the limit set it aside
-	// (WAITING without a key)
+	// (WAITING without a key); fair: the row's partition (absent for a
+	// row without one)
 	Partition string `json:"partition,omitempty"`
 	SetAside  *bool  `json:"set_aside,omitempty"`
-	// paused
+	// paused, fair: the queue
 	Queue    string     `json:"queue,omitempty"`
 	PausedAt *time.Time `json:"paused_at,omitempty"`
 	// key
@@ -278,6 +279,9 @@ type reasonJSON struct {
 	HeadID     *int64 `json:"head_id,omitempty"`
 	HeadStatus string `json:"head_status,omitempty"`
 	Ahead      *int   `json:"ahead,omitempty"`
+	// fair, for a row of a partition: its partition's weight, and ahead
+	// (above) how many rows it is ahead of the partition furthest behind
+	Weight *int `json:"weight,omitempty"`
 	// not due: null for a due time of infinity
 	DueAt *time.Time `json:"due_at,omitempty"`
 }
@@ -306,6 +310,11 @@ func toReasonJSON(r lease.Reason) reasonJSON {
 		out.Key, out.Ahead = r.Key, &r.Ahead
 		if r.HeadID != 0 {
 			out.HeadID, out.HeadStatus = &r.HeadID, string(r.HeadStatus)
+		}
+	case lease.ReasonFair:
+		out.Queue, out.Partition = r.Queue, r.Partition
+		if r.Partition != "" {
+			out.Weight, out.Ahead = &r.Weight, &r.Ahead
 		}
 	case lease.ReasonNotDue:
 		if !r.DueAt.IsZero() {

@@ -4,8 +4,9 @@
 // why it is not running, sends FAILED rows back
 // to READY, discards the ones an operator gives up on (releasing their
 // key), pauses and resumes queues, sets the concurrency limits of kinds,
-// queues and partitions and the rate limits of kinds and queues, and
-// serves the operator console, a web UI for all of these.
+// queues and partitions, the rate limits of kinds and queues, and the
+// weights and priority aging of fair queues, and serves the operator
+// console, a web UI for all of these.
 //
 // Usage:
 //
@@ -22,7 +23,7 @@
 //	queues    each queue with unfinished rows or paused: when paused, rows per status
 //	pause     stop workers claiming from a queue; running handlers finish
 //	resume    let workers claim from a paused queue again, at once
-//	limits    each concurrency limit with its live attempts, each rate limit with its recent starts; set, clear or audit one
+//	limits    each concurrency limit with its live attempts, each rate limit with its recent starts, each fair queue's weights; set, clear or audit one
 //	ui        serve the operator console, a web UI, until interrupted; read-only unless -actions
 //	version   this binary's version, its Go release and the schema version it migrates to
 //	explain   show the claim's query plan: scans and rows it throws away

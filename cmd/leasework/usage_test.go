@@ -34,7 +34,8 @@ func TestHelp(t *testing.T) {
 	}
 	r = must(t, exitOK, "help", "limits")
 	for _, want := range []string{"-kind", "-queue", "-max", "-clear", "-by", "-changes", "-n", "LIVE/MAX", "HELD BACK",
-		"-rate M/PERIOD", "-clear-rate", "rate:kind", "MAX/PERIOD", "RECENT", "NEXT ROOM", "PERIOD"} {
+		"-rate M/PERIOD", "-clear-rate", "rate:kind", "MAX/PERIOD", "RECENT", "NEXT ROOM", "PERIOD",
+		"-weight N", "-clear-weight", "-aging D", "-clear-aging", "ACTIVE", "PARTITION", "AFTER", "(default)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("leasework help limits does not mention %q:\n%s", want, r.stdout)
 		}
@@ -140,7 +141,32 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"limits", "-kind", "", "-rate", "5/s"}, "-kind is empty; name the kind to limit"},
 		{[]string{"limits", "-kind", "k"}, "-rate M/PERIOD sets its rate limit, -clear-rate removes that"},
 		{[]string{"limits", "-changes", "-rate", "1/s"}, "it takes -n, not -rate"},
-		{[]string{"limits", "-by", "x"}, "(or -rate M/PERIOD or -clear-rate)"},
+		{[]string{"limits", "-by", "x"}, "(or -rate M/PERIOD or -clear-rate); or -queue Q with -weight N, -clear-weight, -aging D or -clear-aging"},
+		{[]string{"limits", "-weight", "3"}, "name the fair queue: -queue Q (with -partition P for a partition's weight, without it for the queue's default)"},
+		{[]string{"limits", "-partition", "acme", "-clear-weight"}, "name the fair queue: -queue Q"},
+		{[]string{"limits", "-aging", "10m"}, "name the queue of the priority aging: -queue Q"},
+		{[]string{"limits", "-kind", "k", "-weight", "3"}, "-weight N is for a fair queue's weight: name the queue with -queue Q, and a partition with -partition P (without it, the queue's default weight); a kind has no weight"},
+		{[]string{"limits", "-queue", "q", "-partition-default", "-clear-weight"}, "-clear-weight is for a fair queue's weight"},
+		{[]string{"limits", "-queue", "q", "-partition", "p", "-aging", "1m"}, "-aging D is for a queue's priority aging: name the queue with -queue Q alone (a kind or a partition has no aging of its own)"},
+		{[]string{"limits", "-kind", "k", "-clear-aging"}, "-clear-aging is for a queue's priority aging"},
+		{[]string{"limits", "-queue", "q", "-weight", "0"}, "-weight is 0; it must be from 1 to 1000"},
+		{[]string{"limits", "-queue", "q", "-partition", "p", "-weight", "1001"}, "-weight is 1001; it must be from 1 to 1000"},
+		{[]string{"limits", "-queue", "q", "-weight", "many"}, "-weight"},
+		{[]string{"limits", "-queue", "q", "-aging", "0s"}, "-aging is 0s; it must be from 1ms to 8760h0m0s, in whole microseconds"},
+		{[]string{"limits", "-queue", "q", "-aging", "1.0000005s"}, "-aging is 1.0000005s; it must be from 1ms to 8760h0m0s, in whole microseconds"},
+		{[]string{"limits", "-queue", "q", "-aging", "9000h"}, "-aging is 9000h0m0s"},
+		{[]string{"limits", "-queue", "q", "-aging", "soon"}, "-aging"},
+		{[]string{"limits", "-queue", "", "-weight", "1"}, "-queue is empty; name the queue (default for the default queue)"},
+		{[]string{"limits", "-queue", "a\x00b", "-aging", "1m"}, "-queue: lease: queue"},
+		{[]string{"limits", "-queue", "q", "-partition", "", "-weight", "1"}, "-partition is empty; name the partition to weigh, or leave -partition out for the queue's default weight"},
+		{[]string{"limits", "-queue", "q", "-partition", "a\x00b", "-weight", "1"}, "-partition: lease: partition"},
+		{[]string{"limits", "-queue", "q", "-weight", "2", "-aging", "1m"}, "give one of -weight N and -aging D, not both: each call makes one change"},
+		{[]string{"limits", "-queue", "q", "-max", "1", "-clear-weight"}, "give one of -max N and -clear-weight, not both: each call makes one change"},
+		{[]string{"limits", "-queue", "q", "-weight", "1", "-clear-weight", "-clear-aging"}, "give one of -weight N and -clear-weight and -clear-aging, not more"},
+		{[]string{"limits", "-queue", "q", "-weight", "1", "-by", ""}, "-by is empty"},
+		{[]string{"limits", "-changes", "-weight", "1"}, "it takes -n, not -weight"},
+		{[]string{"limits", "-changes", "-clear-aging"}, "it takes -n, not -clear-aging"},
+		{[]string{"limits", "-queue", "q"}, "-weight N makes it fair, -clear-weight ends that; -aging D sets its priority aging, -clear-aging removes it"},
 	}
 	for _, c := range cases {
 		args := c.args
