@@ -35,10 +35,11 @@ func TestReadOnlyByDefault(t *testing.T) {
 		}
 	}
 	form := url.Values{"csrf": {"anything"}, "generation": {fmt.Sprint(r.Generation)}, "queue": {"default"},
-		"scope": {"kind"}, "name": {"k"}, "max": {"7"}, "rate": {"1/s"}}
+		"scope": {"kind"}, "name": {"k"}, "max": {"7"}, "rate": {"1/s"}, "weight": {"2"}, "after": {"1m"}}
 	for _, path := range []string{
 		fmt.Sprintf("events/%d/requeue", r.ID), fmt.Sprintf("events/%d/discard", r.ID), fmt.Sprintf("events/%d/cancel", r.ID),
 		"queues/pause", "queues/resume", "limits/set", "limits/clear", "rate-limits/set", "rate-limits/clear",
+		"weights/set", "weights/clear", "aging/set", "aging/clear",
 	} {
 		p := s.post(path, form)
 		if p.status != http.StatusForbidden {
@@ -57,6 +58,12 @@ func TestReadOnlyByDefault(t *testing.T) {
 	}
 	if rls, err := s.store.RateLimits(context.Background()); err != nil || len(rls) != 0 {
 		t.Errorf("after a refused set of a rate limit the rate limits are %+v, %v; want none", rls, err)
+	}
+	if ws, err := s.store.Weights(context.Background()); err != nil || len(ws) != 0 {
+		t.Errorf("after a refused set of a weight the weights are %+v, %v; want none", ws, err)
+	}
+	if as, err := s.store.Agings(context.Background()); err != nil || len(as) != 0 {
+		t.Errorf("after a refused set of an aging the agings are %v, %v; want none", as, err)
 	}
 }
 

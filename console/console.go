@@ -29,7 +29,10 @@ const (
 	// ActionSetLimit sets a concurrency limit, new or changed
 	// (Store.SetLimit); ActionClearLimit removes one (Store.ClearLimit).
 	// They set and clear rate limits too (Store.SetRateLimit,
-	// Store.ClearRateLimit), with Action.Rate set.
+	// Store.ClearRateLimit), with Action.Rate set; a fair queue's
+	// weights (Store.SetWeight, Store.ClearWeight), with Action.Weight
+	// set; and a queue's priority aging (Store.SetAging,
+	// Store.ClearAging), with Action.Aging set.
 	ActionSetLimit   ActionName = "set-limit"
 	ActionClearLimit ActionName = "clear-limit"
 )
@@ -39,7 +42,7 @@ const (
 	PageOverview = "overview" // counts, ages, held keys, the last hour's chart
 	PageEvents   = "events"   // the events list, filtered and paged
 	PageEvent    = "event"    // one event (Action.ID)
-	PageQueues   = "queues"   // the queues, paused or running, and the concurrency limits
+	PageQueues   = "queues"   // the queues, paused or running, the limits, the weights and agings
 	PageKeys     = "keys"     // the keys held by a FAILED event
 )
 
@@ -73,14 +76,37 @@ type Action struct {
 	// way, Max included.
 	Rate bool
 	Per  time.Duration
+	// Weight says that the change is of a fair queue's weight
+	// ([lease.Weight]), for ActionSetLimit and ActionClearLimit: Limit
+	// has Scope [lease.ScopeQueue] and Name the queue, and Max the weight
+	// (for ActionSetLimit; zero when asked whether to show a form);
+	// Partition is the partition weighed, empty for the queue's default
+	// (setting it makes the queue fair, clearing it ends that). Asked
+	// whether to show the forms that set a weight by name, Limit is zero.
+	//
+	// A weight and an aging are decided as changes of their queue's
+	// limits, not as actions of their own, so that a hook written for
+	// the limits decides them without a change: one that lets only some
+	// people change limits, or only some queues' limits, keeps to it for
+	// the queue's weights and aging, where a new action name would pass
+	// a hook written as a deny list.
+	Weight    bool
+	Partition string
+	// Aging says that the change is of a queue's priority aging
+	// ([lease.Store.SetAging]), for ActionSetLimit and ActionClearLimit:
+	// Limit has Scope [lease.ScopeQueue] and Name the queue (Max zero),
+	// and Per is the wait (for ActionSetLimit; zero when asked whether to
+	// show a form). Asked whether to show the form that sets an aging by
+	// name, Limit is zero.
+	Aging bool
 }
 
 // Options configures a [Console]. The zero value is a read-only console
 // that shows every page to whoever reaches it.
 type Options struct {
 	// Actions enables the forms that change the table: requeue, discard,
-	// cancel, pause and resume, and set and clear a concurrency limit or
-	// a rate limit.
+	// cancel, pause and resume, set and clear a concurrency limit or a
+	// rate limit, and a fair queue's weights or a queue's priority aging.
 	// False, the default, is read-only: no form is shown and every POST is
 	// refused with 403 Forbidden.
 	Actions bool
@@ -102,7 +128,8 @@ type Options struct {
 
 	// Operator, when set, names the person behind a request that takes
 	// an action: the audit of the limits records it as who
-	// set or cleared a limit ([lease.Store.LimitChanges]), and each
+	// set or cleared a limit, a weight or an aging
+	// ([lease.Store.LimitChanges]), and each
 	// action's log line carries it. Nil names them "console" and the
 	// request's remote address (behind a proxy, the proxy's). A name is
 	// cut to [MaxOperatorBytes].
@@ -238,11 +265,15 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /queues/{action}", c.queueAction)
 	m.HandleFunc("POST /limits/{action}", c.limitAction)
 	m.HandleFunc("POST /rate-limits/{action}", c.rateLimitAction)
+	m.HandleFunc("POST /weights/{action}", c.weightAction)
+	m.HandleFunc("POST /aging/{action}", c.agingAction)
 	// An action's address asked for with another method changes nothing.
 	m.HandleFunc("/events/{id}/{action}", c.notPost)
 	m.HandleFunc("/queues/{action}", c.notPost)
 	m.HandleFunc("/limits/{action}", c.notPost)
 	m.HandleFunc("/rate-limits/{action}", c.notPost)
+	m.HandleFunc("/weights/{action}", c.notPost)
+	m.HandleFunc("/aging/{action}", c.notPost)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusNotFound, "There is no page at this address.")
 	})

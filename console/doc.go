@@ -24,9 +24,10 @@
 //     cut; and, for a READY, WAITING or INPROGRESS event, why it is not
 //     running ([lease.Store.WhyNotRunning]: each reason's sentence, with a
 //     link to its key's head or to the queues; an event set aside by its
-//     partition's limit says so, and one held by a rate limit says when
-//     the next start is allowed), or, when nothing holds it back, what
-//     takes it;
+//     partition's limit says so, one held by a rate limit says when
+//     the next start is allowed, and one whose partition waits its turn
+//     in a fair queue says how far ahead the partition is), or, when
+//     nothing holds it back, what takes it;
 //   - the queues ("/queues"), paused or running, with their rows per status;
 //     then the concurrency limits ([lease.Store.Limits]), each with the
 //     attempts live under it of its maximum ("kind send-email 3/5 live"),
@@ -41,7 +42,14 @@
 //     its starts in the window that ends now of its maximum ("kind
 //     sms.send 37/100 starts per 1m0s"), and, while it is full, when the
 //     next start is allowed; a queue's own rate limit is shown in its row
-//     too, and the rate limits' changes among the latest changes;
+//     too, and the rate limits' changes among the latest changes. Then
+//     the fair queues' weights ([lease.Store.Weights]): each queue's
+//     default, with the partitions fair scheduling serves now, and each
+//     partition's own weight, served or not, linked to their READY
+//     events; then the queues' priority agings ([lease.Store.Agings]);
+//     a queue's row says when it is fair, with its partitions served,
+//     and its aging, and the changes table gives a weight's partition
+//     and an aging's wait;
 //   - the held keys ("/keys"): keys whose head event FAILED, with the
 //     events waiting behind each.
 //
@@ -62,12 +70,18 @@
 // ([lease.Store.SetLimit], [lease.Store.ClearLimit]), and set or clear a
 // rate limit of a kind or a queue, written M/PERIOD as
 // [lease.ParseRate] reads it ([lease.Store.SetRateLimit],
-// [lease.Store.ClearRateLimit]). [Options.Authorize] decides a rate
-// limit's change as a concurrency limit's ([ActionSetLimit],
-// [ActionClearLimit]), with [Action].Rate set. The discard form
+// [lease.Store.ClearRateLimit]), make a queue fair (its default weight)
+// or weigh a partition in it, and set a queue's priority aging, or clear
+// either ([lease.Store.SetWeight], [lease.Store.ClearWeight],
+// [lease.Store.SetAging], [lease.Store.ClearAging]).
+// [Options.Authorize] decides a rate limit's change as a concurrency
+// limit's ([ActionSetLimit], [ActionClearLimit]), with [Action].Rate
+// set; and a weight's or an aging's as a change of its queue's limits,
+// with [Action].Weight (and Partition) or [Action].Aging set, so that a
+// hook written for the limits decides them too. The discard form
 // carries the generation the page showed: if the event changed since, the
-// discard is refused and the page says so. A limit's change is recorded
-// in the limits' audit as made by [Options.Operator]'s name for the
+// discard is refused and the page says so. A limit's, a weight's or an
+// aging's change is recorded in the limits' audit as made by [Options.Operator]'s name for the
 // request, by default "console" and the request's remote address. After
 // an action the browser is redirected (303 See Other) to the page it came
 // from, with a message saying what happened.

@@ -54,6 +54,14 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	if _, _, err := s.store.SetRateLimit(t.Context(), lease.RateLimit{Scope: lease.ScopeQueue, Name: queue, Max: 5, Per: time.Minute}, hTextarea); err != nil {
 		t.Fatal(err)
 	}
+	for _, w := range []lease.Weight{{Queue: queue, Weight: 2}, {Queue: queue, Partition: hAttr, Weight: 7}} {
+		if _, err := s.store.SetWeight(t.Context(), w, hScript); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.store.SetAging(t.Context(), queue, time.Minute, hAttr); err != nil {
+		t.Fatal(err)
+	}
 
 	pages := []struct {
 		path string
@@ -65,7 +73,8 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 		{fmt.Sprintf("events/%d", r.ID), []string{ev.EventID, hAttr, hTextarea, queue, hScript + hAttr + hTextarea, hAttr + " " + hScript,
 			hScript + " " + hAttr, "link " + hURL}},
 		{"queues", []string{"q\"'><script>alert(4)</", "kind " + hAttr + " 0/3 live", "by " + hScript, "queue q\"'><script>alert(4)</",
-			"queue " + queue + " 0/5 starts per 1m0s now", "by " + hTextarea}},
+			"queue " + queue + " 0/5 starts per 1m0s now", "by " + hTextarea, queue + " default 2 0 partitions", queue + " " + hAttr + " 7 not served",
+			"Queue After " + queue + " 1m0s", "weight " + queue + " " + hAttr + " none 7 " + hScript, "aging " + queue + " - after 1m0s " + hAttr}},
 		{"keys", []string{hTextarea, hAttr}},
 	}
 	for _, pg := range pages {
@@ -108,6 +117,20 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	p = s.follow(s.post("rate-limits/clear", url.Values{"csrf": {token(t, p)}, "scope": {"queue"}, "name": {queue}}))
 	noMarkup(t, p)
 	contains(t, p, "The rate limit of queue "+queue+" is cleared")
+
+	// So do the weights' and agings' forms.
+	p = s.follow(s.post("weights/set", url.Values{"csrf": {token(t, p)}, "queue": {queue}, "partition": {hTextarea}, "weight": {"4"}}))
+	noMarkup(t, p)
+	contains(t, p, "The weight of partition "+hTextarea+" in queue "+queue+" is 4 (was none).", queue+" "+hTextarea+" 4 not served")
+	p = s.follow(s.post("weights/clear", url.Values{"csrf": {token(t, p)}, "queue": {queue}, "partition": {hAttr}}))
+	noMarkup(t, p)
+	contains(t, p, "The weight of partition "+hAttr+" in queue "+queue+" is cleared")
+	p = s.follow(s.post("aging/set", url.Values{"csrf": {token(t, p)}, "queue": {hTextarea}, "after": {"90s"}}))
+	noMarkup(t, p)
+	contains(t, p, "The priority aging of queue "+hTextarea+" is 1m30s (was none)")
+	p = s.follow(s.post("aging/clear", url.Values{"csrf": {token(t, p)}, "queue": {queue}}))
+	noMarkup(t, p)
+	contains(t, p, "The priority aging of queue "+queue+" is cleared")
 
 	// The hook's refusal, whatever its text.
 	h := newSiteOf(t, s.store, console.Options{Authorize: func(*http.Request, console.Action) error {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/lease"
@@ -232,6 +233,8 @@ type queueRow struct {
 	lease.QueueInfo
 	Limit         *lease.LimitInfo     // the queue's concurrency limit; nil for none
 	Rate          *lease.RateLimitInfo // the queue's rate limit; nil for none
+	Fair          *fairQueue           // the queue's fairness; nil when it is not fair
+	Aging         time.Duration        // the queue's priority aging; zero for none
 	Pause, Resume bool                 // whether to show the forms
 }
 
@@ -254,6 +257,17 @@ type queuesData struct {
 	SetRate       bool
 	NoRateLimits  bool
 	MaxRateStarts int // the most starts a rate limit allows, for the forms
+	// Weights are the fair queues' weights, each queue's default first,
+	// and Agings the queues' priority agings; SetWeight and SetAging
+	// whether to show the forms that set one by name; NoFair: the schema
+	// predates them (it lacks migration 22).
+	Weights    []weightRow
+	Agings     []agingRow
+	SetWeight  bool
+	SetAging   bool
+	NoFair     bool
+	MaxWeight  int    // the largest weight, for the forms
+	AgingRange string // the waits an aging may have, for the forms
 }
 
 type rateLimitRow struct {
@@ -288,7 +302,8 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 	}
 	// The forms that pause a queue and set a limit by name: asked as a
 	// pause of no queue, a limit of nothing, in particular.
-	d := queuesData{PauseAny: c.may(r, Action{Name: ActionPause}), MaxLimit: lease.MaxLimit, MaxRateStarts: lease.MaxRateStarts}
+	d := queuesData{PauseAny: c.may(r, Action{Name: ActionPause}), MaxLimit: lease.MaxLimit, MaxRateStarts: lease.MaxRateStarts,
+		MaxWeight: lease.MaxWeight, AgingRange: fmt.Sprintf("from %v to %v", lease.MinAgeAfter, lease.MaxAgeAfter)}
 	limits, err := c.store.Limits(ctx)
 	switch {
 	case err != nil && c.store.Driver().SQLState(err) == sqlStateUndefinedTable:
@@ -329,6 +344,10 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 			Clear:         c.may(r, Action{Name: ActionClearLimit, Limit: named, Rate: true}),
 		})
 	}
+	fairQueues, agings, ok := c.fairData(ctx, w, r, &d)
+	if !ok {
+		return
+	}
 	queueLimits := map[string]*lease.LimitInfo{}
 	for i, l := range limits {
 		if l.Scope == lease.ScopeQueue {
@@ -343,7 +362,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	for _, q := range qs {
-		row := queueRow{QueueInfo: q, Limit: queueLimits[q.Name], Rate: queueRates[q.Name]}
+		row := queueRow{QueueInfo: q, Limit: queueLimits[q.Name], Rate: queueRates[q.Name], Fair: fairQueues[q.Name], Aging: agings[q.Name]}
 		if q.Paused.IsZero() {
 			row.Pause = c.may(r, Action{Name: ActionPause, Queue: q.Name})
 		} else {

@@ -287,9 +287,11 @@ migrate, before setting one.`,
 an overview (events per status, queue and kind; eligible rows and the oldest
 one's age; expired claims; held keys; paused queues; the last hour's DONE
 and FAILED per minute), the events filtered and paged, each event's page,
-the queues with the concurrency and rate limits, and the held keys. It is
+the queues with the concurrency and rate limits and the fair queues' weights
+and agings, and the held keys. It is
 read-only unless -actions is given: then its pages requeue, discard and
-cancel events, pause and resume queues, and set and clear limits, for whoever
+cancel events, pause and resume queues, and set and clear limits, weights
+and agings, for whoever
 reaches the address (it asks nobody who they are: keep it on localhost, or
 behind a proxy that authenticates). Actions are logged; the limits' audit
 records a change as made by "console" and the address it came from.
