@@ -3,7 +3,9 @@ package framework
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -104,14 +106,20 @@ func (w *Worker) Stats(ctx context.Context) (lease.Stats, error) {
 // name, its live and held-back figures those of every partition under it),
 // and each rate limit's ([lease.Store.RateLimits]: leasework_rate_limit_recent,
 // the starts in the window that ends now, and leasework_rate_limit_max,
-// labelled by scope, kind or queue, and name) in the Prometheus text
-// exposition format, for a Prometheus (or OpenTelemetry collector)
-// scrape. It needs no client library. The stats, the limits and the rate
-// limits are three queries, read within statsTimeout (zero: 5s) together;
-// when one cannot be read, the counters are still served, and
-// leasework_stats_up, leasework_limits_up or leasework_rate_limits_up is
-// 0 (the limits' and the rate limits' also on a schema that predates
-// them: see lease.Migrations).
+// labelled by scope, kind or queue, and name), and fair scheduling's
+// ([lease.Store.Weights] and [lease.Store.Agings]:
+// leasework_fair_partitions_active, the partitions a fair queue's claims
+// serve now, labelled by queue; leasework_fair_weight, labelled by queue
+// and partition, "" for the queue's default; and
+// leasework_priority_aging_seconds, labelled by queue) in the Prometheus
+// text exposition format, for a Prometheus (or OpenTelemetry collector)
+// scrape. It needs no client library. The stats, the limits, the rate
+// limits and the weights and agings are five queries, read within
+// statsTimeout (zero: 5s) together; when one cannot be read, the counters
+// are still served, and leasework_stats_up, leasework_limits_up,
+// leasework_rate_limits_up or leasework_fair_up is 0 (the limits', the
+// rate limits' and fair scheduling's also on a schema that predates them:
+// see lease.Migrations).
 func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
 	if statsTimeout <= 0 {
 		statsTimeout = 5 * time.Second
@@ -122,11 +130,17 @@ func (w *Worker) MetricsHandler(statsTimeout time.Duration) http.Handler {
 		st, err := w.Stats(ctx)
 		limits, lerr := w.store.Limits(ctx)
 		rates, rerr := w.store.RateLimits(ctx)
+		weights, werr := w.store.Weights(ctx)
+		var agings map[string]time.Duration
+		if werr == nil {
+			agings, werr = w.store.Agings(ctx)
+		}
 		rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		var b strings.Builder
 		w.writeMetrics(&b, st, err == nil)
 		w.writeLimits(&b, limits, lerr == nil)
 		w.writeRateLimits(&b, rates, rerr == nil)
+		w.writeFair(&b, weights, agings, werr == nil)
 		_, _ = rw.Write([]byte(b.String()))
 	})
 }
@@ -232,6 +246,35 @@ func (w *Worker) writeRateLimits(b *strings.Builder, rates []lease.RateLimitInfo
 		for _, l := range rates {
 			fmt.Fprintf(b, "leasework_rate_limit_%s{table=\"%s\",scope=\"%s\",name=\"%s\"} %d\n", m.name, tableName, l.Scope, labelValue(l.Name), m.v(l))
 		}
+	}
+}
+
+// writeFair writes fair scheduling's gauges: each fair queue's partitions
+// served now, each weight, each queue's priority aging; and whether they
+// could be read (up).
+func (w *Worker) writeFair(b *strings.Builder, weights []lease.WeightInfo, agings map[string]time.Duration, up bool) {
+	tableName := labelValue(w.store.Schema() + "." + w.store.Table())
+	n := 0
+	if up {
+		n = 1
+	}
+	fmt.Fprintf(b, "# HELP leasework_fair_up Whether the fair queues' weights and the priority agings could be read.\n# TYPE leasework_fair_up gauge\nleasework_fair_up{table=\"%s\"} %d\n", tableName, n)
+	if !up {
+		return
+	}
+	fmt.Fprintf(b, "# HELP leasework_fair_partitions_active Partitions of the fair queue that its claims serve now (those with due events that claims have seen).\n# TYPE leasework_fair_partitions_active gauge\n")
+	for _, wi := range weights {
+		if wi.Partition == "" {
+			fmt.Fprintf(b, "leasework_fair_partitions_active{table=\"%s\",queue=\"%s\"} %d\n", tableName, labelValue(wi.Queue), wi.Active)
+		}
+	}
+	fmt.Fprintf(b, "# HELP leasework_fair_weight The weight of a partition in a fair queue; partition \"\" is the queue's default, which makes it fair.\n# TYPE leasework_fair_weight gauge\n")
+	for _, wi := range weights {
+		fmt.Fprintf(b, "leasework_fair_weight{table=\"%s\",queue=\"%s\",partition=\"%s\"} %d\n", tableName, labelValue(wi.Queue), labelValue(wi.Partition), wi.Weight.Weight)
+	}
+	fmt.Fprintf(b, "# HELP leasework_priority_aging_seconds How long a due event of the queue waits before it is claimed as one priority level higher.\n# TYPE leasework_priority_aging_seconds gauge\n")
+	for _, q := range slices.Sorted(maps.Keys(agings)) {
+		fmt.Fprintf(b, "leasework_priority_aging_seconds{table=\"%s\",queue=\"%s\"} %v\n", tableName, labelValue(q), agings[q].Seconds())
 	}
 }
 

@@ -405,3 +405,74 @@ func TestRateLimitMetrics(t *testing.T) {
 		t.Errorf("metrics without the rate limits' tables give a rate limit's figures:\n%s", body)
 	}
 }
+
+// The metrics give each fair queue's partitions served now, each weight
+// (partition "" for a queue's default) and each queue's priority aging,
+// labelled by queue (and partition), read at the scrape: a claim of the
+// default queue's partitions brings two in. Without fair scheduling's
+// tables, leasework_fair_up is 0 and the rest is served.
+func TestFairMetrics(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, pgtest.Drivers[0].New())
+	for _, wt := range []lease.Weight{{Weight: 1}, {Partition: `a"x`, Weight: 3}, {Queue: "other", Partition: "p", Weight: 2}} {
+		if _, err := s.SetWeight(ctx, wt, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.SetAging(ctx, "", 10*time.Minute, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetAging(ctx, `q"y`, 1500*time.Millisecond, "test"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Enqueue(t, s, lease.Event{Kind: "k", Partition: `a"x`}, lease.Event{Kind: "k", Partition: `a"x`}, lease.Event{Kind: "k", Partition: "b"})
+	if claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute}); err != nil || len(claims) != 1 {
+		t.Fatalf("claim = %d claims, %v; want 1", len(claims), err)
+	}
+	w := newWorker(t, s, framework.Config{WorkerID: "w1"})
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		w.MetricsHandler(0).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	body := scrape()
+	table := s.Schema() + ".events"
+	for _, want := range []string{
+		`leasework_fair_up{table="` + table + `"} 1` + "\n",
+		"# TYPE leasework_fair_partitions_active gauge\n",
+		`leasework_fair_partitions_active{table="` + table + `",queue="default"} 2` + "\n",
+		"# TYPE leasework_fair_weight gauge\n",
+		`leasework_fair_weight{table="` + table + `",queue="default",partition=""} 1` + "\n",
+		`leasework_fair_weight{table="` + table + `",queue="default",partition="a\"x"} 3` + "\n",
+		`leasework_fair_weight{table="` + table + `",queue="other",partition="p"} 2` + "\n",
+		"# TYPE leasework_priority_aging_seconds gauge\n",
+		`leasework_priority_aging_seconds{table="` + table + `",queue="default"} 600` + "\n",
+		`leasework_priority_aging_seconds{table="` + table + `",queue="q\"y"} 1.5` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	// Queue other has a partition's weight but no default: it is not
+	// fair, and has no partitions served.
+	if strings.Contains(body, `leasework_fair_partitions_active{table="`+table+`",queue="other"}`) {
+		t.Errorf("metrics give partitions served for queue other, which is not fair:\n%s", body)
+	}
+
+	for _, suffix := range []string{"_queue_aging", "_fair_arrivals", "_fair_keys", "_fair_weights"} {
+		execSQL(t, s, `DROP TABLE `+ident(s.Schema())+`.`+ident(s.Table()+suffix))
+	}
+	body = scrape()
+	for _, want := range []string{
+		`leasework_fair_up{table="` + table + `"} 0` + "\n",
+		`leasework_rate_limits_up{table="` + table + `"} 1` + "\n",
+		`leasework_limits_up{table="` + table + `"} 1` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics without fair scheduling's tables lack %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "leasework_fair_weight{") || strings.Contains(body, "leasework_priority_aging_seconds{") {
+		t.Errorf("metrics without fair scheduling's tables give weights or agings:\n%s", body)
+	}
+}

@@ -11,7 +11,7 @@ import (
 const (
 	EventIDKey    = attribute.Key("leasework.event_id")    // the event's stable id (Claim.EventID)
 	KindKey       = attribute.Key("leasework.kind")        // the event's kind
-	QueueKey      = attribute.Key("leasework.queue")       // the queue it is claimed from
+	QueueKey      = attribute.Key("leasework.queue")       // the queue it is claimed from; on fair scheduling's gauges, the queue
 	GenerationKey = attribute.Key("leasework.generation")  // the claim's generation: the fencing token
 	AttemptKey    = attribute.Key("leasework.attempt")     // the claim's attempt number, 1 for the first
 	IDKey         = attribute.Key("leasework.id")          // the row id
@@ -24,9 +24,10 @@ const (
 	QueuesKey     = attribute.Key("leasework.queues")      // the distinct queues of one enqueue call, sorted
 	DuplicatesKey = attribute.Key("leasework.duplicates")  // events of one enqueue call skipped as duplicates
 	LeaseLossKey  = attribute.Key("leasework.lease_loss")  // on leasework.lease_losses: "lost", "unconfirmed" or "cancelled"
-	TableKey      = attribute.Key("leasework.table")       // on the limits' gauges: the events table, schema.table
+	TableKey      = attribute.Key("leasework.table")       // on the limits' and fair scheduling's gauges: the events table, schema.table
 	LimitScopeKey = attribute.Key("leasework.limit.scope") // on the limits' gauges: "kind", "queue" or "partition"; on the rate limits', "kind" or "queue"
 	LimitNameKey  = attribute.Key("leasework.limit.name")  // on the limits' gauges: the kind's, the queue's or the partition's name; "" for the default limit of the partitions
+	PartitionKey  = attribute.Key("leasework.partition")   // on leasework.fair.weight: the partition weighed; "" for the queue's default
 )
 
 // MessagingSystem is the value of messaging.system on every span.

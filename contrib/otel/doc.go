@@ -169,6 +169,16 @@
 //	leasework.rate_limit.max     gauge  {start}  the most starts it allows in any window of its period
 //	leasework.rate_limits.up     gauge  1        1 when the rate limits could be read, else 0 (leasework.table only)
 //
+// And fair scheduling, read with lease.Store.Weights and
+// lease.Store.Agings, with leasework.table and leasework.queue (and, for
+// a weight, leasework.partition: "" for the queue's default):
+//
+//	name                              type   unit         what it measures
+//	leasework.fair.partitions_active  gauge  {partition}  partitions of the fair queue its claims serve now
+//	leasework.fair.weight             gauge  1            a partition's weight; partition "": the queue's default
+//	leasework.priority_aging          gauge  s            how long a due event waits before it is claimed one level higher
+//	leasework.fair.up                 gauge  1            1 when the weights and agings could be read, else 0 (leasework.table only)
+//
 // The figures are the table's, the same from every process: observe them
 // in one.
 //

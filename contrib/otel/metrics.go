@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
@@ -115,9 +116,17 @@ const LimitsTimeout = 5 * time.Second
 // attempt starts it counts in the window that ends now
 // (leasework.rate_limit.recent) and the most it allows in a window
 // (leasework.rate_limit.max), with leasework.limit.scope ("kind" or
-// "queue") and leasework.limit.name; and leasework.rate_limits.up. The
-// figures are the table's, the same from every process: call it in one
-// of them (or let each process report them, and aggregate by table).
+// "queue") and leasework.limit.name; and leasework.rate_limits.up. And it
+// observes fair scheduling, read with [lease.Store.Weights] and
+// [lease.Store.Agings] in a third and fourth: for each fair queue, the
+// partitions its claims serve now (leasework.fair.partitions_active, with
+// leasework.queue); for each weight, the weight (leasework.fair.weight,
+// with leasework.queue and leasework.partition, "" for the queue's
+// default); for each queue with a priority aging, its wait
+// (leasework.priority_aging, in seconds, with leasework.queue); and
+// leasework.fair.up. The figures are the table's, the same from every
+// process: call it in one of them (or let each process report them, and
+// aggregate by table).
 // Unregister the returned registration to stop.
 func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, error) {
 	if store == nil {
@@ -140,6 +149,14 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 	ratesUp := gauge("leasework.rate_limits.up", "1", "Whether the rate limits could be read: 1, or 0.")
 	recent := gauge("leasework.rate_limit.recent", "{start}", "Attempt starts the rate limit counts in the window that ends now.")
 	rateMax := gauge("leasework.rate_limit.max", "{start}", "The most attempt starts the rate limit allows in any window of its period.")
+	fairUp := gauge("leasework.fair.up", "1", "Whether the fair queues' weights and the priority agings could be read: 1, or 0.")
+	active := gauge("leasework.fair.partitions_active", "{partition}", "Partitions of the fair queue that its claims serve now (those with due events that claims have seen).")
+	weight := gauge("leasework.fair.weight", "1", "The weight of a partition in a fair queue; partition \"\" is the queue's default, which makes it fair.")
+	aging, err := m.Float64ObservableGauge("leasework.priority_aging", metric.WithUnit("s"),
+		metric.WithDescription("How long a due event of the queue waits before it is claimed as one priority level higher."))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("leasework.priority_aging: %w", err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -164,14 +181,44 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 		if err != nil {
 			o.ObserveInt64(ratesUp, 0, metric.WithAttributes(table))
 			otel.Handle(fmt.Errorf("leaseworkotel: read the rate limits: %w", err))
-			return nil
+		} else {
+			o.ObserveInt64(ratesUp, 1, metric.WithAttributes(table))
+			for _, l := range rs {
+				attrs := metric.WithAttributes(table, LimitScopeKey.String(l.Scope), LimitNameKey.String(l.Name))
+				o.ObserveInt64(recent, int64(l.Recent), attrs)
+				o.ObserveInt64(rateMax, int64(l.Max), attrs)
+			}
 		}
-		o.ObserveInt64(ratesUp, 1, metric.WithAttributes(table))
-		for _, l := range rs {
-			attrs := metric.WithAttributes(table, LimitScopeKey.String(l.Scope), LimitNameKey.String(l.Name))
-			o.ObserveInt64(recent, int64(l.Recent), attrs)
-			o.ObserveInt64(rateMax, int64(l.Max), attrs)
-		}
+		observeFair(ctx, store, o, table, fairUp, active, weight, aging)
 		return nil
-	}, up, live, most, held, ratesUp, recent, rateMax)
+	}, up, live, most, held, ratesUp, recent, rateMax, fairUp, active, weight, aging)
+}
+
+// observeFair observes the weights and agings of store's table: each
+// fair queue's partitions served (active), each weight (weight), each
+// queue's aging (aging), and whether they could be read (up); a failed
+// read goes to otel.Handle.
+func observeFair(ctx context.Context, store *lease.Store, o metric.Observer, table attribute.KeyValue,
+	up, active, weight metric.Int64ObservableGauge, aging metric.Float64ObservableGauge) {
+	ws, err := store.Weights(ctx)
+	var as map[string]time.Duration
+	if err == nil {
+		as, err = store.Agings(ctx)
+	}
+	if err != nil {
+		o.ObserveInt64(up, 0, metric.WithAttributes(table))
+		otel.Handle(fmt.Errorf("leaseworkotel: read the weights and priority agings: %w", err))
+		return
+	}
+	o.ObserveInt64(up, 1, metric.WithAttributes(table))
+	for _, w := range ws {
+		queue := QueueKey.String(w.Queue)
+		if w.Partition == "" {
+			o.ObserveInt64(active, int64(w.Active), metric.WithAttributes(table, queue))
+		}
+		o.ObserveInt64(weight, int64(w.Weight.Weight), metric.WithAttributes(table, queue, PartitionKey.String(w.Partition)))
+	}
+	for q, d := range as {
+		o.ObserveFloat64(aging, d.Seconds(), metric.WithAttributes(table, QueueKey.String(q)))
+	}
 }
