@@ -103,8 +103,8 @@ type Reason struct {
 	// is being passed on), and Ahead the rows waiting before this one,
 	// counted up to 1000 (1000 means at least that many), for ReasonKey.
 	// For ReasonFair, Ahead is how many rows the row's partition is ahead
-	// of the partition furthest behind: its pass less the queue's lowest,
-	// times Weight, rounded; about how many rows of the partitions behind
+	// of the partition furthest behind: its pass (with what claims owe
+	// it) less the queue's lowest, times Weight, rounded; about how many rows of the partitions behind
 	// it go first (exactly that many of the one furthest behind, if its
 	// weight is the same). Zero for a row without a partition.
 	Key        string
@@ -199,15 +199,20 @@ WHERE o.id = $1`
 // fairSQL is the fair scheduling of row o, for whySQL, when its queue is
 // fair (it has a default weight) and the row READY: the weight of its
 // partition (its own, else the queue's default; the default for a row
-// without a partition), its partition's pass, and the queue's lowest
+// without a partition), its partition's pass with the debts claims left
+// to it (as the claim's candidates count them), and the queue's lowest
 // pass. The weights are read by the primary key of fair_weights, the
-// pass by that of fair_keys, and the lowest pass as the claim reads it
-// (fair_now): the first entry of the queue in fair_keys' (queue, pass)
-// index; so the read does not grow with the partitions served.
+// pass by that of fair_keys, its debts through fair_debts' (queue,
+// partition, id) index (a claim pays them when it next locks the pass),
+// and the lowest pass as the claim reads it (fair_now): the first entry
+// of the queue in fair_keys' (queue, pass) index; so the read does not
+// grow with the partitions served.
 const fairSQL = `
     SELECT COALESCE((SELECT pw.weight FROM {{schema}}.{{name "fair_weights"}} AS pw
                      WHERE pw.queue = o.queue AND pw.partition = o.partition_key), dw.weight) AS weight,
-        (SELECT k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
+        (SELECT k.pass + COALESCE((SELECT sum(d.pass) FROM {{schema}}.{{name "fair_debts"}} AS d
+                                   WHERE d.queue = o.queue AND d.partition = o.partition_key), 0)
+         FROM {{schema}}.{{name "fair_keys"}} AS k
          WHERE k.queue = o.queue AND k.partition = o.partition_key) AS pass,
         (SELECT k.pass FROM {{schema}}.{{name "fair_keys"}} AS k
          WHERE k.queue = o.queue

@@ -597,7 +597,7 @@ func TestWhyAFairQueueTakesTurns(t *testing.T) {
 		setWeight(t, s, lease.Weight{Queue: "bulk", Weight: 1})
 		setWeight(t, s, lease.Weight{Queue: "bulk", Partition: "acme", Weight: 3})
 		var es []lease.Event
-		for range 6 {
+		for range 8 {
 			es = append(es, lease.Event{Kind: "a", Queue: "bulk", Partition: "acme"})
 		}
 		for range 3 {
@@ -606,7 +606,7 @@ func TestWhyAFairQueueTakesTurns(t *testing.T) {
 		es = append(es, lease.Event{Kind: "b", Queue: "bulk"}, lease.Event{Kind: "a", Queue: "bulk", Partition: "acme", RunAt: time.Now().Add(time.Hour)},
 			lease.Event{Kind: "a", Partition: "acme"})
 		in := pgtest.Enqueue(t, s, es...)
-		acme, beta, bare, future, plain := in[5].ID, in[6].ID, in[9].ID, in[10].ID, in[11].ID
+		acme, beta, bare, future, plain := in[7].ID, in[8].ID, in[11].ID, in[12].ID, in[13].ID
 		for id, what := range map[int64]string{acme: "acme's row", beta: "beta's row", bare: "a row without a partition"} {
 			wantNoReason(t, s, id, what+" before any claim: no partition is served yet")
 		}
@@ -633,22 +633,50 @@ func TestWhyAFairQueueTakesTurns(t *testing.T) {
 		}
 		wantNoReason(t, s, plain, "acme's row in a queue that is not fair")
 		wantNoReason(t, s, in[0].ID, "acme's running row")
+
+		// A claim beside one in an open transaction, which holds acme's
+		// pass, owes acme its row (1/3): the pass counts the debt (5/3),
+		// then the other's row too once it commits (2).
+		tx, err := s.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if c, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "bulk", Kinds: []string{"a"}}); err != nil || len(c) != 1 || c[0].ID != in[4].ID {
+			t.Fatalf("claim in an open transaction = %+v, %v; want acme's fifth row", c, err)
+		}
+		// A generous liveness bound: the claim waits for nothing.
+		bounded, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if c, err := s.Claim(bounded, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Queue: "bulk", Kinds: []string{"a"}}); err != nil || len(c) != 1 || c[0].ID != in[5].ID {
+			t.Fatalf("claim beside the open transaction = %+v, %v; want acme's sixth row", c, err)
+		}
+		if rs := why(t, s, in[6].ID); len(rs) != 1 || rs[0].Ahead != 5 {
+			t.Errorf("reasons of acme's row with a debt of 1/3 = %+v; want 5 rows ahead", rs)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if rs := why(t, s, in[6].ID); len(rs) != 1 || rs[0].Ahead != 6 {
+			t.Errorf("reasons of acme's row once the other claim committed = %+v; want 6 rows ahead", rs)
+		}
+		acme = in[6].ID
 		gamma := pgtest.Enqueue(t, s, lease.Event{Kind: "a", Queue: "bulk", Partition: "gamma"})[0].ID
 		wantNoReason(t, s, gamma, "a row of a partition not served yet")
 
-		// The weight as it is now: acme at 6 is 8 rows ahead; with its
-		// own weight cleared, at the default of 1, one row (4/3, rounded).
-		setWeight(t, s, lease.Weight{Queue: "bulk", Partition: "acme", Weight: 6})
-		if rs := why(t, s, acme); len(rs) != 1 || rs[0].Weight != 6 || rs[0].Ahead != 8 ||
-			rs[0].Text != "waits its turn in fair queue bulk: partition acme (weight 6) is 8 rows ahead of the partition furthest behind" {
-			t.Errorf("reasons of acme's row at weight 6 = %+v; want 8 rows ahead", rs)
+		// The weight as it is now: acme (a pass of 2) at 5 is 10 rows
+		// ahead; with its own weight cleared, at the default of 1, 2.
+		setWeight(t, s, lease.Weight{Queue: "bulk", Partition: "acme", Weight: 5})
+		if rs := why(t, s, acme); len(rs) != 1 || rs[0].Weight != 5 || rs[0].Ahead != 10 ||
+			rs[0].Text != "waits its turn in fair queue bulk: partition acme (weight 5) is 10 rows ahead of the partition furthest behind" {
+			t.Errorf("reasons of acme's row at weight 5 = %+v; want 10 rows ahead", rs)
 		}
 		if _, err := s.ClearWeight(ctx, "bulk", "acme", "test"); err != nil {
 			t.Fatal(err)
 		}
-		if rs := why(t, s, acme); len(rs) != 1 || rs[0].Weight != 1 || rs[0].Ahead != 1 ||
-			rs[0].Text != "waits its turn in fair queue bulk: partition acme (weight 1) is 1 row ahead of the partition furthest behind" {
-			t.Errorf("reasons of acme's row at the default weight = %+v; want 1 row ahead", rs)
+		if rs := why(t, s, acme); len(rs) != 1 || rs[0].Weight != 1 || rs[0].Ahead != 2 ||
+			rs[0].Text != "waits its turn in fair queue bulk: partition acme (weight 1) is 2 rows ahead of the partition furthest behind" {
+			t.Errorf("reasons of acme's row at the default weight = %+v; want 2 rows ahead", rs)
 		}
 
 		// Not fair any more: nothing holds either.
