@@ -234,7 +234,8 @@
 // its partition's limit full or the row set aside by it ([ScopePartition];
 // [Row].Partition is a row's partition), a rate limit without room for
 // its cost, with when the window has room ([ReasonRate]; [Row].Cost is a
-// row's cost). [Store.RateLimits] reads each rate limit with its starts
+// row's cost), its turn in a fair queue, its partition so many rows
+// ahead of the one furthest behind ([ReasonFair]). [Store.RateLimits] reads each rate limit with its starts
 // in the window and, while it is full, when it next has room.
 //
 // # Indexes

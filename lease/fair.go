@@ -103,8 +103,10 @@ WITH old AS (
     SET after_us = EXCLUDED.after_us, set_at = statement_timestamp(), set_by = EXCLUDED.set_by
     RETURNING a.queue
 ), audit AS (
-    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, period_us, set_by)
-    SELECT 'aging', $1, $2, $3 FROM set
+    -- Old and New say whether the queue had an aging before and after:
+    -- 1 or none.
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, period_us, set_by)
+    SELECT 'aging', $1, (SELECT 1 FROM old), 1, $2, $3 FROM set
 )
 SELECT COALESCE((SELECT after_us FROM old), 0)`
 
@@ -114,8 +116,8 @@ const clearAgingSQL = `
 WITH gone AS (
     DELETE FROM {{schema}}.{{name "queue_aging"}} WHERE queue = $1 RETURNING after_us
 ), audit AS (
-    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, period_us, set_by)
-    SELECT 'aging', $1, after_us, $2 FROM gone
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, period_us, set_by)
+    SELECT 'aging', $1, 1, NULL, after_us, $2 FROM gone
 )
 SELECT count(*) FROM gone`
 

@@ -98,7 +98,9 @@ type LimitChange struct {
 	Partition string
 	// Old and New are the limit before and after the change: -1 for none
 	// (the change declared the limit, or cleared it). For a rate limit,
-	// its Max; for a weight, the weight; -1 both for an aging.
+	// its Max; for a weight, the weight; for an aging, 1 when the queue
+	// had one, before and after the change (a set: New 1; a clear: Old 1,
+	// New -1).
 	Old, New int
 	// Per is a rate limit's period, or an aging's wait: as the change set
 	// it, or, for a clear, as it was. Zero for a concurrency limit.

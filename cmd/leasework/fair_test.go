@@ -149,8 +149,8 @@ func TestFairWeightsAndAging(t *testing.T) {
 			}
 			want := []change{
 				{"weight", "acme", 3, 3, "", operatorName()},
-				{"aging", "-", -1, -1, "1h0m0s", "bob"},
-				{"aging", "-", -1, -1, "10m0s", "bob"},
+				{"aging", "-", 1, 1, "1h0m0s", "bob"},
+				{"aging", "-", -1, 1, "10m0s", "bob"},
 				{"weight", "", 1, 2, "", operatorName()},
 				{"weight", "", -1, 1, "", "alice"},
 				{"weight", "acme", -1, 3, "", "alice"},
@@ -172,8 +172,8 @@ func TestFairWeightsAndAging(t *testing.T) {
 			if f := lineWith(r.stdout, "(default)"); len(f) != 9 || f[2] != "weight" || f[3] != "bulk" || f[5] != "1" || f[6] != "2" || f[7] != "-" {
 				t.Errorf("limits -changes prints %q for the default's change; want when, weight, bulk, (default), 1, 2, no period, by:\n%s", f, r.stdout)
 			}
-			if f := lineWith(r.stdout, "aging"); len(f) != 9 || f[3] != "bulk" || f[4] != "-" || f[5] != "-" || f[6] != "-" || f[7] != "1h0m0s" || f[8] != "bob" {
-				t.Errorf("limits -changes prints %q for the aging's change; want when, aging, bulk, no partition, -, -, 1h0m0s, bob:\n%s", f, r.stdout)
+			if f := lineWith(r.stdout, "aging"); len(f) != 9 || f[3] != "bulk" || f[4] != "-" || f[5] != "on" || f[6] != "on" || f[7] != "1h0m0s" || f[8] != "bob" {
+				t.Errorf("limits -changes prints %q for the aging's change; want when, aging, bulk, no partition, on, on, 1h0m0s, bob:\n%s", f, r.stdout)
 			}
 			if header := strings.Fields(strings.SplitN(r.stdout, "\n", 2)[0]); strings.Join(header, " ") != "AT SCOPE NAME PARTITION OLD NEW PERIOD BY" {
 				t.Errorf("limits -changes header = %q", header)

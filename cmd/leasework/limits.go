@@ -550,12 +550,22 @@ func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *print
 		}
 		old, now := maxCell(c.Old), maxCell(c.New)
 		if c.Scope == scopeAging {
-			// The audit keeps an aging's wait alone (PERIOD).
-			old, now = "-", "-"
+			// Whether the queue had an aging before and after; its wait
+			// is the PERIOD.
+			old, now = onOrDash(c.Old), onOrDash(c.New)
 		}
 		rows[i] = []string{timeCell(&c.At), c.Scope, truncate(c.Name, limitNameWidth), part, old, now, per, orDash(truncate(c.By, keyWidth))}
 	}
 	return out.Table([]string{"AT", "SCOPE", "NAME", "PARTITION", "OLD", "NEW", "PERIOD", "BY"}, rows)
+}
+
+// onOrDash is "on" for an aging the audit says a queue had (1), "-" for
+// none.
+func onOrDash(n int) string {
+	if n == 1 {
+		return "on"
+	}
+	return "-"
 }
 
 // orNone returns n, or nil for -1: no limit.
