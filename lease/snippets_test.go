@@ -152,7 +152,7 @@ func whyNotRunning(ctx context.Context, store *lease.Store, id int64) error {
 	}
 	reasons, err := store.WhyNotRunning(ctx, id) // empty: nothing holds it back
 	for _, r := range reasons {
-		// r.Kind: lease.ReasonLimit, ReasonPartition, ReasonRate, ReasonPaused, ReasonKey or ReasonNotDue.
+		// r.Kind: lease.ReasonLimit, ReasonPartition, ReasonRate, ReasonFair, ReasonPaused, ReasonKey or ReasonNotDue.
 		_ = r.Text // "held by concurrency limit kind:send-email (5/5 live): it starts when one of those attempts ends, ..."
 	}
 	return err
