@@ -132,3 +132,9 @@ func WhyStatement(s *Store) Statement { return Statement{s.wq.why, "bigint"} }
 
 // LimitsSQL returns the read of Store.Limits; it has no parameters.
 func LimitsSQL(s *Store) string { return s.q.limits }
+
+// ClaimFairStatement returns the claim of a fair or aging queue, with
+// the parameters of ClaimStatement.
+func ClaimFairStatement(s *Store) Statement {
+	return Statement{s.q.claimFair, "int, text[], bigint, text, text, bigint[], bigint"}
+}

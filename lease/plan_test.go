@@ -528,3 +528,204 @@ func TestPartitionWakeReadsItsSlotsOnlyWhateverThePlan(t *testing.T) {
 		tx.Rollback()
 	}
 }
+
+var (
+	nodeRows    = regexp.MustCompile(`\(actual (?:time=\S+ )?rows=([\d.]+) loops=(\d+)\)`)
+	nodeRemoved = regexp.MustCompile(`Rows Removed by (?:Filter|Join Filter|Index Recheck): ([\d.]+)`)
+)
+
+// nodeWork is a node of a plan (EXPLAIN ANALYZE) and the rows it handled
+// over all its loops: those it returned and those its filters (a join's
+// too) threw away. EXPLAIN gives both per loop.
+type nodeWork struct {
+	line string
+	rows float64
+}
+
+// planWork returns the work of each node of plan that ran.
+func planWork(plan string) []nodeWork {
+	var ws []nodeWork
+	loops := 0.0
+	for _, l := range strings.Split(plan, "\n") {
+		if m := nodeRows.FindStringSubmatch(l); m != nil {
+			r, _ := strconv.ParseFloat(m[1], 64)
+			loops, _ = strconv.ParseFloat(m[2], 64)
+			ws = append(ws, nodeWork{strings.TrimSpace(l), r * loops})
+			continue
+		}
+		if m := nodeRemoved.FindStringSubmatch(l); m != nil && len(ws) > 0 {
+			r, _ := strconv.ParseFloat(m[1], 64)
+			ws[len(ws)-1].rows += r * loops
+		}
+	}
+	return ws
+}
+
+// TestPartitionClaimCostsItsBatchNotItsSquareWhateverThePlan: the steps
+// of the claim that keep partition limits read each other once, never
+// once per row, whatever plan the server makes of them. Their CTEs carry
+// no useful row estimates, and a join of two was planned as a nested
+// loop: chosen read all of part_fit for each row taken (1,000,000 rows
+// for a batch of 1,000, 999,000 of them thrown away by the join),
+// part_counted read it twice per slot, part_ranked and part_rooms read
+// parts once per row, slot_map read chosen once per row under a
+// concurrency limit.
+//
+// One store under a default partition limit of 2, and seven queues of
+// 1,000 rows, each row of a partition of its own, each queue a case of
+// the steps: partitions whose slots have room (room); without a slot yet
+// (new); full, their rows set aside (full); full, with their places given
+// back not yet counted (back); expired leases that keep their places
+// (carry); with room and a row set aside each, which the claim takes
+// first (aside); of a kind under a concurrency limit too (kinded). A claim
+// of 1,000 of each queue, through both claim statements, with custom and
+// with generic plans, runs under EXPLAIN (ANALYZE) in a transaction
+// rolled back, and does what its case says; no node of its plan handles
+// more than perRow rows per row of the batch, over all its loops,
+// counting the rows its filters throw away. The bound does not depend on
+// the machine's speed: a step that reads a CTE of the batch once per row
+// of another handles 1,000 × 1,000 rows, 25 times the bound.
+func TestPartitionClaimCostsItsBatchNotItsSquareWhateverThePlan(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	const n = 1000
+	// The largest work per row of a linear step: placed reads a kind
+	// limit's 16 slots' ranges (units) for each row, and a few steps read
+	// the batch a few times over.
+	const perRow = 40
+	setLimit(t, s, partitionLimit("", 2))
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "limited", Max: lease.MaxLimit})
+	q, slots, releases := s.QualifiedTable(),
+		lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(s.Table()+"_partition_slots"),
+		lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(s.Table()+"_partition_releases")
+	rows := func(queue, kind string) string {
+		return `INSERT INTO ` + q + ` (event_id, kind, queue, partition_key)
+			SELECT '` + queue + `-' || g, '` + kind + `', '` + queue + `', '` + queue + `-' || g FROM generate_series(1, ` + fmt.Sprint(n) + `) AS g`
+	}
+	slotsOf := func(queue string, used int) string {
+		return `INSERT INTO ` + slots + ` (partition, used)
+			SELECT '` + queue + `-' || g, ` + fmt.Sprint(used) + ` FROM generate_series(1, ` + fmt.Sprint(n) + `) AS g`
+	}
+	for _, stmt := range []string{
+		rows("room", "k"), slotsOf("room", 0),
+		rows("new", "k"),
+		rows("full", "k"), slotsOf("full", 2),
+		rows("back", "k"), slotsOf("back", 2),
+		`INSERT INTO ` + releases + ` (slot, n) SELECT id, 2 FROM ` + slots + ` WHERE partition LIKE 'back-%'`,
+		slotsOf("carry", 1),
+		`INSERT INTO ` + q + ` (event_id, kind, queue, partition_key, partition_slot, status, generation, attempt, lease_until)
+		 SELECT 'carry-' || s.id, 'k', 'carry', s.partition, s.id, 'INPROGRESS', 1, 1, statement_timestamp() - interval '1 hour'
+		 FROM ` + slots + ` AS s WHERE s.partition LIKE 'carry-%'`,
+		rows("aside", "k"), slotsOf("aside", 0),
+		`INSERT INTO ` + q + ` (event_id, kind, queue, partition_key, status)
+		 SELECT 'aside-waiting-' || g, 'k', 'aside', 'aside-' || g, 'WAITING' FROM generate_series(1, ` + fmt.Sprint(n) + `) AS g`,
+		rows("kinded", "limited"), slotsOf("kinded", 0),
+		`VACUUM (ANALYZE) ` + q,
+		`VACUUM (ANALYZE) ` + slots,
+		`VACUUM (ANALYZE) ` + releases,
+	} {
+		if _, err := s.DB().ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	count := func(tx *sql.Tx, query string) int {
+		t.Helper()
+		var c int
+		if err := tx.QueryRow(query).Scan(&c); err != nil {
+			t.Fatalf("%s: %v", query, err)
+		}
+		return c
+	}
+	inQueue := func(queue, where string) string {
+		return `SELECT count(*) FROM ` + q + ` WHERE queue = '` + queue + `' AND ` + where
+	}
+	looks := func(queue string) string {
+		return `SELECT count(*) FROM ` + releases + ` AS r JOIN ` + slots + ` AS s ON s.id = r.slot
+			WHERE r.n = 0 AND s.partition LIKE '` + queue + `-%'`
+	}
+	cases := []struct {
+		queue string
+		// what the claim did, each count with the count it must have
+		checks map[string]string
+	}{
+		{"room", map[string]string{
+			inQueue("room", "status = 'INPROGRESS' AND partition_slot IS NOT NULL"):         "claimed, each in its slot",
+			`SELECT count(*) FROM ` + slots + ` WHERE partition LIKE 'room-%' AND used = 1`: "slots counting their place",
+		}},
+		{"new", map[string]string{
+			inQueue("new", "status = 'INPROGRESS' AND partition_slot IS NOT NULL"):         "claimed, each in its slot",
+			`SELECT count(*) FROM ` + slots + ` WHERE partition LIKE 'new-%' AND used = 1`: "slots made",
+		}},
+		{"full", map[string]string{
+			inQueue("full", "status = 'WAITING' AND key IS NULL"): "set aside",
+			looks("full"): "look-again releases after them",
+		}},
+		{"back", map[string]string{
+			inQueue("back", "status = 'INPROGRESS' AND partition_slot IS NOT NULL"):         "claimed, each in its slot",
+			`SELECT count(*) FROM ` + slots + ` WHERE partition LIKE 'back-%' AND used = 1`: "slots counting their releases and their place",
+			looks("back"): "look-again releases for the room left after counting",
+		}},
+		{"carry", map[string]string{
+			inQueue("carry", "status = 'INPROGRESS' AND generation = 2 AND partition_slot IS NOT NULL"): "taken back in their slots",
+			`SELECT count(*) FROM ` + slots + ` WHERE partition LIKE 'carry-%' AND used = 1`:            "slots still counting one place",
+		}},
+		{"aside", map[string]string{
+			inQueue("aside", "status = 'INPROGRESS' AND event_id LIKE 'aside-waiting-%'"):    "rows set aside claimed",
+			`SELECT count(*) FROM ` + slots + ` WHERE partition LIKE 'aside-%' AND used = 1`: "slots counting their place",
+		}},
+		{"kinded", map[string]string{
+			inQueue("kinded", "status = 'INPROGRESS' AND partition_slot IS NOT NULL AND kind_slot IS NOT NULL"): "claimed, each in its partition's slot and its kind's",
+		}},
+	}
+	statements := []struct {
+		name string
+		st   lease.Statement
+	}{{"claim", lease.ClaimStatement(s)}, {"fair claim", lease.ClaimFairStatement(s)}}
+	for _, c := range cases {
+		for _, st := range statements {
+			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+				for _, stmt := range []string{"SET plan_cache_mode = " + mode, "PREPARE p(" + st.st.Types + ") AS " + st.st.Query} {
+					if _, err := conn.ExecContext(ctx, stmt); err != nil {
+						t.Fatalf("%s: %v", stmt, err)
+					}
+				}
+				tx, err := conn.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plan := explainIn(t, tx, fmt.Sprintf("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE p(%d, '{}', 60000000, '', '%s', '{}', 0)", n, c.queue))
+				for query, what := range c.checks {
+					if got := count(tx, query); got != n {
+						t.Errorf("%s, %s, %s: %d rows %s; want %d", c.queue, st.name, mode, got, what, n)
+					}
+				}
+				if err := tx.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := conn.ExecContext(ctx, "DEALLOCATE p"); err != nil {
+					t.Fatal(err)
+				}
+				most := nodeWork{}
+				for _, w := range planWork(plan) {
+					if w.rows > perRow*n {
+						t.Errorf("%s, %s, %s: a node handles %.0f rows for a batch of %d; want at most %d: %s",
+							c.queue, st.name, mode, w.rows, n, perRow*n, w.line)
+					}
+					if w.rows > most.rows {
+						most = w
+					}
+				}
+				t.Logf("%s, %s, %s: at most %.0f rows in a node (%s)", c.queue, st.name, mode, most.rows, most.line)
+				if t.Failed() && testing.Verbose() {
+					t.Logf("%s", shortLines(plan))
+				}
+			}
+		}
+	}
+}

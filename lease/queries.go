@@ -572,8 +572,9 @@ const admitCTEs = `candidates AS (
     -- The place each row claimed takes under each limit, as [slot key,
     -- row it is taken from]: its own, when it keeps it; else the i-th row
     -- of a kind the i-th free place of its kind's limit, the i-th row of
-    -- the queue the i-th of the queue's.
-    SELECT t.id,
+    -- the queue the i-th of the queue's. With its place in its
+    -- partition's slot, for slot_map.
+    SELECT t.id, t.part_slot,
         CASE WHEN t.carry_kind THEN ARRAY[t.kind_slot, NULL]
              ELSE (SELECT ARRAY[u.key, u.holder] FROM units AS u
                    WHERE u.scope = 'kind' AND u.name = t.kind AND t.kind_pos > u.lo AND t.kind_pos <= u.hi) END AS k,
@@ -584,7 +585,7 @@ const admitCTEs = `candidates AS (
     -- None under no limit: nothing after it reads a row.
     WHERE EXISTS (SELECT 1 FROM limited)
 ), slotted AS (
-    SELECT id, k[1] AS kind_slot, k[2] AS kind_from, q[1] AS queue_slot, q[2] AS queue_from FROM placed
+    SELECT id, part_slot, k[1] AS kind_slot, k[2] AS kind_from, q[1] AS queue_slot, q[2] AS queue_from FROM placed
 ), counted AS (
     -- Each slot's count changes by the places taken from its room, less
     -- the releases counted now.
@@ -625,15 +626,15 @@ const admitCTEs = `candidates AS (
     GROUP BY p.partition_slot
 ), ` + rateTakingCTEs + `, slot_map AS (
     -- The rows' places by row id, for the UPDATE below to look up: none
-    -- when no limit applies.
+    -- when no limit applies. slotted has every row chosen while a kind or
+    -- queue limit applies, and none else: then chosen gives the places in
+    -- partitions' slots alone.
     SELECT jsonb_object_agg(u.id::text, jsonb_build_array(u.kind_slot, u.queue_slot, u.part_slot)) AS m
-    FROM (SELECT s.id, s.kind_slot, s.queue_slot, (SELECT c.part_slot FROM chosen AS c WHERE c.id = s.id) AS part_slot
-          FROM slotted AS s
-          WHERE s.kind_slot IS NOT NULL OR s.queue_slot IS NOT NULL
+    FROM (SELECT s.id, s.kind_slot, s.queue_slot, s.part_slot FROM slotted AS s
+          WHERE s.kind_slot IS NOT NULL OR s.queue_slot IS NOT NULL OR s.part_slot IS NOT NULL
           UNION ALL
           SELECT c.id, NULL, NULL, c.part_slot FROM chosen AS c
-          WHERE c.part_slot IS NOT NULL AND EXISTS (SELECT 1 FROM parts)
-            AND c.id NOT IN (SELECT s.id FROM slotted AS s WHERE s.kind_slot IS NOT NULL OR s.queue_slot IS NOT NULL)) AS u
+          WHERE c.part_slot IS NOT NULL AND EXISTS (SELECT 1 FROM parts) AND NOT EXISTS (SELECT 1 FROM limited)) AS u
 ), held_whole AS (
     -- Every slot whose count changes was written, and every stale holder
     -- whose place was taken: the statement fails (division by zero)
@@ -665,36 +666,51 @@ const anyPartitionLimit = `(SELECT true FROM {{schema}}.{{name "partition_limits
 
 // partitionCTEs keep the partition limits (migration 19) among the rows
 // taken under the kind and queue limits. parts: the partitions of those
-// rows under a limit, each with its Max (its own, or the default) and the
-// id of its slot in this claim's snapshot. part_woken: wake_partitions,
-// run once, counts the releases of other partitions' slots and brings
-// back their rows set aside, while a partition limit or a slot is left
-// (the last limit cleared, the slots go as their partitions' rows come
-// back); part_look reads it as the outer side of a join, so it runs
-// whenever the claim runs. part_locks: the slots of
-// parts, locked SKIP LOCKED in partition order; a
-// partition whose slot another claim holds is passed over, its rows
-// neither taken nor set aside. part_back: their releases, counted now.
-// part_made: the slots of partitions that had none, made with the places
-// this claim takes in them (a slot made by another claim since this
-// claim's snapshot is passed over). part_fit: each row under a partition
-// limit, and whether it has a place: it keeps its own (taken back), or is
-// within its partition's room, by the claim's order. chosen: the rows
-// claimed, ranked again within their kind and queue (a subset's ranks are
-// no higher, so each still has its place under those limits). set_aside:
-// the READY rows without a key that a full partition holds back, made
-// WAITING (out of the READY index); a release of n = 0 after them says
-// "look again" to the claims that follow, as it does when this claim
-// leaves room in a slot after counting releases.
+// rows under a limit, each with its Max (its own, or the default), the id
+// of its slot in this claim's snapshot, and its rows taken (n).
+// part_woken: wake_partitions, run once, counts the releases of other
+// partitions' slots and brings back their rows set aside, while a
+// partition limit or a slot is left (the last limit cleared, the slots go
+// as their partitions' rows come back); part_look reads it as the outer
+// side of a join, so it runs whenever the claim runs. part_locks: the
+// slots of parts, locked SKIP LOCKED in partition order; a partition whose
+// slot another claim holds is passed over, its rows neither taken nor set
+// aside. part_back: their releases, counted now. part_made: the slots of
+// partitions that had none, made with the places this claim takes in them
+// (a slot made by another claim since this claim's snapshot is passed
+// over). part_fit: each row under a partition limit, and whether it has a
+// place: it keeps its own (taken back), or is within its partition's
+// room, by the claim's order. chosen: the rows claimed, ranked again
+// within their kind and queue (a subset's ranks are no higher, so each
+// still has its place under those limits). set_aside: the READY rows
+// without a key that a full partition holds back, made WAITING (out of
+// the READY index); a release of n = 0 after them says "look again" to
+// the claims that follow, as it does when this claim leaves room in a slot
+// after counting releases.
+//
+// Each step reads another once, never once per row of its own. A value
+// that a step needs for each of its rows from a step of other rows (a
+// partition's Max and slot, a slot's releases, room or places taken, a
+// row's place) is looked up by key in a JSON object (a binary search)
+// into which that step's rows were aggregated once: part_of, part_backs,
+// part_slots_of, part_fits, part_took. A scan of a CTE carries no useful
+// estimate of its rows, and a join of two was planned as a nested loop
+// that read one whole for each row of the other: the square of the batch
+// (a claim of 1,000 rows of partitions with room read part_fit 1,000
+// times, and threw 999,000 rows away).
 const partitionCTEs = `parts AS (
-    SELECT d.partition, c.cap,
+    SELECT d.partition, d.n, c.cap,
         (SELECT s.id FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition) AS slot
-    FROM (SELECT DISTINCT partition_key AS partition FROM taken
-          WHERE partition_key IS NOT NULL AND ` + anyPartitionLimit + `) AS d
+    FROM (SELECT partition_key AS partition, count(*) AS n FROM taken
+          WHERE partition_key IS NOT NULL AND ` + anyPartitionLimit + `
+          GROUP BY partition_key) AS d
     CROSS JOIN LATERAL (SELECT COALESCE(
         (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = d.partition),
         (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = '')) AS cap) AS c
     WHERE c.cap IS NOT NULL
+), part_of AS (
+    -- parts by partition: [cap, slot].
+    SELECT jsonb_object_agg(p.partition, jsonb_build_array(p.cap, p.slot)) AS m FROM parts AS p
 ), part_woken AS MATERIALIZED (
     SELECT {{schema}}.{{name "wake_partitions"}}(ARRAY(SELECT partition FROM parts)) AS ps
     WHERE ` + anyPartitionLimit + `
@@ -708,55 +724,79 @@ const partitionCTEs = `parts AS (
     DELETE FROM {{schema}}.{{name "partition_releases"}} AS r
     WHERE r.slot = ANY (ARRAY(SELECT id FROM part_locks))
     RETURNING r.slot, r.n
+), part_backs AS (
+    -- The places part_back gives back, by slot.
+    SELECT jsonb_object_agg(b.slot::text, b.n) AS m
+    FROM (SELECT r.slot, sum(r.n) AS n FROM part_back AS r GROUP BY r.slot) AS b
 ), part_ranked AS (
     -- in_part: a row's place among its partition's rows that need one.
-    SELECT t.id, t.part, t.key, t.partition_key, p.cap,
-        COALESCE(t.part = 0 AND t.partition_slot = p.slot, false) AS carry_part,
-        row_number() OVER (PARTITION BY t.partition_key, COALESCE(t.part = 0 AND t.partition_slot = p.slot, false)
-                           ORDER BY t.ord) AS in_part
+    -- p: its partition's entry of part_of, none for a partition under no
+    -- limit. A claim under no partition limit reads no row here.
+    SELECT t.id, t.part, t.key, t.partition_key, c.carry_part,
+        row_number() OVER (PARTITION BY t.partition_key, c.carry_part ORDER BY t.ord) AS in_part
     FROM taken AS t
-    CROSS JOIN LATERAL (SELECT p.cap, p.slot FROM parts AS p WHERE p.partition = t.partition_key OFFSET 0) AS p
+    CROSS JOIN LATERAL (SELECT (SELECT m FROM part_of) -> t.partition_key AS v) AS p
+    CROSS JOIN LATERAL (SELECT COALESCE(t.part = 0 AND t.partition_slot = (p.v ->> 1)::bigint, false) AS carry_part) AS c
+    WHERE p.v IS NOT NULL AND EXISTS (SELECT 1 FROM parts)
 ), part_rooms AS (
     SELECT l.partition, l.id, b.back, GREATEST(b.cap - l.used + b.back, 0) AS room, l.used - b.back > b.cap AS over
     FROM part_locks AS l
-    CROSS JOIN LATERAL (SELECT COALESCE((SELECT sum(r.n) FROM part_back AS r WHERE r.slot = l.id), 0)::integer AS back,
-                               (SELECT p.cap FROM parts AS p WHERE p.partition = l.partition) AS cap
-                        OFFSET 0) AS b
+    CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_backs) ->> l.id::text)::integer, 0) AS back,
+                               ((SELECT m FROM part_of) -> l.partition ->> 0)::integer AS cap) AS b
 ), part_made AS (
     INSERT INTO {{schema}}.{{name "partition_slots"}} AS s (partition, used)
-    SELECT p.partition, LEAST(p.cap, (SELECT count(*) FROM part_ranked AS r WHERE r.partition_key = p.partition))
+    SELECT p.partition, LEAST(p.cap, p.n)
     FROM parts AS p
     WHERE p.slot IS NULL
     ORDER BY p.partition
     ON CONFLICT (partition) DO NOTHING
     RETURNING s.partition, s.id, s.used AS took
+), part_slots_of AS (
+    -- The slots of part_rooms ([id, room, over]) and of part_made ([id,
+    -- took]), by partition.
+    SELECT (SELECT jsonb_object_agg(l.partition, jsonb_build_array(l.id, l.room, l.over)) FROM part_rooms AS l) AS locked,
+        (SELECT jsonb_object_agg(m.partition, jsonb_build_array(m.id, m.took)) FROM part_made AS m) AS made
 ), part_fit AS (
     SELECT r.id, r.part, r.key, COALESCE(l.id, m.id) AS slot, r.carry_part AND l.id IS NOT NULL AND NOT l.over AS kept,
         CASE WHEN l.id IS NOT NULL THEN (r.carry_part AND NOT l.over) OR r.in_part <= l.room
              WHEN m.id IS NOT NULL THEN r.in_part <= m.took
              ELSE false END AS fits
     FROM part_ranked AS r
-    LEFT JOIN part_rooms AS l ON l.partition = r.partition_key
-    LEFT JOIN part_made AS m ON m.partition = r.partition_key
+    -- Its partition's slot, locked (l) or made (m), if either.
+    CROSS JOIN LATERAL (SELECT (SELECT locked FROM part_slots_of) -> r.partition_key AS l,
+                               (SELECT made FROM part_slots_of) -> r.partition_key AS m) AS s
+    CROSS JOIN LATERAL (SELECT (s.l ->> 0)::bigint AS id, (s.l ->> 1)::integer AS room, (s.l ->> 2)::boolean AS over) AS l
+    CROSS JOIN LATERAL (SELECT (s.m ->> 0)::bigint AS id, (s.m ->> 1)::integer AS took) AS m
+), part_fits AS (
+    -- part_fit by row id: [fits, slot].
+    SELECT jsonb_object_agg(f.id::text, jsonb_build_array(f.fits, f.slot)) AS m FROM part_fit AS f
 ), chosen AS (
-    SELECT t.*, f.slot AS part_slot,
+    SELECT t.*, (f.v ->> 1)::bigint AS part_slot,
         row_number() OVER (PARTITION BY t.kind, t.carry_kind ORDER BY t.ord) AS kind_pos,
         row_number() OVER (PARTITION BY t.carry_queue ORDER BY t.ord) AS queue_pos
     FROM taken AS t
-    LEFT JOIN part_fit AS f ON f.id = t.id
-    WHERE f.id IS NULL OR f.fits
+    -- Its entry of part_fits, none for a row under no partition limit.
+    CROSS JOIN LATERAL (SELECT (SELECT m FROM part_fits) -> t.id::text AS v) AS f
+    WHERE f.v IS NULL OR (f.v ->> 0)::boolean
 ), set_aside AS (
     UPDATE {{table}} AS o
     SET status = 'WAITING', updated_at = statement_timestamp()
     WHERE o.id = ANY (ARRAY(SELECT id FROM part_fit WHERE NOT fits AND slot IS NOT NULL AND part = 1 AND key IS NULL))
       AND o.status = 'READY' COLLATE "C"
     RETURNING o.id, o.partition_key
+), part_took AS (
+    -- The places taken from each slot's room, by slot: its rows that fit
+    -- and keep no place of their own.
+    SELECT jsonb_object_agg(f.slot::text, f.n) AS m
+    FROM (SELECT f.slot, count(*) AS n FROM part_fit AS f
+          WHERE f.fits AND NOT f.kept AND f.slot IS NOT NULL
+          GROUP BY f.slot) AS f
 ), part_counted AS (
     -- Each locked slot's count changes by the places taken from its room,
     -- less the releases counted now.
-    SELECT l.id, l.partition, l.room - (SELECT count(*) FROM part_fit AS f WHERE f.slot = l.id AND f.fits AND NOT f.kept) AS left_over,
-        ((SELECT count(*) FROM part_fit AS f WHERE f.slot = l.id AND f.fits AND NOT f.kept) - l.back)::integer AS d
+    SELECT l.id, l.partition, l.back, l.room - t.n AS left_over, (t.n - l.back)::integer AS d
     FROM part_rooms AS l
+    CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_took) ->> l.id::text)::integer, 0) AS n) AS t
 ), part_held AS (
     UPDATE {{schema}}.{{name "partition_slots"}} AS s
     SET used = s.used + ((SELECT jsonb_object_agg(c.id::text, c.d) FROM part_counted AS c WHERE c.d <> 0) ->> s.id::text)::integer
@@ -769,11 +809,14 @@ const partitionCTEs = `parts AS (
     -- while a partition limit is declared, whatever else it finds.
     FROM part_woken AS w
     CROSS JOIN LATERAL (
+        -- The slots left with room after counting places given back (a
+        -- release of n > 0: no release is negative), and those of the
+        -- rows set aside.
         SELECT c.id AS slot FROM part_counted AS c
-        WHERE c.left_over > 0 AND EXISTS (SELECT 1 FROM part_back AS b WHERE b.slot = c.id AND b.n > 0)
+        WHERE c.left_over > 0 AND c.back > 0
           AND w.ps IS NOT NULL
         UNION
-        SELECT f.slot FROM part_fit AS f WHERE f.id = ANY (ARRAY(SELECT id FROM set_aside))) AS s
+        SELECT ((SELECT m FROM part_fits) -> a.id::text ->> 1)::bigint FROM set_aside AS a) AS s
     RETURNING pg_notify({{channel}}, '')
 )`
 
