@@ -210,7 +210,9 @@ WITH paused AS (
     -- partition with room takes them before its rows still READY, which
     -- are newer, so that rows set aside are not passed over for good by a
     -- partition that keeps getting new ones. Read through the index of
-    -- rows set aside, by partition.
+    -- rows set aside, by partition: a partition without any (most of
+    -- those of the due rows found) costs one probe of it, and its room is
+    -- not counted.
     SELECT a.id, a.kind, a.generation, a.priority AS level, a.next_attempt_at, a.partition_key, a.cost
     FROM (SELECT r.partition_key FROM ready AS r
           WHERE r.partition_key IS NOT NULL AND r.key IS NULL AND ` + anyPartitionLimit + `
@@ -218,6 +220,10 @@ WITH paused AS (
           SELECT s.partition FROM {{schema}}.{{name "partition_slots"}} AS s
           WHERE s.id = ANY (ARRAY(SELECT DISTINCT r.slot FROM {{schema}}.{{name "partition_releases"}} AS r LIMIT 64))
             AND NOT (SELECT yes FROM paused)) AS d
+    CROSS JOIN LATERAL (
+        SELECT true FROM {{table}} AS w
+        WHERE w.partition_key = d.partition_key AND w.status = 'WAITING' AND w.key IS NULL
+        LIMIT 1) AS w
     CROSS JOIN LATERAL (
         SELECT GREATEST(COALESCE(
             (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = d.partition_key),
