@@ -18,15 +18,21 @@ func init() { addSection("partitions", partitions) }
 type partitionState struct {
 	name  string
 	s     *lease.Store
-	plain []float64 // ms of each measured claim of queue plain
-	part  []float64 // and of queue part
+	plain [][]float64 // ms of each measured claim of queue plain, by batch (partitionBatches)
+	part  [][]float64 // and of queue part
 }
 
-// partitions measures a claim of 100 rows beside a backlog held back by
-// partition limits, in three stores measured in interleaved rounds: with
-// no partition limit, with a default limit of 1 and no backlog, and with
-// 10,000 partitions held at that limit and 1,000,000 rows set aside
-// behind them. Two claims in each: of queue plain, whose rows have no
+// partitionBatches are the Limits of the partitions section's claims: the
+// claimcost section's, and ten times it, where a step that costs the
+// square of the batch would show.
+var partitionBatches = []int{claimCostBatch, 10 * claimCostBatch}
+
+// partitions measures a claim of 100 rows, and one of 1,000, beside a
+// backlog held back by partition limits, in three stores measured in
+// interleaved rounds: with no partition limit, with a default limit of 1
+// and no backlog, and with 10,000 partitions held at that limit and
+// 1,000,000 rows set aside behind them. Two claims of each Limit in
+// each: of queue plain, whose rows have no
 // partition, and of queue part, whose rows are each of a partition of its
 // own with room (the claim locks and counts in their slots), beside the
 // rows set aside, which are of queue part too. The stores without the
@@ -56,6 +62,8 @@ func partitions(ctx context.Context, e *env) ([]table, error) {
 		}
 		defer dropLeaseStore(s)
 		st.s = s
+		st.plain = make([][]float64, len(partitionBatches))
+		st.part = make([][]float64, len(partitionBatches))
 	}
 	var setup time.Duration
 	for i, st := range states {
@@ -68,9 +76,9 @@ func partitions(ctx context.Context, e *env) ([]table, error) {
 		}
 	}
 
-	claim := func(s *lease.Store, queue string) func(*sql.Tx) (int, error) {
+	claim := func(s *lease.Store, queue string, limit int) func(*sql.Tx) (int, error) {
 		return func(tx *sql.Tx) (int, error) {
-			cs, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: claimCostBatch, Lease: 30 * time.Second, Queue: queue})
+			cs, err := s.ClaimTx(ctx, tx, lease.ClaimRequest{Limit: limit, Lease: 30 * time.Second, Queue: queue})
 			return len(cs), err
 		}
 	}
@@ -90,37 +98,31 @@ func partitions(ctx context.Context, e *env) ([]table, error) {
 			if round%2 == 1 {
 				queues = []string{"part", "plain"}
 			}
-			for _, q := range queues {
-				d, err := rolledBackClaim(ctx, st.s, claim(st.s, q))
-				if err != nil {
-					return nil, fmt.Errorf("%s: claim of queue %s: %w", st.name, q, err)
-				}
-				if !measured {
-					continue
-				}
-				if q == "plain" {
-					st.plain = append(st.plain, msOf(d))
-				} else {
-					st.part = append(st.part, msOf(d))
+			for b, limit := range partitionBatches {
+				for _, q := range queues {
+					d, err := rolledBackClaimOf(ctx, st.s, limit, claim(st.s, q, limit))
+					if err != nil {
+						return nil, fmt.Errorf("%s: claim of %d of queue %s: %w", st.name, limit, q, err)
+					}
+					if !measured {
+						continue
+					}
+					if q == "plain" {
+						st.plain[b] = append(st.plain[b], msOf(d))
+					} else {
+						st.part[b] = append(st.part[b], msOf(d))
+					}
 				}
 			}
 		}
 	}
 
-	t := table{
-		title:  "Claim of 100 rows beside partitions held at their limit (median, and the middle half of the claims; each claim rolled back)",
-		header: []string{"state", "rows of no partition", "rows of partitions with room"},
-	}
 	cell := func(xs []float64) string {
 		lo, hi := quartiles(xs)
 		return fmt.Sprintf("%.2f ms (%.2f–%.2f)", median(xs), lo, hi)
 	}
 	labels := []string{"no partition limit declared", "default limit of 1, no backlog",
 		fmt.Sprintf("%s partitions full, %s rows set aside", thousands(float64(full)), thousands(float64(full*behind)))}
-	for i, st := range states {
-		e.logf("partitions: %s: plain %.2f ms, part %.2f ms", st.name, median(st.plain), median(st.part))
-		t.rows = append(t.rows, []string{labels[i], cell(st.plain), cell(st.part)})
-	}
 	// ratio is the ratio of the medians, then the median and the middle
 	// half of the ratios of the claims of one round: the claims of a
 	// round ran moments apart, under the same load.
@@ -138,19 +140,52 @@ func partitions(ctx context.Context, e *env) ([]table, error) {
 		return fmt.Sprintf("%.2f× (by round %.2f×, %.2f–%.2f)", median(a)/median(b), median(paired), lo, hi)
 	}
 	none, empty, backlog := states[0], states[1], states[2]
-	t.rows = append(t.rows,
-		[]string{"backlog ÷ no backlog", ratio(backlog.plain, empty.plain), ratio(backlog.part, empty.part)},
-		[]string{"limit ÷ no limit (no backlog)", ratio(empty.plain, none.plain), ratio(empty.part, none.part)})
+	var ts []table
+	for b, limit := range partitionBatches {
+		t := table{
+			title:  fmt.Sprintf("Claim of %s rows beside partitions held at their limit (median, and the middle half of the claims; each claim rolled back)", thousands(float64(limit))),
+			header: []string{"state", "rows of no partition", "rows of partitions with room"},
+		}
+		for i, st := range states {
+			e.logf("partitions: claim of %d: %s: plain %.2f ms, part %.2f ms", limit, st.name, median(st.plain[b]), median(st.part[b]))
+			t.rows = append(t.rows, []string{labels[i], cell(st.plain[b]), cell(st.part[b])})
+		}
+		t.rows = append(t.rows,
+			[]string{"backlog ÷ no backlog", ratio(backlog.plain[b], empty.plain[b]), ratio(backlog.part[b], empty.part[b])},
+			[]string{"limit ÷ no limit (no backlog)", ratio(empty.plain[b], none.plain[b]), ratio(empty.part[b], none.part[b])})
+		ts = append(ts, t)
+	}
+	t := &ts[len(ts)-1]
 	t.notes = append(t.notes,
-		fmt.Sprintf("Three stores (schemas), driver pgx, each with %s READY rows of queue plain, of no partition, and %s READY rows of queue part, each of a partition of its own; in the stores with the default limit, each of those partitions has a slot with room (used 0 of 1). A claim of Limit 100 of one queue; %d rounds, each one claim of each queue in each store, starting at another store each round, so that the machine's load falls on every state alike; the median and the middle half of the %d claims of each. A ratio is of the medians, then (by round) the median and the middle half of the ratios of the two claims of each round.",
+		fmt.Sprintf("Three stores (schemas), driver pgx, each with %s READY rows of queue plain, of no partition, and %s READY rows of queue part, each of a partition of its own; in the stores with the default limit, each of those partitions has a slot with room (used 0 of 1). A claim of Limit 100, or 1,000, of one queue; %d rounds, each one claim of each Limit of each queue in each store, starting at another store each round, so that the machine's load falls on every state alike; the median and the middle half of the %d claims of each. A ratio is of the medians, then (by round) the median and the middle half of the ratios of the two claims of each round.",
 			thousands(float64(free)), thousands(float64(free)), runs, runs),
-		fmt.Sprintf("The backlog: %s partitions, each with one holder INPROGRESS under a 1-hour lease counted in its slot (used 1 of 1) and %d rows set aside (WAITING, queue part), inserted by SQL in %.1fs, then VACUUM ANALYZE. A claim of queue part reads none of them: it takes rows of partitions with room, locking and counting in 100 slots.",
+		fmt.Sprintf("The backlog: %s partitions, each with one holder INPROGRESS under a 1-hour lease counted in its slot (used 1 of 1) and %d rows set aside (WAITING, queue part), inserted by SQL in %.1fs, then VACUUM ANALYZE. A claim of queue part reads none of them: it takes rows of partitions with room, locking and counting in their slots (100, or 1,000).",
 			thousands(float64(full)), behind, setup.Seconds()),
 		fmt.Sprintf("The stores without the backlog hold as many rows finished (%s DONE rows of queue part) in its place, so that the planner sees tables of one size in every store and the figures compare the backlog, not the table's size: in a table of %s rows, the generic plan of the claim read its queue's range of the READY index by a bitmap scan, every READY row of the queue, and sorted them, where the larger table's reads the index in order. What a table's finished history costs a claim is the claimcost section's.",
 			thousands(float64(full+full*behind)), thousands(float64(2*free))),
 		fmt.Sprintf("No place given back or look again is pending in any store: the limit is declared before the slots are made. SetLimit of a default writes a look-again release for every slot that exists, which claims that commit consume, 64 slots a claim; a claim rolled back leaves them, and every later claim would count the same 64 again (and update and roll back the same slots), which is not what a running system's claims do. The slots and releases tables of every store are vacuumed every %d rounds, so that the dead versions the rolled-back claims leave there do not pile up, each time followed by %d unmeasured rounds (a vacuum makes the server plan the claim again).", perBlock, warmUps),
 	)
-	return []table{t}, nil
+	return ts, nil
+}
+
+// rolledBackClaimOf runs claim in a transaction that it rolls back, and
+// returns how long claim took; claim must return want rows.
+func rolledBackClaimOf(ctx context.Context, s *lease.Store, want int, claim func(*sql.Tx) (int, error)) (time.Duration, error) {
+	tx, err := s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	began := time.Now()
+	n, err := claim(tx)
+	d := time.Since(began)
+	if err != nil {
+		return 0, err
+	}
+	if n != want {
+		return 0, fmt.Errorf("claimed %d rows, want %d", n, want)
+	}
+	return d, tx.Rollback()
 }
 
 // setUpPartitionState fills the store of one state: the claimable rows of
