@@ -781,8 +781,9 @@ const partitionCTEs = `parts AS (
         row_number() OVER (PARTITION BY t.kind, t.carry_kind ORDER BY t.ord) AS kind_pos,
         row_number() OVER (PARTITION BY t.carry_queue ORDER BY t.ord) AS queue_pos
     FROM taken AS t
-    -- Its entry of part_fits, none for a row under no partition limit.
-    CROSS JOIN LATERAL (SELECT (SELECT m FROM part_fits) -> t.id::text AS v) AS f
+    -- Its entry of part_fits, none for a row under no partition limit
+    -- (a row of no partition is not looked up).
+    CROSS JOIN LATERAL (SELECT CASE WHEN t.partition_key IS NOT NULL THEN (SELECT m FROM part_fits) -> t.id::text END AS v) AS f
     WHERE f.v IS NULL OR (f.v ->> 0)::boolean
 ), set_aside AS (
     UPDATE {{table}} AS o
