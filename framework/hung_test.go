@@ -50,7 +50,9 @@ func expiredInDatabase(t *testing.T, s *lease.Store, id int64) bool {
 //
 // The scenario needs the attempt's timeout (50 ms after the handler
 // starts) to end the handler's context while its lease is still held (its
-// local deadline half a second after the last confirmed renewal). A server
+// local deadline two seconds after the last confirmed renewal: with half a
+// second, a CI machine running other packages' tests lost the lease first
+// in five runs of five). A server
 // too busy to confirm a renewal for that long, or one that answers a
 // renewal sent before the timeout only after the lease ran out, makes the
 // lease path win instead (counted as a lost lease, rightly): the scenario
@@ -73,7 +75,7 @@ func TestTimedOutHandlerIgnoringItsContextLosesItsRow(t *testing.T) {
 func timedOutHandlerLosesItsRow(t *testing.T) bool {
 	s := newStore(t, pgtest.Drivers[0].New())
 	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
-	const leaseLen = 500 * time.Millisecond
+	const leaseLen = 2 * time.Second
 	a := newWorker(t, s, framework.Config{
 		WorkerID: "a", Concurrency: 1, Lease: leaseLen, RenewEvery: 50 * time.Millisecond,
 		AttemptTimeout: 50 * time.Millisecond, GracePeriod: -1, StopTimeout: framework.MinStopTimeout,
