@@ -729,3 +729,91 @@ func TestPartitionClaimCostsItsBatchNotItsSquareWhateverThePlan(t *testing.T) {
 		}
 	}
 }
+
+// TestFairClaimReadsItsPartitionsOnlyWhateverThePlan: a claim of a fair
+// queue reads the partitions it takes rows of, and the arrivals it takes,
+// through their indexes, whatever plan the server makes of it. A fair
+// queue of 1,000 partitions with 3 due rows each, all known to fair
+// scheduling, 200 more just come (an arrival each), and a backlog of
+// 10,000 rows of no partition and 20,000 DONE rows beside them: a claim
+// of 500 rows, with custom and with generic plans, under EXPLAIN
+// (ANALYZE) in a transaction rolled back, takes 500 rows, never scans the
+// events table whole, and no node of its plan handles more than 40 rows
+// per row of the batch (rows its filters throw away counted). It found
+// the passes moved by a lookup of the batch's counts once per partition
+// (238,000 rows for 500).
+func TestFairClaimReadsItsPartitionsOnlyWhateverThePlan(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	const n, perRow = 500, 40
+	setWeight(t, s, lease.Weight{Queue: "fair", Weight: 1})
+	q := s.QualifiedTable()
+	keys := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_fair_keys")
+	for _, stmt := range []string{
+		`INSERT INTO ` + q + ` (event_id, kind, queue, partition_key)
+		 SELECT 'f-' || g || '-' || r, 'k', 'fair', 'p-' || g FROM generate_series(1, 1000) AS g, generate_series(1, 3) AS r`,
+		`INSERT INTO ` + keys + ` (queue, partition, pass) SELECT 'fair', 'p-' || g, g / 1000.0 FROM generate_series(1, 1000) AS g`,
+		`INSERT INTO ` + q + ` (event_id, kind, queue, partition_key)
+		 SELECT 'n-' || g, 'k', 'fair', 'new-' || g FROM generate_series(1, 200) AS g`,
+		`INSERT INTO ` + q + ` (event_id, kind, queue) SELECT 'plain-' || g, 'k', 'fair' FROM generate_series(1, 10000) AS g`,
+		`INSERT INTO ` + q + ` (event_id, kind, queue, status, finished_at) SELECT 'done-' || g, 'k', 'fair', 'DONE', now() FROM generate_series(1, 20000) AS g`,
+		`VACUUM (ANALYZE) ` + q,
+		`VACUUM (ANALYZE) ` + keys,
+	} {
+		if _, err := s.DB().ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st := lease.ClaimFairStatement(s)
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		for _, stmt := range []string{"SET plan_cache_mode = " + mode, "PREPARE p(" + st.Types + ") AS " + st.Query} {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := explainIn(t, tx, fmt.Sprintf("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE p(%d, '{}', 60000000, '', 'fair', '{}', 0)", n))
+		var claimed int
+		if err := tx.QueryRow(`SELECT count(*) FROM ` + q + ` WHERE status = 'INPROGRESS'`).Scan(&claimed); err != nil {
+			t.Fatal(err)
+		}
+		if claimed != n {
+			t.Errorf("%s: claimed %d; want %d", mode, claimed, n)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.ExecContext(ctx, "DEALLOCATE p"); err != nil {
+			t.Fatal(err)
+		}
+		// The events table is never scanned whole. (The small tables of
+		// fair scheduling may be: a queue's partitions, its arrivals.)
+		if strings.Contains(plan, "Seq Scan on events ") {
+			var scans []string
+			for _, l := range strings.Split(plan, "\n") {
+				if strings.Contains(l, "Seq Scan on events ") {
+					scans = append(scans, strings.TrimSpace(l))
+				}
+			}
+			t.Errorf("%s: the fair claim scans a table whole: %s", mode, strings.Join(scans, "; "))
+		}
+		most := nodeWork{}
+		for _, w := range planWork(plan) {
+			if w.rows > perRow*n {
+				t.Errorf("%s: a node handles %.0f rows for a batch of %d; want at most %d: %s", mode, w.rows, n, perRow*n, w.line)
+			}
+			if w.rows > most.rows {
+				most = w
+			}
+		}
+		t.Logf("%s: at most %.0f rows in a node (%s)", mode, most.rows, most.line)
+	}
+}

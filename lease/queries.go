@@ -1111,11 +1111,14 @@ const fairTakingCTEs = `fair_took AS (
     RETURNING d.partition, d.pass
 ), fair_moved AS (
     UPDATE {{schema}}.{{name "fair_keys"}} AS k
+    -- Each looks its rows and its debts up in JSON objects made once (a
+    -- binary search), not in the CTEs once per partition.
     SET pass = k.pass
-        + COALESCE((SELECT t.n FROM fair_took AS t WHERE t.partition = k.partition), 0)
+        + COALESCE(((SELECT jsonb_object_agg(t.partition, t.n) FROM fair_took AS t) ->> k.partition)::float8, 0)
           / COALESCE((SELECT w.weight FROM {{schema}}.{{name "fair_weights"}} AS w
                       WHERE w.queue = $5 AND w.partition = k.partition), (SELECT weight FROM fair))
-        + COALESCE((SELECT sum(p.pass) FROM fair_paid AS p WHERE p.partition = k.partition), 0)
+        + COALESCE(((SELECT jsonb_object_agg(p.partition, p.pass)
+                     FROM (SELECT partition, sum(pass) AS pass FROM fair_paid GROUP BY partition) AS p) ->> k.partition)::float8, 0)
     WHERE k.queue = $5 AND k.partition = ANY (ARRAY(SELECT partition FROM fair_locked))
     RETURNING k.partition
 ), fair_owed AS (
