@@ -204,7 +204,8 @@ WITH paused AS (
 ), ` + limitsCTEs + `, ` + readyCTEs + `, aside AS (
     -- The rows set aside by a full partition (migration 19) of the
     -- partitions of the due rows found and of those with places given
-    -- back (up to 64), of this queue and kinds, in the
+    -- back or whose rate limit has room again (up to 64 of each), of this
+    -- queue and kinds, in the
     -- claim's order, as many as the partition has room for in this
     -- claim's snapshot (its slot unlocked, with the releases it sees): a
     -- partition with room takes them before its rows still READY, which
@@ -218,19 +219,40 @@ WITH paused AS (
           WHERE r.partition_key IS NOT NULL AND r.key IS NULL AND ` + anyPartitionLimit + `
           UNION
           SELECT s.partition FROM {{schema}}.{{name "partition_slots"}} AS s
-          WHERE s.id = ANY (ARRAY(SELECT DISTINCT r.slot FROM {{schema}}.{{name "partition_releases"}} AS r LIMIT 64))
+          WHERE s.id = ANY (ARRAY((SELECT DISTINCT r.slot FROM {{schema}}.{{name "partition_releases"}} AS r LIMIT 64)
+                                  UNION ALL
+                                  -- Partitions whose rate limit has room
+                                  -- again (migration 24): due timers.
+                                  (SELECT t.slot FROM {{schema}}.{{name "partition_timers"}} AS t
+                                   WHERE t.at <= statement_timestamp() ORDER BY t.at LIMIT 64)))
             AND NOT (SELECT yes FROM paused)) AS d
     CROSS JOIN LATERAL (
         SELECT true FROM {{table}} AS w
         WHERE w.partition_key = d.partition_key AND w.status = 'WAITING' AND w.key IS NULL
         LIMIT 1) AS w
     CROSS JOIN LATERAL (
-        SELECT GREATEST(COALESCE(
+        SELECT COALESCE(
             (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = d.partition_key),
-            (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = ''), 0)
-          - COALESCE((SELECT s.used - COALESCE((SELECT sum(r.n) FROM {{schema}}.{{name "partition_releases"}} AS r
-                                                WHERE r.slot = s.id), 0)
-                      FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition_key), 0), 0) AS room
+            (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = '')) AS cap,
+            (SELECT s FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition_key) AS s
+        OFFSET 0) AS c
+    LEFT JOIN LATERAL (
+        -- The partition's rate limit (migration 24): its own, else the
+        -- default.
+        SELECT l.max_starts, l.period_us * interval '1 microsecond' AS period
+        FROM {{schema}}.{{name "partition_rates"}} AS l
+        WHERE l.partition IN (d.partition_key, '')
+        ORDER BY l.partition = ''
+        LIMIT 1) AS rl ON true
+    CROSS JOIN LATERAL (
+        -- Room under both limits: none under neither (wake_partitions
+        -- brings such rows back).
+        SELECT CASE WHEN c.cap IS NULL AND rl.max_starts IS NULL THEN 0
+                    ELSE GREATEST(LEAST(
+                        COALESCE(c.cap - COALESCE((c.s).used - COALESCE((SELECT sum(r.n) FROM {{schema}}.{{name "partition_releases"}} AS r
+                                                                          WHERE r.slot = (c.s).id), 0), 0), 2147483647),
+                        COALESCE(rl.max_starts - (SELECT count(*) FROM unnest((c.s).starts) AS t
+                                                  WHERE t > statement_timestamp() - rl.period), 2147483647)), 0) END AS room
         OFFSET 0) AS x
     CROSS JOIN LATERAL (
         SELECT e.id, e.kind, e.generation, e.priority, e.next_attempt_at, e.partition_key, e.cost FROM {{table}} AS e
@@ -649,7 +671,7 @@ const admitCTEs = `candidates AS (
     -- a slot not written is a fault of the statement, and the claim must
     -- not commit past it.
     SELECT 1 / ((SELECT count(*) FROM held) = (SELECT count(*) FROM counted)
-                AND (SELECT count(*) FROM part_held) = (SELECT count(*) FROM part_counted WHERE d <> 0)
+                AND (SELECT count(*) FROM part_held) = (SELECT count(*) FROM part_counted WHERE d <> 0 OR units > 0)
                 AND (SELECT COALESCE(sum(k), 0) FROM rate_taking) = (SELECT COALESCE(sum(units), 0) FROM rate_used)
                 AND (SELECT count(*) FROM rate_held) = (SELECT count(*) FROM rate_taking WHERE k > 0)
                 AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT u.id) FROM (
@@ -666,9 +688,10 @@ const admitCTEs = `candidates AS (
         OR EXISTS (SELECT 1 FROM rate_seen WHERE n = 0)
         OR (SELECT count(*) FROM chosen) < (SELECT count(*) FROM candidates) AS yes`
 
-// anyPartitionLimit says whether a partition limit is declared: one probe
-// of the partition limits' primary key.
-const anyPartitionLimit = `(SELECT true FROM {{schema}}.{{name "partition_limits"}} ORDER BY partition LIMIT 1) IS NOT NULL`
+// anyPartitionLimit says whether a partition limit is declared, of
+// concurrency or of rate (migration 24): a probe of each one's primary key.
+const anyPartitionLimit = `((SELECT true FROM {{schema}}.{{name "partition_limits"}} ORDER BY partition LIMIT 1) IS NOT NULL
+    OR (SELECT true FROM {{schema}}.{{name "partition_rates"}} ORDER BY partition LIMIT 1) IS NOT NULL)`
 
 // partitionCTEs keep the partition limits (migration 19) among the rows
 // taken under the kind and queue limits. parts: the partitions of those
@@ -705,7 +728,7 @@ const anyPartitionLimit = `(SELECT true FROM {{schema}}.{{name "partition_limits
 // (a claim of 1,000 rows of partitions with room read part_fit 1,000
 // times, and threw 999,000 rows away).
 const partitionCTEs = `parts AS (
-    SELECT d.partition, d.n, c.cap,
+    SELECT d.partition, d.n, c.cap, r.max_starts AS rmax, r.period_us,
         (SELECT s.id FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition) AS slot
     FROM (SELECT partition_key AS partition, count(*) AS n FROM taken
           WHERE partition_key IS NOT NULL AND ` + anyPartitionLimit + `
@@ -713,16 +736,21 @@ const partitionCTEs = `parts AS (
     CROSS JOIN LATERAL (SELECT COALESCE(
         (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = d.partition),
         (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = '')) AS cap) AS c
-    WHERE c.cap IS NOT NULL
+    LEFT JOIN LATERAL (
+        SELECT l.max_starts, l.period_us FROM {{schema}}.{{name "partition_rates"}} AS l
+        WHERE l.partition IN (d.partition, '')
+        ORDER BY l.partition = ''
+        LIMIT 1) AS r ON true
+    WHERE c.cap IS NOT NULL OR r.max_starts IS NOT NULL
 ), part_of AS (
-    -- parts by partition: [cap, slot].
-    SELECT jsonb_object_agg(p.partition, jsonb_build_array(p.cap, p.slot)) AS m FROM parts AS p
+    -- parts by partition: [cap, slot, rate Max, rate period (µs)].
+    SELECT jsonb_object_agg(p.partition, jsonb_build_array(p.cap, p.slot, p.rmax, p.period_us)) AS m FROM parts AS p
 ), part_woken AS MATERIALIZED (
     SELECT {{schema}}.{{name "wake_partitions"}}(ARRAY(SELECT partition FROM parts)) AS ps
     WHERE ` + anyPartitionLimit + `
        OR (SELECT true FROM {{schema}}.{{name "partition_slots"}} ORDER BY partition LIMIT 1) IS NOT NULL
 ), part_locks AS (
-    SELECT s.partition, s.id, s.used FROM {{schema}}.{{name "partition_slots"}} AS s
+    SELECT s.partition, s.id, s.used, s.starts FROM {{schema}}.{{name "partition_slots"}} AS s
     WHERE s.id = ANY (ARRAY(SELECT slot FROM parts WHERE slot IS NOT NULL))
     ORDER BY s.partition
     FOR UPDATE SKIP LOCKED
@@ -736,46 +764,88 @@ const partitionCTEs = `parts AS (
     FROM (SELECT r.slot, sum(r.n) AS n FROM part_back AS r GROUP BY r.slot) AS b
 ), part_ranked AS (
     -- in_part: a row's place among its partition's rows that need one.
-    -- p: its partition's entry of part_of, none for a partition under no
-    -- limit. A claim under no partition limit reads no row here.
-    SELECT t.id, t.part, t.key, t.partition_key, c.carry_part,
-        row_number() OVER (PARTITION BY t.partition_key, c.carry_part ORDER BY t.ord) AS in_part
-    FROM taken AS t
-    CROSS JOIN LATERAL (SELECT (SELECT m FROM part_of) -> t.partition_key AS v) AS p
-    CROSS JOIN LATERAL (SELECT COALESCE(t.part = 0 AND t.partition_slot = (p.v ->> 1)::bigint, false) AS carry_part) AS c
-    WHERE p.v IS NOT NULL AND EXISTS (SELECT 1 FROM parts)
+    -- units: the starts of its partition's rows up to it, but those that
+    -- cost more than the partition's rate limit allows in a whole period
+    -- (too_costly: they never start, and take no start from the rows
+    -- behind them). capped, rated: its partition is under a concurrency
+    -- limit, a rate limit. new_fits: whether it fits in a partition
+    -- without a slot yet, which this claim makes. p: its partition's
+    -- entry of part_of, none for a partition under no limit. A claim
+    -- under no partition limit reads no row here.
+    SELECT r.*,
+        (NOT r.rated OR (NOT r.too_costly AND r.units <= r.rmax))
+            AND (NOT r.capped OR r.in_part <= r.cap) AND r.slot0 IS NULL AS new_fits
+    FROM (SELECT t.id, t.part, t.key, t.partition_key, t.cost, c.carry_part, c.too_costly,
+              (p.v ->> 0) IS NOT NULL AS capped, (p.v ->> 2) IS NOT NULL AS rated,
+              (p.v ->> 0)::integer AS cap, (p.v ->> 2)::integer AS rmax, (p.v ->> 1)::bigint AS slot0,
+              row_number() OVER (PARTITION BY t.partition_key, c.carry_part ORDER BY t.ord) AS in_part,
+              COALESCE(sum(t.cost) FILTER (WHERE NOT c.too_costly) OVER (PARTITION BY t.partition_key ORDER BY t.ord), 0) AS units
+          FROM taken AS t
+          CROSS JOIN LATERAL (SELECT (SELECT m FROM part_of) -> t.partition_key AS v) AS p
+          CROSS JOIN LATERAL (SELECT COALESCE(t.part = 0 AND t.partition_slot = (p.v ->> 1)::bigint, false) AS carry_part,
+                                     COALESCE(t.cost > (p.v ->> 2)::integer, false) AS too_costly) AS c
+          WHERE p.v IS NOT NULL AND EXISTS (SELECT 1 FROM parts)) AS r
 ), part_rooms AS (
-    SELECT l.partition, l.id, b.back, GREATEST(b.cap - l.used + b.back, 0) AS room, l.used - b.back > b.cap AS over
+    -- Each locked slot's room for attempts (all the room there is under
+    -- no concurrency limit), and for starts under its rate limit (NULL
+    -- under none), with when the oldest start of its window leaves it.
+    SELECT l.partition, l.id, b.back,
+        CASE WHEN b.cap IS NULL THEN 2147483647 ELSE GREATEST(b.cap - l.used + b.back, 0) END AS room,
+        COALESCE(l.used - b.back > b.cap, false) AS over,
+        CASE WHEN b.rmax IS NULL THEN NULL ELSE GREATEST(b.rmax - w.recent, 0) END AS rate_room, b.rmax, w.next_at
     FROM part_locks AS l
     CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_backs) ->> l.id::text)::integer, 0) AS back,
-                               ((SELECT m FROM part_of) -> l.partition ->> 0)::integer AS cap) AS b
+                               ((SELECT m FROM part_of) -> l.partition ->> 0)::integer AS cap,
+                               ((SELECT m FROM part_of) -> l.partition ->> 2)::integer AS rmax,
+                               ((SELECT m FROM part_of) -> l.partition ->> 3)::bigint * interval '1 microsecond' AS period) AS b
+    CROSS JOIN LATERAL (SELECT count(*) AS recent, min(t) + b.period AS next_at FROM unnest(l.starts) AS t
+                        WHERE t > statement_timestamp() - b.period) AS w
+), part_new AS (
+    -- The rows that fit in each partition without a slot, and their
+    -- starts, by partition: [rows, starts].
+    SELECT jsonb_object_agg(n.partition_key, jsonb_build_array(n.took, n.units)) AS m
+    FROM (SELECT r.partition_key, count(*) AS took, sum(r.cost) AS units FROM part_ranked AS r
+          WHERE r.new_fits
+          GROUP BY r.partition_key) AS n
 ), part_made AS (
-    INSERT INTO {{schema}}.{{name "partition_slots"}} AS s (partition, used)
-    SELECT p.partition, LEAST(p.cap, p.n)
+    -- A slot counts the attempts it admits under a concurrency limit
+    -- only, and keeps the starts under a rate limit only.
+    INSERT INTO {{schema}}.{{name "partition_slots"}} AS s (partition, used, starts)
+    SELECT p.partition, CASE WHEN p.cap IS NULL THEN 0 ELSE x.took END,
+        CASE WHEN p.rmax IS NULL OR x.units = 0 THEN '{}'::timestamptz[]
+             ELSE array_fill(statement_timestamp(), ARRAY[x.units]) END
     FROM parts AS p
+    CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_new) -> p.partition ->> 0)::integer, 0) AS took,
+                               COALESCE(((SELECT m FROM part_new) -> p.partition ->> 1)::integer, 0) AS units) AS x
     WHERE p.slot IS NULL
     ORDER BY p.partition
     ON CONFLICT (partition) DO NOTHING
-    RETURNING s.partition, s.id, s.used AS took
+    RETURNING s.partition, s.id
 ), part_slots_of AS (
-    -- The slots of part_rooms ([id, room, over]) and of part_made ([id,
-    -- took]), by partition.
-    SELECT (SELECT jsonb_object_agg(l.partition, jsonb_build_array(l.id, l.room, l.over)) FROM part_rooms AS l) AS locked,
-        (SELECT jsonb_object_agg(m.partition, jsonb_build_array(m.id, m.took)) FROM part_made AS m) AS made
+    -- The slots of part_rooms ([id, room, over, rate room, next_at]) and
+    -- of part_made ([id]), by partition.
+    SELECT (SELECT jsonb_object_agg(l.partition, jsonb_build_array(l.id, l.room, l.over, l.rate_room, l.next_at))
+            FROM part_rooms AS l) AS locked,
+        (SELECT jsonb_object_agg(m.partition, jsonb_build_array(m.id)) FROM part_made AS m) AS made
 ), part_fit AS (
-    SELECT r.id, r.part, r.key, COALESCE(l.id, m.id) AS slot, r.carry_part AND l.id IS NOT NULL AND NOT l.over AS kept,
-        CASE WHEN l.id IS NOT NULL THEN (r.carry_part AND NOT l.over) OR r.in_part <= l.room
-             WHEN m.id IS NOT NULL THEN r.in_part <= m.took
+    SELECT r.id, r.part, r.key, r.partition_key, r.cost, r.capped, r.rated, COALESCE(l.id, m.id) AS slot,
+        r.carry_part AND l.id IS NOT NULL AND NOT l.over AS kept,
+        CASE WHEN l.id IS NOT NULL THEN ((r.carry_part AND NOT l.over) OR r.in_part <= l.room)
+                                        AND (l.rate_room IS NULL OR (NOT r.too_costly AND r.units <= l.rate_room))
+             WHEN m.id IS NOT NULL THEN r.new_fits
              ELSE false END AS fits
     FROM part_ranked AS r
     -- Its partition's slot, locked (l) or made (m), if either.
     CROSS JOIN LATERAL (SELECT (SELECT locked FROM part_slots_of) -> r.partition_key AS l,
                                (SELECT made FROM part_slots_of) -> r.partition_key AS m) AS s
-    CROSS JOIN LATERAL (SELECT (s.l ->> 0)::bigint AS id, (s.l ->> 1)::integer AS room, (s.l ->> 2)::boolean AS over) AS l
-    CROSS JOIN LATERAL (SELECT (s.m ->> 0)::bigint AS id, (s.m ->> 1)::integer AS took) AS m
+    CROSS JOIN LATERAL (SELECT (s.l ->> 0)::bigint AS id, (s.l ->> 1)::integer AS room, (s.l ->> 2)::boolean AS over,
+                               (s.l ->> 3)::integer AS rate_room) AS l
+    CROSS JOIN LATERAL (SELECT (s.m ->> 0)::bigint AS id) AS m
 ), part_fits AS (
-    -- part_fit by row id: [fits, slot].
-    SELECT jsonb_object_agg(f.id::text, jsonb_build_array(f.fits, f.slot)) AS m FROM part_fit AS f
+    -- part_fit by row id: [fits, the slot it is counted in (under a
+    -- concurrency limit), its slot].
+    SELECT jsonb_object_agg(f.id::text, jsonb_build_array(f.fits, CASE WHEN f.capped THEN f.slot END, f.slot)) AS m
+    FROM part_fit AS f
 ), chosen AS (
     SELECT t.*, (f.v ->> 1)::bigint AS part_slot,
         row_number() OVER (PARTITION BY t.kind, t.carry_kind ORDER BY t.ord) AS kind_pos,
@@ -793,22 +863,57 @@ const partitionCTEs = `parts AS (
     RETURNING o.id, o.partition_key
 ), part_took AS (
     -- The places taken from each slot's room, by slot: its rows that fit
-    -- and keep no place of their own.
+    -- under a concurrency limit and keep no place of their own.
     SELECT jsonb_object_agg(f.slot::text, f.n) AS m
     FROM (SELECT f.slot, count(*) AS n FROM part_fit AS f
-          WHERE f.fits AND NOT f.kept AND f.slot IS NOT NULL
+          WHERE f.fits AND NOT f.kept AND f.capped AND f.slot IS NOT NULL
+          GROUP BY f.slot) AS f
+), part_units AS (
+    -- The starts taken from each slot under a rate limit, by slot.
+    SELECT jsonb_object_agg(f.slot::text, f.n) AS m
+    FROM (SELECT f.slot, sum(f.cost) AS n FROM part_fit AS f
+          WHERE f.fits AND f.rated AND f.slot IS NOT NULL
           GROUP BY f.slot) AS f
 ), part_counted AS (
     -- Each locked slot's count changes by the places taken from its room,
-    -- less the releases counted now.
-    SELECT l.id, l.partition, l.back, l.room - t.n AS left_over, (t.n - l.back)::integer AS d
+    -- less the releases counted now; its starts by the starts taken.
+    SELECT l.id, l.partition, l.back, l.room - t.n AS left_over, (t.n - l.back)::integer AS d, u.n AS units, l.rmax
     FROM part_rooms AS l
     CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_took) ->> l.id::text)::integer, 0) AS n) AS t
+    CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_units) ->> l.id::text)::integer, 0) AS n) AS u
+), part_changes AS (
+    -- part_counted's changes by slot: [d, starts taken, rate Max].
+    SELECT jsonb_object_agg(c.id::text, jsonb_build_array(c.d, c.units, c.rmax)) AS m
+    FROM part_counted AS c
+    WHERE c.d <> 0 OR c.units > 0
 ), part_held AS (
+    -- A slot adds one start at this statement's time for each it gives,
+    -- and keeps its latest starts, as many as its rate limit's Max, as a
+    -- share of a kind's rate limit does (rateTakingCTEs).
     UPDATE {{schema}}.{{name "partition_slots"}} AS s
-    SET used = s.used + ((SELECT jsonb_object_agg(c.id::text, c.d) FROM part_counted AS c WHERE c.d <> 0) ->> s.id::text)::integer
-    WHERE s.id = ANY (ARRAY(SELECT id FROM part_counted WHERE d <> 0))
+    SET used = s.used + ((SELECT m FROM part_changes) -> s.id::text ->> 0)::integer,
+        starts = CASE WHEN ((SELECT m FROM part_changes) -> s.id::text ->> 1)::integer > 0
+                      THEN ARRAY(SELECT x.t FROM (
+                          SELECT t FROM unnest(s.starts || array_fill(statement_timestamp(),
+                                                   ARRAY[((SELECT m FROM part_changes) -> s.id::text ->> 1)::integer])) AS t
+                          ORDER BY t DESC
+                          LIMIT ((SELECT m FROM part_changes) -> s.id::text ->> 2)::integer) AS x
+                          ORDER BY x.t)
+                      ELSE s.starts END
+    WHERE s.id = ANY (ARRAY(SELECT id FROM part_counted WHERE d <> 0 OR units > 0))
     RETURNING s.id
+), part_timed AS (
+    -- A slot whose rate limit held back a row here gets a timer for when
+    -- the oldest start of its window leaves it (a period from now, when
+    -- this claim's are its only starts): wake_partitions brings back its
+    -- rows set aside then.
+    INSERT INTO {{schema}}.{{name "partition_timers"}} AS t (slot, at)
+    SELECT f.slot, COALESCE(((SELECT locked FROM part_slots_of) -> f.partition_key ->> 4)::timestamptz,
+                            statement_timestamp()
+                            + ((SELECT m FROM part_of) -> f.partition_key ->> 3)::bigint * interval '1 microsecond')
+    FROM (SELECT DISTINCT f.slot, f.partition_key FROM part_fit AS f
+          WHERE NOT f.fits AND f.rated AND f.slot IS NOT NULL) AS f
+    ON CONFLICT (slot) DO UPDATE SET at = LEAST(t.at, EXCLUDED.at)
 ), part_look AS (
     INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
     SELECT s.slot, 0
@@ -823,7 +928,7 @@ const partitionCTEs = `parts AS (
         WHERE c.left_over > 0 AND c.back > 0
           AND w.ps IS NOT NULL
         UNION
-        SELECT ((SELECT m FROM part_fits) -> a.id::text ->> 1)::bigint FROM set_aside AS a) AS s
+        SELECT ((SELECT m FROM part_fits) -> a.id::text ->> 2)::bigint FROM set_aside AS a) AS s
     RETURNING pg_notify({{channel}}, '')
 )`
 
@@ -1713,6 +1818,10 @@ SELECT EXTRACT(EPOCH FROM LEAST(l.lease_until,
            AND next_attempt_at > statement_timestamp()
          ORDER BY next_attempt_at
          LIMIT 1) AS r),
+    -- A partition's rate limit has room again for rows it set aside
+    -- (migration 24): the earliest timer, of any queue's partitions
+    -- (the claim that finds it due brings them back, in whatever queue).
+    (SELECT t.at FROM {{schema}}.{{name "partition_timers"}} AS t ORDER BY t.at LIMIT 1),
     (SELECT min(w.at) FROM {{schema}}.{{name "rate_limits"}} AS rl
      CROSS JOIN LATERAL (SELECT rl.period_us * interval '1 microsecond' AS period,
                                 rl.id::bigint * 100000 AS first, rl.id::bigint * 100000 + ` + limitSlots + ` - 1 AS last) AS k
@@ -1754,6 +1863,7 @@ type queries struct {
 	setLimit, shares, clearLimit, limits, limitChanges      string
 	setPartitionLimit, clearPartitionLimit, partitionLimits string
 	setRateLimit, rateShares, clearRateLimit, rateLimits    string
+	setPartitionRate, clearPartitionRate, partitionRates    string
 }
 
 func (s *Store) renderQueries() queries {
@@ -1802,6 +1912,9 @@ func (s *Store) renderQueries() queries {
 		rateShares:           s.render(rateSharesSQL),
 		clearRateLimit:       s.render(clearRateLimitSQL),
 		rateLimits:           s.render(rateLimitsSQL),
+		setPartitionRate:     s.render(setPartitionRateSQL),
+		clearPartitionRate:   s.render(clearPartitionRateSQL),
+		partitionRates:       s.render(partitionRatesSQL),
 		cancel:               s.render(cancelSQL),
 		stop:                 s.render(stopSQL),
 		requeueRefs:          s.render(requeueRefsSQL),

@@ -21,8 +21,8 @@ const (
 // MaxCost is the largest cost an event may have under rate limits.
 const MaxCost = 1000
 
-// RateLimit is a rate limit: at most Max attempt starts of its kind or its
-// queue in any window of length Per, across every worker. An attempt
+// RateLimit is a rate limit: at most Max attempt starts of its kind, its
+// queue or its partition in any window of length Per, across every worker. An attempt
 // starts when a claim takes its row (a first attempt, a retry, or an
 // expired lease taken back) and takes as many starts as its event's
 // [Event].Cost (1 by default). Nothing gives a start back: an attempt that
@@ -31,10 +31,19 @@ const MaxCost = 1000
 // allows; a worker with nothing else to claim sleeps until then
 // ([Store.NextWake]). An event whose cost is more than Max never starts;
 // claims pass over it, and take the events behind it.
+//
+// A rate limit of [ScopePartition] holds each partition ([Event].Partition)
+// to its Max per Per: the partition's own limit, else the default (Name
+// empty); a partition under neither is not limited. As under a partition's
+// concurrency limit ([Limit]), the due rows it holds back are set aside
+// (WAITING, without a key) where the claim does not read them, and are
+// READY again once the window has room for them: a backlog behind a
+// partition at its rate costs claims nothing.
 type RateLimit struct {
-	// Scope is [ScopeKind] or [ScopeQueue].
+	// Scope is [ScopeKind], [ScopeQueue] or [ScopePartition].
 	Scope string
-	// Name is the kind's or the queue's name.
+	// Name is the kind's or the queue's name, or the partition's: empty
+	// for the default of every partition.
 	Name string
 	// Max is the most starts in any window of Per, from 1 to
 	// [MaxRateStarts].
@@ -48,9 +57,19 @@ type RateLimit struct {
 type RateLimitInfo struct {
 	RateLimit
 	// Recent is how many starts it counts in the window that ends now.
+	// For a partition's limit, those of its partition; for the default
+	// partition limit, those of every partition under it (each is held to
+	// Max on its own).
 	Recent int
+	// HeldBack is, for a partition's rate limit, the rows its partition
+	// has set aside (WAITING without a key), or every partition under the
+	// default; whatever holds them (a partition's concurrency limit too).
+	// Zero for a kind's or a queue's limit, whose rows held back stay
+	// READY.
+	HeldBack int64
 	// NextAt is when it next has room for a start while it is full, by the
-	// database clock; zero while it has room.
+	// database clock; zero while it has room. For the default partition
+	// limit, zero.
 	NextAt time.Time
 	// SetAt is when the limit was last set, by the database clock; SetBy
 	// who set it, as the caller of [Store.SetRateLimit] said.
@@ -114,6 +133,83 @@ CROSS JOIN LATERAL (
     WHERE s.key BETWEEN l.id::bigint * 100000 AND l.id::bigint * 100000 + ` + limitSlots + ` - 1) AS w
 ORDER BY l.scope, l.name`
 
+// setPartitionRateSQL declares or changes the rate limit of partition $1
+// (” for the default) to $2 starts per $3 microseconds, set by $4, with
+// the change in the audit. Every slot the change may give room (the
+// partition's, or every slot for the default) gets a release of n = 0,
+// "look again", as setPartitionLimitSQL does; idle workers are woken on
+// the table's channel ($5). A slot keeps the starts it counted: a lowered
+// Max admits no one until enough of them leave the window.
+const setPartitionRateSQL = `
+WITH old AS (
+    SELECT max_starts, period_us FROM {{schema}}.{{name "partition_rates"}} WHERE partition = $1 FOR UPDATE
+), set AS (
+    INSERT INTO {{schema}}.{{name "partition_rates"}} AS l (partition, max_starts, period_us, set_by) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (partition) DO UPDATE
+    SET max_starts = EXCLUDED.max_starts, period_us = EXCLUDED.period_us, set_at = statement_timestamp(), set_by = EXCLUDED.set_by
+    RETURNING l.partition
+), audit AS (
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by, period_us)
+    SELECT 'rate:partition', $1, (SELECT max_starts FROM old), $2, $4, $3 FROM set
+), look AS (
+    INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+    SELECT s.id, 0 FROM {{schema}}.{{name "partition_slots"}} AS s
+    WHERE s.partition = $1 OR $1 = ''
+)
+SELECT (SELECT max_starts FROM old), (SELECT period_us FROM old) FROM pg_notify($5, '')`
+
+// clearPartitionRateSQL removes the rate limit of partition $1 (” for the
+// default), written to the audit as set by $2, with a release of n = 0 for
+// every slot it may change: a partition left under no limit has its slot
+// removed, and its rows set aside READY again, by the claims that count
+// them. Idle workers are woken on the table's channel ($3).
+const clearPartitionRateSQL = `
+WITH gone AS (
+    DELETE FROM {{schema}}.{{name "partition_rates"}} WHERE partition = $1 RETURNING max_starts, period_us
+), audit AS (
+    INSERT INTO {{schema}}.{{name "limit_changes"}} (scope, name, old_max, new_max, set_by, period_us)
+    SELECT 'rate:partition', $1, max_starts, NULL, $2, period_us FROM gone
+), look AS (
+    INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
+    SELECT s.id, 0 FROM {{schema}}.{{name "partition_slots"}} AS s
+    WHERE (s.partition = $1 OR $1 = '') AND EXISTS (SELECT 1 FROM gone)
+)
+SELECT count(*) FROM gone, pg_notify($3, '')`
+
+// partitionRatesSQL reads the partition rate limits, after the others:
+// each with the starts its partition's slot counts in the window that ends
+// now (the default: of every slot of a partition without its own) and,
+// for a partition's own limit while it is full, when it next has room; and
+// the rows its partitions set aside, through their index. It reads every
+// slot once, and the rows set aside once.
+const partitionRatesSQL = `
+WITH aside AS MATERIALIZED (
+    SELECT a.partition_key AS partition, count(*) AS n FROM {{table}} AS a
+    WHERE a.status = 'WAITING' AND a.key IS NULL
+    GROUP BY a.partition_key
+), own AS (
+    SELECT partition FROM {{schema}}.{{name "partition_rates"}} WHERE partition <> ''
+), recent AS MATERIALIZED (
+    SELECT s.partition, x.recent, x.oldest
+    FROM {{schema}}.{{name "partition_slots"}} AS s
+    CROSS JOIN LATERAL (
+        SELECT l.period_us * interval '1 microsecond' AS period FROM {{schema}}.{{name "partition_rates"}} AS l
+        WHERE l.partition IN (s.partition, '')
+        ORDER BY l.partition = ''
+        LIMIT 1) AS l
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS recent, min(t) + l.period AS oldest FROM unnest(s.starts) AS t
+        WHERE t > statement_timestamp() - l.period) AS x
+)
+SELECT 'partition', l.partition, l.max_starts, l.period_us, l.set_at, l.set_by,
+    CASE WHEN l.partition = '' THEN (SELECT COALESCE(sum(r.recent), 0) FROM recent AS r WHERE r.partition NOT IN (SELECT partition FROM own))
+         ELSE (SELECT COALESCE(sum(r.recent), 0) FROM recent AS r WHERE r.partition = l.partition) END::integer,
+    CASE WHEN l.partition <> '' THEN (SELECT r.oldest FROM recent AS r WHERE r.partition = l.partition AND r.recent >= l.max_starts) END,
+    CASE WHEN l.partition = '' THEN (SELECT COALESCE(sum(a.n), 0) FROM aside AS a WHERE a.partition NOT IN (SELECT partition FROM own))
+         ELSE (SELECT COALESCE(sum(a.n), 0) FROM aside AS a WHERE a.partition = l.partition) END::bigint
+FROM {{schema}}.{{name "partition_rates"}} AS l
+ORDER BY l.partition`
+
 // String is the limit's rate as [ParseRate] reads it: "100/1m0s".
 func (l RateLimit) String() string { return fmt.Sprintf("%d/%v", l.Max, l.Per) }
 
@@ -152,9 +248,6 @@ func checkRateLimit(op string, l RateLimit) error {
 	if err := checkLimitName(op, l.Scope, l.Name); err != nil {
 		return err
 	}
-	if l.Scope == ScopePartition {
-		return fmt.Errorf("lease: %s: Scope is %q; a rate limit is of %q or %q", op, l.Scope, ScopeKind, ScopeQueue)
-	}
 	if l.Max < 1 || l.Max > MaxRateStarts {
 		return fmt.Errorf("lease: %s: Max is %d; it must be between 1 and %d", op, l.Max, MaxRateStarts)
 	}
@@ -167,8 +260,8 @@ func checkRateLimit(op string, l RateLimit) error {
 // SetRateLimit declares rate limit l, or changes it, across every worker
 // of the table: claims that begin after it returns keep it. by names who
 // set it, for the audit ([Store.LimitChanges], where its scope reads
-// "rate:kind" or "rate:queue"). It reports the limit it replaced, and
-// whether there was one.
+// "rate:kind", "rate:queue" or "rate:partition"). It reports the limit it
+// replaced, and whether there was one.
 //
 // The starts already counted stay counted: a lowered Max admits no one
 // until enough of them leave the window, and a changed Per applies to
@@ -179,6 +272,16 @@ func (s *Store) SetRateLimit(ctx context.Context, l RateLimit, by string) (old R
 	}
 	if err := validateText("by", by, maxByBytes); err != nil {
 		return RateLimit{}, false, fmt.Errorf("lease: set rate limit: %w", err)
+	}
+	if l.Scope == ScopePartition {
+		var wasMax, wasPer sql.NullInt64
+		if err := s.db.QueryRowContext(ctx, s.q.setPartitionRate, l.Name, l.Max, l.Per.Microseconds(), by, s.channel).Scan(&wasMax, &wasPer); err != nil {
+			return RateLimit{}, false, s.wrapErr("set rate limit", err)
+		}
+		if !wasMax.Valid {
+			return RateLimit{}, false, nil
+		}
+		return RateLimit{Scope: l.Scope, Name: l.Name, Max: int(wasMax.Int64), Per: time.Duration(wasPer.Int64) * time.Microsecond}, true, nil
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -209,34 +312,50 @@ func (s *Store) ClearRateLimit(ctx context.Context, scope, name, by string) (boo
 	if err := checkLimitName("clear rate limit", scope, name); err != nil {
 		return false, err
 	}
-	if scope == ScopePartition {
-		return false, fmt.Errorf("lease: clear rate limit: Scope is %q; a rate limit is of %q or %q", scope, ScopeKind, ScopeQueue)
-	}
 	if err := validateText("by", by, maxByBytes); err != nil {
 		return false, fmt.Errorf("lease: clear rate limit: %w", err)
 	}
+	row := func() *sql.Row { return s.db.QueryRowContext(ctx, s.q.clearRateLimit, scope, name, by, s.channel) }
+	if scope == ScopePartition {
+		row = func() *sql.Row { return s.db.QueryRowContext(ctx, s.q.clearPartitionRate, name, by, s.channel) }
+	}
 	var n int
-	if err := s.db.QueryRowContext(ctx, s.q.clearRateLimit, scope, name, by, s.channel).Scan(&n); err != nil {
+	if err := row().Scan(&n); err != nil {
 		return false, s.wrapErr("clear rate limit", err)
 	}
 	return n > 0, nil
 }
 
-// RateLimits returns every rate limit declared, by scope and name, with its
-// starts in the window that ends now and, while it is full, when it next
-// has room. It reads every limit's 16 shares.
+// RateLimits returns every rate limit declared, by scope and name (those
+// of kinds and queues, then those of partitions), with its starts in the
+// window that ends now and, while it is full, when it next has room. It
+// reads every kind's and queue's limit's 16 shares, and every partition's
+// slot.
 func (s *Store) RateLimits(ctx context.Context) ([]RateLimitInfo, error) {
-	rows, err := s.db.QueryContext(ctx, s.q.rateLimits)
+	out, err := s.readRateLimits(ctx, nil, s.q.rateLimits, false)
+	if err != nil {
+		return nil, err
+	}
+	return s.readRateLimits(ctx, out, s.q.partitionRates, true)
+}
+
+// readRateLimits appends to out the rate limits query q reads; those of
+// partitions (parts) with their rows set aside.
+func (s *Store) readRateLimits(ctx context.Context, out []RateLimitInfo, q string, parts bool) ([]RateLimitInfo, error) {
+	rows, err := s.db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.wrapErr("rate limits", err)
 	}
 	defer rows.Close()
-	var out []RateLimitInfo
 	for rows.Next() {
 		var l RateLimitInfo
 		var per int64
 		var next sql.NullTime
-		if err := rows.Scan(&l.Scope, &l.Name, &l.Max, &per, &l.SetAt, &l.SetBy, &l.Recent, &next); err != nil {
+		dest := []any{&l.Scope, &l.Name, &l.Max, &per, &l.SetAt, &l.SetBy, &l.Recent, &next}
+		if parts {
+			dest = append(dest, &l.HeldBack)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, s.wrapErr("rate limits", err)
 		}
 		l.Per = time.Duration(per) * time.Microsecond

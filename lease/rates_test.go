@@ -391,7 +391,9 @@ func TestSetRateLimitRejectsBadInput(t *testing.T) {
 		{Scope: lease.ScopeKind, Name: "k", Max: 1, Per: 0},
 		{Scope: lease.ScopeKind, Name: "k", Max: 1, Per: 25 * time.Hour},
 		{Scope: lease.ScopeKind, Name: "k", Max: 1, Per: time.Second + time.Nanosecond},
-		{Scope: lease.ScopePartition, Name: "p", Max: 1, Per: time.Second},
+		{Scope: lease.ScopePartition, Name: "p", Max: 0, Per: time.Second},
+		{Scope: lease.ScopePartition, Name: strings.Repeat("p", lease.MaxPartitionBytes+1), Max: 1, Per: time.Second},
+		{Scope: "tenant", Name: "p", Max: 1, Per: time.Second},
 		{Scope: lease.ScopeKind, Name: "", Max: 1, Per: time.Second},
 	} {
 		if _, _, err := s.SetRateLimit(ctx, l, ""); err == nil {
