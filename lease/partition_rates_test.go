@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,4 +245,73 @@ func TestConcurrentClaimsKeepPartitionRateLimits(t *testing.T) {
 			t.Errorf("rows of no partition claimed: %d; want 30", got[""])
 		}
 	})
+}
+
+// WhyNotRunning tells a row its partition's rate limit set aside, or
+// holds READY, which limit (the partition's own or the default), its
+// starts in the window, and when it has room again; a row set aside by
+// both of its partition's limits has both reasons.
+func TestWhyAPartitionRateLimitHoldsARow(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		def := partitionRate("", 1, time.Minute)
+		setRateLimit(t, s, def)
+		in := pgtest.Enqueue(t, s,
+			lease.Event{Kind: "k", Partition: "acme"}, lease.Event{Kind: "k", Partition: "acme"},
+			lease.Event{Kind: "k", Partition: "acme", Cost: 2})
+		wantNoReason(t, s, in[1].ID, "a due row of a partition with room")
+		if c := claimUntil(t, s, "", 2); len(c) != 1 || c[0].ID != in[0].ID {
+			t.Fatalf("claims = %+v; want the first row alone", c)
+		}
+		oldest := partitionStart(t, s, "acme")
+		rs := why(t, s, in[1].ID)
+		if len(rs) != 1 || rs[0].Kind != lease.ReasonRate || rs[0].Rate != def || rs[0].Partition != "acme" || !rs[0].SetAside ||
+			rs[0].Recent != 1 || !rs[0].NextAt.Equal(oldest.Add(time.Minute)) {
+			t.Fatalf("reasons of a row the default partition rate set aside = %+v; want the default, 1 recent, room at %v", rs, oldest.Add(time.Minute))
+		}
+		want := fmt.Sprintf("held by rate limit partition default (1/1 starts per 1m0s in partition acme): the next start is allowed at %s (in %s, by the database clock); or when the limit is raised or cleared",
+			oldest.Add(time.Minute).UTC().Format("2006-01-02 15:04:05Z"), rs[0].NextIn.Round(time.Second))
+		if rs[0].Text != want {
+			t.Errorf("text %q; want %q", rs[0].Text, want)
+		}
+		if rs := why(t, s, in[2].ID); len(rs) != 1 || rs[0].Cost != 2 || !rs[0].NextAt.IsZero() ||
+			!strings.Contains(rs[0].Text, "it costs 2 starts, more than the limit allows in a window") {
+			t.Errorf("reasons of a row costing more than the partition's Max = %+v", rs)
+		}
+
+		// Its own limit, and a full concurrency limit too: both reasons.
+		own := partitionRate("acme", 1, time.Hour)
+		setRateLimit(t, s, own)
+		setLimit(t, s, partitionLimit("acme", 1))
+		agePartitionStarts(t, s, time.Hour+time.Second)
+		if c := claimUntil(t, s, "", 2); len(c) != 1 || c[0].ID != in[1].ID {
+			t.Fatalf("claims a window on = %+v; want the second row alone", c)
+		}
+		late := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Partition: "acme"})[0].ID
+		if c := claimUntil(t, s, "", 2); len(c) != 0 {
+			t.Fatalf("claims = %+v; want none", c)
+		}
+		rs = why(t, s, late)
+		kinds := map[lease.ReasonKind]lease.Reason{}
+		for _, r := range rs {
+			kinds[r.Kind] = r
+		}
+		if len(rs) != 2 || kinds[lease.ReasonRate].Rate != own || kinds[lease.ReasonPartition].Partition != "acme" {
+			t.Errorf("reasons under both of the partition's limits = %+v; want its own rate limit and its concurrency limit", rs)
+		}
+		if !strings.HasPrefix(kinds[lease.ReasonRate].Text, "held by rate limit partition:acme (1/1 starts per 1h0m0s)") {
+			t.Errorf("text %q; want it to name partition acme's own limit", kinds[lease.ReasonRate].Text)
+		}
+	})
+}
+
+// partitionStart is the oldest start partition p's slot counts.
+func partitionStart(t *testing.T, s *lease.Store, p string) time.Time {
+	t.Helper()
+	var at time.Time
+	if err := s.DB().QueryRow(`SELECT min(t) FROM `+lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(s.Table()+"_partition_slots")+`
+		AS s CROSS JOIN LATERAL unnest(s.starts) AS t WHERE s.partition = $1`, p).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	return at
 }

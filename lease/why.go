@@ -39,14 +39,17 @@ const (
 	// default) is full: a READY row, due, or a row the limit set aside
 	// (WAITING without a key, see [Limit]). It starts when an attempt
 	// of the partition ends, or the limit is raised or cleared. A row set
-	// aside has this reason whatever its partition's room: while the
+	// aside has this reason whatever its partition's room, unless its
+	// partition's rate limit holds it (then ReasonRate says so): while the
 	// partition has room again, the next claims of its queue take it (or
 	// bring it back READY, for the workers of its kind); with no limit any
 	// more, they bring it back READY.
 	ReasonPartition ReasonKind = "partition"
 	// ReasonRate: a READY row, due, or a row whose lease ran out, of a
-	// kind or queue whose rate limit ([RateLimit]) has no room now for
-	// the starts its event costs ([Event].Cost): it starts once enough
+	// kind, queue or partition whose rate limit ([RateLimit]) has no room
+	// now for the starts its event costs ([Event].Cost), or a row its
+	// partition's rate limit set aside (WAITING without a key, Partition
+	// and SetAside as for ReasonPartition): it starts once enough
 	// starts have left the limit's window (NextAt), or the limit is
 	// raised or cleared, unless other events take the room first. An
 	// event that costs more than the limit's Max never starts under it
@@ -90,8 +93,8 @@ type Reason struct {
 	Live  int
 	// Partition is the row's partition, and SetAside whether the limit
 	// set it aside (WAITING without a key, out of the claim's index),
-	// for ReasonPartition; for ReasonFair, the row's partition (empty
-	// for a row without one).
+	// for ReasonPartition and a partition's ReasonRate; for ReasonFair,
+	// the row's partition (empty for a row without one).
 	Partition string
 	SetAside  bool
 	// Queue is the row's queue, for ReasonPaused and ReasonFair; PausedAt
@@ -159,7 +162,8 @@ SELECT o.status, o.kind, o.queue, COALESCE(o.key, ''),
     COALESCE(o.partition_key, ''), pl.name, pl.max_live, pl.live,
     o.cost, kr.max_starts, kr.period_us, kr.recent, kr.room, kr.next_at,
     qr.max_starts, qr.period_us, qr.recent, qr.room, qr.next_at,
-    fr.weight, fr.pass, fr.low
+    fr.weight, fr.pass, fr.low,
+    pr.name, pr.max_starts, pr.period_us, pr.recent, pr.room, pr.next_at
 FROM {{table}} AS o
 LEFT JOIN {{schema}}.{{name "queues"}} AS p ON p.queue = o.queue
 LEFT JOIN LATERAL (
@@ -194,7 +198,36 @@ LEFT JOIN LATERAL (
     WHERE l.scope = 'queue' AND l.name = o.queue
       AND (o.status = 'READY' OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp() AND ` + takenBack + `))) AS qr ON true
 LEFT JOIN LATERAL (` + fairSQL + `) AS fr ON true
+LEFT JOIN LATERAL (` + partitionRateSQL + `) AS pr ON true
 WHERE o.id = $1`
+
+// partitionRateSQL is the rate limit of row o's partition (migration 24),
+// for whySQL: the partition's own, else the default, read by their primary
+// key, with the starts its slot counts in the window that ends now
+// (recent), its room for more, and, when the room is less than the row's
+// cost and the cost is within the limit's Max, when it first has room for
+// that cost if no other start is made (next_at: each start leaves the
+// window a period after it was made), for a READY row, a row set aside,
+// or a row a claim would take back. The slot is read by its primary key.
+const partitionRateSQL = `
+    SELECT l.partition AS name, l.max_starts, l.period_us, w.recent, GREATEST(l.max_starts - w.recent, 0) AS room,
+        CASE WHEN GREATEST(l.max_starts - w.recent, 0) < o.cost AND o.cost <= l.max_starts THEN (
+            SELECT t FROM unnest(w.starts) AS t
+            ORDER BY t
+            OFFSET o.cost - GREATEST(l.max_starts - w.recent, 0) - 1
+            LIMIT 1) + l.period_us * interval '1 microsecond' END AS next_at
+    FROM {{schema}}.{{name "partition_rates"}} AS l
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS recent, array_agg(t) AS starts
+        FROM {{schema}}.{{name "partition_slots"}} AS s
+        CROSS JOIN LATERAL unnest(s.starts) AS t
+        WHERE s.partition = o.partition_key AND t > statement_timestamp() - l.period_us * interval '1 microsecond') AS w
+    WHERE l.partition IN (o.partition_key, '') AND o.partition_key IS NOT NULL
+      AND (o.status = 'READY' OR (o.status = 'WAITING' AND o.key IS NULL)
+           OR (o.status = 'INPROGRESS' AND o.lease_until <= statement_timestamp() AND ` + takenBack + `))
+    -- The partition's own limit first: any name sorts after ''.
+    ORDER BY l.partition DESC
+    LIMIT 1`
 
 // fairSQL is the fair scheduling of row o, for whySQL, when its queue is
 // fair (it has a default weight) and the row READY: the weight of its
@@ -346,13 +379,16 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 		kindRate, queueRate rateRead
 		fairWeight          sql.NullInt64
 		fairPass, fairLow   sql.NullFloat64
+		partRateName        sql.NullString
+		partRate            rateRead
 	)
 	err := s.db.QueryRowContext(ctx, s.wq.why, id).Scan(&status, &kind, &queue, &key, &later, &dueAt, &lapsed, &now, &pausedAt,
 		&kindMax, &kindLive, &kindRoom, &queueMax, &queueLive, &queueRoom, &headID, &headStatus, &ahead,
 		&partition, &partName, &partMax, &partLive,
 		&cost, &kindRate.max, &kindRate.per, &kindRate.recent, &kindRate.room, &kindRate.next,
 		&queueRate.max, &queueRate.per, &queueRate.recent, &queueRate.room, &queueRate.next,
-		&fairWeight, &fairPass, &fairLow)
+		&fairWeight, &fairPass, &fairLow,
+		&partRateName, &partRate.max, &partRate.per, &partRate.recent, &partRate.room, &partRate.next)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("lease: why row %d is not running: %w", id, errprefix.Trim("lease: ", ErrNotFound))
 	}
@@ -385,12 +421,20 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 		r.Text = keyText(r)
 		reasons = append(reasons, r)
 	}
+	rate := rates{kind: kind, queue: queue, partition: partition, cost: cost, now: now,
+		kindRate: kindRate, queueRate: queueRate, partRate: partRate, partName: partRateName.String}
 	if setAside {
-		return append(reasons, part), nil
+		// Set aside by the partition's rate limit, its concurrency limit,
+		// or both; by a limit cleared since when neither holds it now.
+		held := rate.reasons(true)
+		if len(held) == 0 || (partMax.Valid && part.Live >= part.Limit.Max) || (!partMax.Valid && !partRate.max.Valid) {
+			reasons = append(reasons, part)
+		}
+		return append(reasons, held...), nil
 	}
 	if st == leasework.StatusInProgress {
 		// A lease that ran out is taken back by a claim: a start.
-		return append(reasons, rateReasons(kind, queue, cost, now, kindRate, queueRate)...), nil
+		return append(reasons, rate.reasons(false)...), nil
 	}
 	if st != leasework.StatusReady {
 		return reasons, nil
@@ -422,7 +466,7 @@ func (s *Store) WhyNotRunning(ctx context.Context, id int64) ([]Reason, error) {
 	if partMax.Valid && part.Live >= part.Limit.Max {
 		reasons = append(reasons, part)
 	}
-	reasons = append(reasons, rateReasons(kind, queue, cost, now, kindRate, queueRate)...)
+	reasons = append(reasons, rate.reasons(false)...)
 	if r, ok := fairReason(queue, partition, fairWeight, fairPass, fairLow); ok {
 		reasons = append(reasons, r)
 	}
@@ -468,22 +512,37 @@ type rateRead struct {
 	next                   sql.NullTime
 }
 
-// rateReasons are the ReasonRate of a row of kind and queue that costs
-// cost starts, at the database's now: its kind's rate limit, then its
-// queue's, each when it has less room than cost.
-func rateReasons(kind, queue string, cost int, now time.Time, kindRate, queueRate rateRead) []Reason {
+// rates are the rate limits over a row of kind, queue and partition that
+// costs cost starts, at the database's now, as whySQL reads them: its
+// partition's (partName: the partition's own, or "" for the default).
+type rates struct {
+	kind, queue, partition        string
+	cost                          int
+	now                           time.Time
+	kindRate, queueRate, partRate rateRead
+	partName                      string
+}
+
+// reasons are the ReasonRate of the row: its kind's rate limit, then its
+// queue's, then its partition's, each when it has less room than the
+// row's cost; its partition's alone when partOnly (a row set aside, which
+// the kind's and queue's limits did not hold back).
+func (x rates) reasons(partOnly bool) []Reason {
 	var out []Reason
 	for _, l := range []struct {
 		scope, name string
 		rateRead
-	}{{ScopeKind, kind, kindRate}, {ScopeQueue, queue, queueRate}} {
-		if !l.max.Valid || l.room.Int64 >= int64(cost) {
+	}{{ScopeKind, x.kind, x.kindRate}, {ScopeQueue, x.queue, x.queueRate}, {ScopePartition, x.partName, x.partRate}} {
+		if !l.max.Valid || l.room.Int64 >= int64(x.cost) || (partOnly && l.scope != ScopePartition) {
 			continue
 		}
-		r := Reason{Kind: ReasonRate, Cost: cost, Recent: int(l.recent.Int64),
+		r := Reason{Kind: ReasonRate, Cost: x.cost, Recent: int(l.recent.Int64),
 			Rate: RateLimit{Scope: l.scope, Name: l.name, Max: int(l.max.Int64), Per: time.Duration(l.per.Int64) * time.Microsecond}}
+		if l.scope == ScopePartition {
+			r.Partition, r.SetAside = x.partition, partOnly
+		}
 		if l.next.Valid {
-			r.NextAt, r.NextIn = l.next.Time, max(l.next.Time.Sub(now), 0)
+			r.NextAt, r.NextIn = l.next.Time, max(l.next.Time.Sub(x.now), 0)
 		}
 		r.Text = rateText(r)
 		out = append(out, r)
@@ -494,6 +553,9 @@ func rateReasons(kind, queue string, cost int, now time.Time, kindRate, queueRat
 // rateText is the sentence of a ReasonRate.
 func rateText(r Reason) string {
 	head := fmt.Sprintf("held by rate limit %s:%s (%d/%d starts per %v)", r.Rate.Scope, r.Rate.Name, r.Recent, r.Rate.Max, r.Rate.Per)
+	if r.Rate.Scope == ScopePartition && r.Rate.Name == "" {
+		head = fmt.Sprintf("held by rate limit partition default (%d/%d starts per %v in partition %s)", r.Recent, r.Rate.Max, r.Rate.Per, r.Partition)
+	}
 	when := fmt.Sprintf("%s (in %s, by the database clock)", formatReasonTime(r.NextAt), formatWait(r.NextIn))
 	switch {
 	case r.Cost > r.Rate.Max:
