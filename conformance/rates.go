@@ -17,8 +17,8 @@ import (
 )
 
 // The properties of rate limits (lease.RateLimit): at most Max attempt
-// starts of a kind, or of a queue, in any window of Per, across every
-// claimer. An attempt starts when a claim takes its row (a first attempt,
+// starts of a kind, of a queue, or of a partition, in any window of Per,
+// across every claimer. An attempt starts when a claim takes its row (a first attempt,
 // a retry, an expired lease taken back), at the claim statement's time,
 // and takes its event's Cost in starts.
 func rateProperties() []property {
@@ -27,6 +27,7 @@ func rateProperties() []property {
 		{"HeldBackRowsRunOnceTheWindowMovesOn", heldBackRowsRunOnceTheWindowMovesOn},
 		{"RateLimitComposesWithKeyOrder", rateLimitComposesWithKeyOrder},
 		{"RetriesAndTakeBacksTakeStarts", retriesAndTakeBacksTakeStarts},
+		{"PartitionRateLimitHoldsInEveryWindow", partitionRateLimitHoldsInEveryWindow},
 	}
 }
 
@@ -569,4 +570,99 @@ func retriesAndTakeBacksTakeStarts(e *env) {
 	for _, c := range []leasework.Claim{back["x-2"], back["x-3"], second["x-1"], last["x-5"]} {
 		wantOK(e.t, "complete "+c.EventID, e.write(lease.Complete(c.Ref())))
 	}
+}
+
+// Eight claimers, five of the default queue and three of queue mail, claim
+// batches of one to four rows through the driver under test, and
+// complete, retry, release or abandon each claim at random (seeded; the
+// seed is logged), as in RateLimitHoldsInEveryWindowUnderConcurrentClaims,
+// over events of five partitions in both queues and events of none: a
+// default partition rate limit of 3 starts in any 300ms, partition acme's
+// own of 5, a quarter of the events costing 2 to 4 starts. A partition's
+// rows past its window's room are set aside, and come back when its
+// oldest start leaves the window (the claimers poll: they take no
+// notifications). It must hold that no window of 300ms, wherever it
+// begins, holds more starts of a partition than its limit, by the claims'
+// own times, each start counted at its event's cost, a first attempt, a
+// retry or a lease taken back; the rows of no partition are held by
+// none; and every row ends DONE: the rows set aside all come back.
+func partitionRateLimitHoldsInEveryWindow(e *env) {
+	const per = 300 * time.Millisecond
+	const defaultMax, acmeMax, claimers = 3, 5, 8
+	e.setRateLimit(lease.RateLimit{Scope: lease.ScopePartition, Name: "", Max: defaultMax, Per: per})
+	e.setRateLimit(lease.RateLimit{Scope: lease.ScopePartition, Name: "acme", Max: acmeMax, Per: per})
+	parts := []string{"acme", "p1", "p2", "p3", "p4"}
+	var events []lease.Event
+	limits := map[string]int{}
+	for _, p := range parts {
+		limits["partition "+p] = defaultMax
+		if p == "acme" {
+			limits["partition "+p] = acmeMax
+		}
+		for i := range 12 {
+			queue := lease.DefaultQueue
+			if i%3 == 2 {
+				queue = "mail"
+			}
+			ev := partitionEvent(p, queue, i)
+			ev.Cost = min(costOf(i), defaultMax) // within every partition's Max
+			events = append(events, ev)
+		}
+	}
+	for i := range 16 {
+		events = append(events, partitionEvent("", []string{lease.DefaultQueue, "mail"}[i%2], i))
+	}
+	e.enqueue(events...)
+	total := int64(len(events))
+	log := newStartLog(per, limits, events)
+	log.of = func(c leasework.Claim) []string {
+		if p := partitionOf(c.EventID); p != "" {
+			return []string{"partition " + p}
+		}
+		return nil
+	}
+
+	seed := rand.Uint64()
+	e.t.Logf("seed %d", seed)
+	tally := newLiveTally(map[string]int{}) // no concurrency limit: endAtRandom's bookkeeping only
+	run, stop := context.WithCancel(e.ctx)
+	defer stop()
+	var done atomic.Int64
+	errs := make(chan error, claimers)
+	fail := func(err error) { errs <- err; stop() }
+	var wg sync.WaitGroup
+	for w := range claimers {
+		rng := rand.New(rand.NewPCG(seed, uint64(w)))
+		req := lease.ClaimRequest{Lease: testLease, Worker: fmt.Sprintf("claimer-%d", w)}
+		if w >= 5 {
+			req.Queue = "mail"
+		}
+		wg.Go(func() {
+			for n := 0; done.Load() < total && run.Err() == nil; n++ {
+				req.Limit = 1 + (w+n)%4
+				got, err := e.store.Claim(e.ctx, req)
+				if err != nil {
+					fail(fmt.Errorf("claimer %d: claim: %w", w, err))
+					return
+				}
+				if len(got) == 0 {
+					select {
+					case <-run.Done():
+					case <-time.After(2 * time.Millisecond):
+					}
+					continue
+				}
+				log.add(got, testLease)
+				for _, c := range got {
+					if err := e.endAtRandom(rng, c, tally, &done); err != nil {
+						fail(fmt.Errorf("claimer %d: %w", w, err))
+						return
+					}
+				}
+			}
+		})
+	}
+	e.claimersDone(&wg, nil, tally, errs, &done, total)
+	log.check(e)
+	e.wantAllDone(total)
 }
