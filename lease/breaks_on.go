@@ -64,12 +64,17 @@ func breakQueries(q *queries) {
 		// that one would be counted twice, and the slot's count would
 		// stay one too high for good, stranding the partition's rows set
 		// aside, which the soak's drain would wait for.)
-		replaceClaims(q, "OR r.in_part <= l.room\n", "OR (NOT r.carry_part AND r.in_part <= l.room + 1) OR r.in_part <= l.room\n")
+		replaceClaims(q, "OR r.in_part <= l.room)\n", "OR (NOT r.carry_part AND r.in_part <= l.room + 1) OR r.in_part <= l.room)\n")
 	case "rate-window-short":
 		// The claim counts a rate limit's starts over half its period:
 		// up to twice Max start in some window of the period.
 		replaceClaims(q, "l.period_us * interval '1 microsecond' AS period,",
 			"l.period_us * interval '1 microsecond' / 2 AS period,")
+	case "partition-rate-window-short":
+		// The claim counts a partition's rate limit's starts over half
+		// its period: up to twice Max start in some window of the period.
+		replaceClaims(q, "->> 3)::bigint * interval '1 microsecond' AS period) AS b",
+			"->> 3)::bigint * interval '1 microsecond' / 2 AS period) AS b")
 	case "fair-no-arrivals":
 		// With the insert trigger writing no arrival (breakMigration), a
 		// fair queue's claims never learn of a partition from its

@@ -45,9 +45,10 @@ var breaks = map[string]libraryBreak{
 	"limit-handoff-doubled": {"a completion hands each place its rows held under a concurrency limit on to two rows", []string{history.Limits}},
 	"limit-ignores-holder-lease": {"the claim takes the place of a holder whose lease ran out in its snapshot without locking the holder's row: a renewal committed meanwhile is missed",
 		[]string{history.Limits}},
-	"partition-off-by-one": {"the claim admits one attempt more than a partition's room", []string{history.Partitions}},
-	"rate-window-short":    {"the claim counts a rate limit's starts over half its period", []string{history.Rates}},
-	"fair-no-arrivals":     {"an insert brings no partition to a fair queue, whose claims take no row of a partition they do not know", []string{history.Terminal}},
+	"partition-off-by-one":        {"the claim admits one attempt more than a partition's room", []string{history.Partitions}},
+	"rate-window-short":           {"the claim counts a rate limit's starts over half its period", []string{history.Rates}},
+	"partition-rate-window-short": {"the claim counts a partition's rate limit's starts over half its period", []string{history.Rates}},
+	"fair-no-arrivals":            {"an insert brings no partition to a fair queue, whose claims take no row of a partition they do not know", []string{history.Terminal}},
 }
 
 // breakOf returns the break $LEASEWORK_BREAK names, "" for none.

@@ -188,7 +188,8 @@
 // without the holder row's lock, and only the slow renewals catch it),
 // partition-off-by-one (partitions: the claim admits one attempt more
 // than a partition's room), rate-window-short (rates: the claim counts a
-// rate limit's starts over half its period), fair-no-arrivals
+// rate limit's starts over half its period), partition-rate-window-short
+// (rates: the same, for a partition's rate limit), fair-no-arrivals
 // (terminal: an insert brings no partition to a fair queue, whose claims
 // take no row of a partition they do not know). Such a run passes
 // when the history shows the break's properties violated, and prints the

@@ -49,6 +49,16 @@ const (
 	snoozyCostly  = 2
 )
 
+// The partition rate limit: tenant t-3 (under the default partition
+// limit of live attempts too) has ratedTenantMax starts in any window of
+// ratedTenantPer: its rows past that are set aside, and come back when
+// the window has room, by a timer, through every fault the others see.
+const (
+	ratedTenant    = "t-3"
+	ratedTenantMax = 2
+	ratedTenantPer = 250 * time.Millisecond
+)
+
 // The slow renewals: the edge kind has one slot, which the test holds now
 // and then with a claim of its own (as a worker whose application_name
 // is edgeApp) while events of the kind wait for it. It renews that claim
@@ -83,8 +93,13 @@ func (s *soak) declareLimits(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.setRateLimit(ctx, lease.RateLimit{Scope: lease.ScopeKind, Name: snoozyKind, Max: snoozyRateMax, Per: snoozyRatePer}); err != nil {
-		return err
+	for _, l := range []lease.RateLimit{
+		{Scope: lease.ScopeKind, Name: snoozyKind, Max: snoozyRateMax, Per: snoozyRatePer},
+		{Scope: lease.ScopePartition, Name: ratedTenant, Max: ratedTenantMax, Per: ratedTenantPer},
+	} {
+		if err := s.setRateLimit(ctx, l); err != nil {
+			return err
+		}
 	}
 	return s.declareFairness(ctx)
 }

@@ -115,6 +115,11 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 		}) {
 			fail("no window of %v held %d starts of kind %s, its rate limit: the soak did not reach it", snoozyRatePer, snoozyRateMax, snoozyKind)
 		}
+		if !slices.ContainsFunc(v.Rates, func(x history.RateSeen) bool {
+			return x.Scope == history.ScopePartition && x.Name == ratedTenant && x.Max == ratedTenantMax && x.Per == ratedTenantPer && x.Full > 0
+		}) {
+			fail("no window of %v held %d starts of partition %s, its rate limit: the soak did not reach it", ratedTenantPer, ratedTenantMax, ratedTenant)
+		}
 	}
 	var limits []string
 	for _, l := range v.Limits {

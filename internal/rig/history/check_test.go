@@ -963,6 +963,24 @@ var bad = []struct {
 		b.handle(r[1], "w2", 30)
 		return b
 	}},
+	{"a partition's rate limit", Rates, "partition \"acme\": the claim by w2", func() *builder {
+		b := newBuilder()
+		b.rate(ScopePartition, "acme", 1, 100, 0)
+		r := b.enqueue(5, ev{id: "p1", partition: "acme"}, ev{id: "p2", partition: "acme", kind: snoozy}, ev{id: "p3", partition: "other"})
+		b.handle(r[0], "w1", 10)
+		b.handle(r[2], "w3", 15)
+		b.handle(r[1], "w2", 20)
+		return b
+	}},
+	{"the default partition rate limit, for each partition apart", Rates, "partition \"b\": the claim by w4", func() *builder {
+		b := newBuilder()
+		b.rate(ScopePartition, "", 1, 100, 0)
+		r := b.enqueue(5, ev{id: "a1", partition: "a"}, ev{id: "b1", partition: "b"}, ev{id: "b2", partition: "b"})
+		b.handle(r[0], "w1", 10)
+		b.handle(r[1], "w2", 12)
+		b.handle(r[2], "w4", 30)
+		return b
+	}},
 	{"a queue's rate limit, over kinds", Rates, "queue \"bulk\": the claim by w2", func() *builder {
 		b := newBuilder()
 		b.rate(ScopeQueue, "bulk", 1, 100, 0)

@@ -37,9 +37,9 @@ func (c *checker) checkRates() {
 	var order []ident
 	sets := map[ident][]RateLimit{}
 	for _, l := range c.h.RateLimits {
-		if l.Scope != ScopeKind && l.Scope != ScopeQueue || l.Max < 1 || l.Per <= 0 {
-			c.fail(Rates, nil, "a rate limit setting of scope %q, name %q, max %d per %v: want scope %q or %q, a max of 1 or more and a period",
-				l.Scope, l.Name, l.Max, l.Per, ScopeKind, ScopeQueue)
+		if l.Scope != ScopeKind && l.Scope != ScopeQueue && l.Scope != ScopePartition || l.Max < 1 || l.Per <= 0 {
+			c.fail(Rates, nil, "a rate limit setting of scope %q, name %q, max %d per %v: want scope %q, %q or %q, a max of 1 or more and a period",
+				l.Scope, l.Name, l.Max, l.Per, ScopeKind, ScopeQueue, ScopePartition)
 			continue
 		}
 		id := ident{l.Scope, l.Name}
@@ -49,12 +49,32 @@ func (c *checker) checkRates() {
 		sets[id] = append(sets[id], l)
 	}
 	for _, id := range order {
+		if id.scope == ScopePartition && id.name == "" {
+			continue // the default: below
+		}
 		c.checkRate(id.scope, id.name, sets[id])
+	}
+	// The default partition rate limit binds every partition that has no
+	// setting of its own; each is checked apart, under the default's
+	// settings, as the default concurrency limit is (checkLimits).
+	if def := sets[ident{ScopePartition, ""}]; len(def) > 0 {
+		var parts []string
+		seen := map[string]bool{}
+		for _, r := range c.ordered {
+			if r.partition != "" && !seen[r.partition] && len(sets[ident{ScopePartition, r.partition}]) == 0 {
+				seen[r.partition] = true
+				parts = append(parts, r.partition)
+			}
+		}
+		sort.Strings(parts)
+		for _, p := range parts {
+			c.checkRate(ScopePartition, p, def)
+		}
 	}
 }
 
 // checkRate checks one rate limit: no window of its period holds more
-// starts of its kind or queue than its Max.
+// starts of its kind, queue or partition than its Max.
 //
 // An attempt starts at its claim's statement time (Write.Stmt: the
 // statement_timestamp() the claim records its starts at), whatever the
@@ -74,7 +94,8 @@ func (c *checker) checkRate(scope, name string, sets []RateLimit) {
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Invoked.Before(sets[j].Invoked) })
 	var starts []rateStart
 	for _, r := range c.ordered {
-		if (scope == ScopeKind && r.kind != name) || (scope == ScopeQueue && r.queue != name) {
+		if (scope == ScopeKind && r.kind != name) || (scope == ScopeQueue && r.queue != name) ||
+			(scope == ScopePartition && r.partition != name) {
 			continue
 		}
 		for _, cl := range r.claims {
