@@ -101,6 +101,11 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 			// their shares.
 			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_rate_limits") + " TO " + worker,
 			"GRANT SELECT, UPDATE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_rate_shares") + " TO " + worker,
+			// The partitions' rate limits: their starts are kept in the
+			// partitions' slots, and a claim that sets rows aside under
+			// one writes a timer for when it has room again.
+			"GRANT SELECT ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_rates") + " TO " + worker,
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON " + lease.QuoteIdent(schema) + "." + lease.QuoteIdent(s.Table()+"_partition_timers") + " TO " + worker,
 			// The claim reads a queue's weights and aging, takes the
 			// partitions come to a fair queue, moves their passes (or
 			// owes the move of one another claim holds), and takes out
@@ -191,6 +196,15 @@ func TestWorkerRunsWithLeastPrivilege(t *testing.T) {
 		}
 		for i := range 8 {
 			events = append(events, lease.Event{Kind: "plain", Partition: "tenant", EventID: fmt.Sprint("tenant-", i)})
+		}
+		// Under a partition's rate limit that binds: claims keep the
+		// partition's starts in its slot, set rows aside with a timer,
+		// and bring them back when it rings.
+		if _, _, err := s.SetRateLimit(ctx, lease.RateLimit{Scope: lease.ScopePartition, Name: "metered", Max: 2, Per: 200 * time.Millisecond}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 {
+			events = append(events, lease.Event{Kind: "plain", Partition: "metered", EventID: fmt.Sprint("metered-", i)})
 		}
 		events = append(events, lease.Event{Kind: "flaky", EventID: "flaky"}, lease.Event{Kind: "slow", EventID: "slow"})
 		ids := pgtest.Enqueue(t, s, events...)
