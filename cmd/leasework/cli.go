@@ -102,8 +102,10 @@ concurrency limit partition:acme (1/1 live)", or "partition default (2/2
 live in partition acme)" under the default limit of the partitions); held
 by a rate limit without room for its cost ("held by rate limit
 kind:sms.send (100/100 starts per 1m0s): the next start is allowed at
-..."), or one whose most starts in a window are fewer than its cost, under
-which it never starts; waiting its turn in a fair queue, its partition
+..."; "partition:acme" or "partition default (5/5 starts per 1m0s in
+partition acme)" for its partition's, which sets it aside), or one whose
+most starts in a window are fewer than its cost, under which it never
+starts; waiting its turn in a fair queue, its partition
 ahead of the partition furthest behind ("waits its turn in fair queue
 bulk: partition acme (weight 3) is 12 rows ahead of the partition furthest
 behind"), or, without a partition, taken in the fair queue's order behind
@@ -185,7 +187,7 @@ says so and changes nothing.`,
 	},
 	{
 		name:     "limits",
-		synopsis: "[(-kind K | -queue Q | -partition P | -partition-default) (-max N | -clear) [-by NAME]] | [(-kind K | -queue Q) (-rate M/PERIOD | -clear-rate) [-by NAME]] | [-queue Q [-partition P] (-weight N | -clear-weight) [-by NAME]] | [-queue Q (-aging D | -clear-aging) [-by NAME]] | -changes [-n N]",
+		synopsis: "[(-kind K | -queue Q | -partition P | -partition-default) (-max N | -clear | -rate M/PERIOD | -clear-rate) [-by NAME]] | [-queue Q [-partition P] (-weight N | -clear-weight) [-by NAME]] | [-queue Q (-aging D | -clear-aging) [-by NAME]] | -changes [-n N]",
 		summary:  "each concurrency limit with its live attempts, each rate limit with its recent starts, each fair queue's weights; set, clear or audit one",
 		doc: `Limits lists the concurrency and rate limits and the fair queues' weights and
 priority agings, or sets, clears or audits one. A limit
@@ -223,29 +225,44 @@ made it, -by (default: your user name); -changes lists the latest first,
 -n of them.
 
 A rate limit allows at most M attempt starts of one kind (-kind, in every
-queue) or of one queue (-queue, of every kind) in any window of a period,
-across every worker. An attempt starts when a claim takes its event: a
-first attempt, a retry, an expired lease taken back; it takes its event's
-cost in starts (1 unless the event was enqueued with more), and nothing
-gives them back. An event held back by it stays READY until the window has
-room; one that costs more than M never starts. -rate M/PERIOD sets it, new
-or changed: PERIOD is a duration such as 1m, 30s, 500ms or 24h, or a unit
-alone for one of it (-rate 100/s, -rate 6000/h); M is from 1 to 10000,
-PERIOD from 1ms to 24h. The starts already in the window stay counted: a
-lowered M admits none until enough of them leave it; idle workers see a
-raised one at their next poll. -clear-rate removes it, and wakes idle
-workers. A kind or queue may have a concurrency limit
-and a rate limit at once; each call changes one.
+queue), of one queue (-queue, of every kind) or of one partition
+(-partition, of every kind and queue) in any window of a period, across
+every worker; -partition-default names the default rate limit of the
+partitions, which holds each partition without a rate limit of its own to
+its M, each in a window of its own. An attempt starts when a claim takes
+its event: a first attempt, a retry, an expired lease taken back; it takes
+its event's cost in starts (1 unless the event was enqueued with more),
+and nothing gives them back. An event a kind's or a queue's rate limit
+holds back stays READY until the window has room; one a partition's holds
+back is set aside (WAITING without a key) and made READY again when its
+partition's window has room. One that costs more than M never starts.
+-rate M/PERIOD sets it, new or changed: PERIOD is a duration such as 1m,
+30s, 500ms or 24h, or a unit alone for one of it (-rate 100/s, -rate
+6000/h); M is from 1 to 10000, PERIOD from 1ms to 24h. The starts already
+in the window stay counted: a lowered M admits none until enough of them
+leave it; idle workers see a raised one at their next poll. -clear-rate
+removes it, and wakes idle workers; a partition whose own rate limit is
+cleared falls under the default, if one is set. A kind, queue or
+partition may have a concurrency limit and a rate limit at once; each
+call changes one. Workers of a version without rate limits per partition
+keep none: upgrade every worker before setting one.
 
 The listing shows the rate limits after the concurrency limits: scope
-(rate:kind or rate:queue) and name, the rate (MAX/PERIOD, "100/1m0s"), the
-starts in the window that ends now (RECENT), and, while it is full, when
-the next start is allowed (NEXT ROOM; "now" while it has room). With
--json, the rate limits come in the same list, with scope "rate:kind" or
-"rate:queue", max, per ("1m0s"), per_us, recent and next_at (null while it
-has room). -changes lists their changes too, with scope rate:kind or
-rate:queue, their maxima, and the period set (PERIOD; for a clear, the one
-cleared).
+(rate:kind, rate:queue or rate:partition) and name, the rate (MAX/PERIOD,
+"100/1m0s"), the starts in the window that ends now (RECENT), while it is
+full, when the next start is allowed (NEXT ROOM; "now" while it has room),
+and, for a partition's, its events set aside (HELD BACK: WAITING without a
+key, by its rate or its concurrency limit; "-" for a kind's or a queue's,
+whose events held back stay READY and are not counted). The default rate
+limit of the partitions is listed as rate:partition (default), its rate
+"5/1m0s each", its RECENT and HELD BACK those of every partition under it,
+and its NEXT ROOM "-" (each partition has its window; list -id says when
+an event's has room). With -json, the rate limits come in the same list,
+with scope "rate:kind", "rate:queue" or "rate:partition" (name "" for the
+default), max, per ("1m0s"), per_us, recent, next_at (null while it has
+room) and held_back (null for a kind's or a queue's). -changes lists their
+changes too, with scope rate:kind, rate:queue or rate:partition, their
+maxima, and the period set (PERIOD; for a clear, the one cleared).
 
 -queue Q -weight N makes queue Q fair: within a priority level, its claims
 take its events across partitions (an event's partition key) in proportion

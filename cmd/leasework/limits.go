@@ -22,8 +22,8 @@ const maxChanges = 1000
 
 // limitsCmd lists the concurrency and rate limits and the fair queues'
 // weights and agings; with -kind, -queue, -partition or -partition-default
-// and -max or -clear it sets or clears a concurrency limit, with -kind or
-// -queue and -rate or -clear-rate a rate limit, with -queue (and
+// and -max or -clear it sets or clears a concurrency limit, and with -rate
+// or -clear-rate a rate limit, with -queue (and
 // -partition) and -weight or -clear-weight a weight, with -queue and
 // -aging or -clear-aging a queue's priority aging, and with -changes it
 // lists the audit.
@@ -52,11 +52,11 @@ func (l *limitsCmd) flags(fs *flag.FlagSet) {
 	fs.StringVar(&l.kind, "kind", "", "the limit of this `kind`, in every queue")
 	fs.StringVar(&l.queue, "queue", "", "the limit of this `queue`, of every kind")
 	fs.StringVar(&l.partition, "partition", "", "the limit of this `partition` (an event's partition key), of every kind and queue")
-	fs.BoolVar(&l.partDefault, "partition-default", false, "the default limit of the partitions: each partition without a limit of its own gets this many")
+	fs.BoolVar(&l.partDefault, "partition-default", false, "the default limit, or rate limit, of the partitions: each partition without one of its own is held to it, on its own")
 	fs.IntVar(&l.max, "max", 0, fmt.Sprintf("set the limit to at most `N` live attempts, from 0 (none starts: the kind, queue or partition is held) to %d", lease.MaxLimit))
 	fs.BoolVar(&l.clear, "clear", false, "remove the limit")
-	fs.StringVar(&l.rate, "rate", "", fmt.Sprintf("set the rate limit of the kind or queue to at most M attempt starts in any window of PERIOD: `M/PERIOD`, such as 100/1m, 5/500ms or 100/s (M from 1 to %d, PERIOD from %v to %v)", lease.MaxRateStarts, lease.MinRatePeriod, lease.MaxRatePeriod))
-	fs.BoolVar(&l.clearRate, "clear-rate", false, "remove the rate limit of the kind or queue")
+	fs.StringVar(&l.rate, "rate", "", fmt.Sprintf("set the rate limit of the kind, queue or partition (or, with -partition-default, of each partition without one of its own) to at most M attempt starts in any window of PERIOD: `M/PERIOD`, such as 100/1m, 5/500ms or 100/s (M from 1 to %d, PERIOD from %v to %v)", lease.MaxRateStarts, lease.MinRatePeriod, lease.MaxRatePeriod))
+	fs.BoolVar(&l.clearRate, "clear-rate", false, "remove the rate limit of the kind, queue or partition, or the default rate limit of the partitions")
 	fs.IntVar(&l.weight, "weight", 0, fmt.Sprintf("set the weight of the queue's partitions (its default: the queue becomes fair), or with -partition of that partition, to `N`, from 1 to %d", lease.MaxWeight))
 	fs.BoolVar(&l.clearWeight, "clear-weight", false, "remove the queue's default weight (the queue is no longer fair), or with -partition that partition's weight")
 	fs.DurationVar(&l.aging, "aging", 0, fmt.Sprintf("set the queue's priority aging: a due event that has waited longer than `D` is claimed as one priority level higher (D from %v to %v)", lease.MinAgeAfter, lease.MaxAgeAfter))
@@ -137,7 +137,7 @@ func (l *limitsCmd) check() error {
 		}
 		return usagef("give one of %s, %s: a limit is of one kind (in every queue), of one queue (of every kind), of one partition, or the default of the partitions", strings.Join(named, " and "), not)
 	case len(named) == 0 && len(acts) == 1 && l.rating():
-		return usagef("name the rate limit to change: -kind K (a kind, in every queue) or -queue Q (a queue, of every kind)")
+		return usagef("name the rate limit to change: -kind K (a kind, in every queue), -queue Q (a queue, of every kind), -partition P (a partition) or -partition-default (each partition without a rate limit of its own)")
 	case len(named) == 0:
 		return usagef("name the limit to change: -kind K (a kind, in every queue), -queue Q (a queue, of every kind), -partition P (a partition) or -partition-default (each partition without a limit of its own)")
 	case given["max"] && l.clear && len(acts) == 2:
@@ -148,12 +148,12 @@ func (l *limitsCmd) check() error {
 			not = "not more"
 		}
 		return usagef("give one of %s, %s: each call makes one change", strings.Join(acts, " and "), not)
-	case l.rating() && (given["partition"] || given["partition-default"]):
-		return usagef("%s is for a kind's or a queue's rate limit: name it with -kind K or -queue Q (a partition has no rate limit)", acts[0])
 	}
 	scope, name := l.limit()
 	switch {
 	case scope == lease.ScopePartition && l.partDefault:
+	case scope == lease.ScopePartition && name == "" && l.rating():
+		return usagef("-partition is empty; name the partition to limit, or give -partition-default for the default rate limit of the partitions")
 	case scope == lease.ScopePartition && name == "":
 		return usagef("-partition is empty; name the partition to limit, or give -partition-default for the default limit of the partitions")
 	case scope == lease.ScopePartition:
@@ -175,7 +175,8 @@ func (l *limitsCmd) check() error {
 	}
 	if len(acts) == 0 {
 		if scope == lease.ScopePartition {
-			return usagef("say what to do with the %s: -max N sets it, -clear removes it (leasework limits alone lists the limits)", limitOf(scope, name))
+			return usagef("say what to do with the %s: -max N sets it, -clear removes it; -rate M/PERIOD sets the %s, -clear-rate removes that (leasework limits alone lists the limits)",
+				limitOf(scope, name), rateLimitOf(scope, name))
 		}
 		if scope == lease.ScopeQueue {
 			return usagef("say what to do with the %s: -max N sets it, -clear removes it; -rate M/PERIOD sets its rate limit, -clear-rate removes that; -weight N makes it fair, -clear-weight ends that; -aging D sets its priority aging, -clear-aging removes it (leasework limits alone lists the limits)", limitOf(scope, name))
@@ -234,6 +235,16 @@ func limitOf(scope, name string) string {
 	return "limit of " + scope + " " + name
 }
 
+// rateLimitOf names a rate limit in a sentence: "rate limit of kind
+// sms.send", "rate limit of partition acme", "default rate limit of the
+// partitions".
+func rateLimitOf(scope, name string) string {
+	if scope == lease.ScopePartition && name == "" {
+		return "default rate limit of the partitions"
+	}
+	return "rate limit of " + scope + " " + name
+}
+
 func (l *limitsCmd) exec(ctx context.Context, st *lease.Store, out *printer) error {
 	switch {
 	case l.changes:
@@ -280,24 +291,37 @@ type limitJSON struct {
 // rateLimitJSON is a rate limit in limits -json, beside the concurrency
 // limits (limitJSON).
 type rateLimitJSON struct {
-	Scope string `json:"scope"` // "rate:kind" or "rate:queue"
-	Name  string `json:"name"`
+	Scope string `json:"scope"` // "rate:kind", "rate:queue" or "rate:partition"
+	// Name is the kind, the queue or the partition: "" for the default
+	// rate limit of the partitions.
+	Name string `json:"name"`
 	// Max starts in any window of per: per as a Go duration ("1m0s"),
-	// per_us in microseconds.
+	// per_us in microseconds. For the default rate limit of the
+	// partitions, of each partition under it, on its own.
 	Max   int    `json:"max"`
 	Per   string `json:"per"`
 	PerUS int64  `json:"per_us"`
-	// Recent is how many starts it counts in the window that ends now.
+	// Recent is how many starts it counts in the window that ends now:
+	// for the default rate limit of the partitions, those of every
+	// partition under it.
 	Recent int `json:"recent"`
 	// NextAt is when it next has room for a start while it is full;
-	// null while it has room.
+	// null while it has room, and always for the default rate limit of
+	// the partitions (each partition has a window of its own: list -id
+	// says when an event's has room).
 	NextAt *time.Time `json:"next_at"`
-	SetAt  time.Time  `json:"set_at"`
-	SetBy  string     `json:"set_by"`
+	// HeldBack is, for a partition's rate limit, how many of the
+	// partition's events are set aside (WAITING without a key), whatever
+	// set them aside (its concurrency limit too); for the default, those
+	// of every partition under it. Null for a kind's or a queue's, whose
+	// events held back stay READY, and are not counted.
+	HeldBack *int64    `json:"held_back"`
+	SetAt    time.Time `json:"set_at"`
+	SetBy    string    `json:"set_by"`
 }
 
 // rateScope is a rate limit's scope as the CLI prints it, and as the
-// audit records it: "rate:kind", "rate:queue".
+// audit records it: "rate:kind", "rate:queue", "rate:partition".
 func rateScope(scope string) string { return "rate:" + scope }
 
 func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer) error {
@@ -353,10 +377,17 @@ func (l *limitsCmd) execList(ctx context.Context, st *lease.Store, out *printer)
 		}
 		rows := make([][]string, len(rls))
 		for i, rl := range rls {
-			rows[i] = []string{rateScope(rl.Scope), truncate(rl.Name, limitNameWidth), rl.RateLimit.String(), itoa(int64(rl.Recent)),
-				nextRoomCell(rl), timeCell(&rl.SetAt), orDash(truncate(rl.SetBy, keyWidth))}
+			name, rate, held := truncate(rl.Name, limitNameWidth), rl.RateLimit.String(), "-"
+			if rl.Scope == lease.ScopePartition {
+				held = itoa(rl.HeldBack)
+				if rl.Name == "" {
+					name, rate = defaultPartitionName, rate+" each"
+				}
+			}
+			rows[i] = []string{rateScope(rl.Scope), name, rate, itoa(int64(rl.Recent)),
+				nextRoomCell(rl), held, timeCell(&rl.SetAt), orDash(truncate(rl.SetBy, keyWidth))}
 		}
-		if err := out.Table([]string{"SCOPE", "NAME", "MAX/PERIOD", "RECENT", "NEXT ROOM", "SET AT", "SET BY"}, rows); err != nil {
+		if err := out.Table([]string{"SCOPE", "NAME", "MAX/PERIOD", "RECENT", "NEXT ROOM", "HELD BACK", "SET AT", "SET BY"}, rows); err != nil {
 			return err
 		}
 	}
@@ -370,12 +401,20 @@ func toRateLimitJSON(rl lease.RateLimitInfo) rateLimitJSON {
 		at := rl.NextAt.UTC()
 		res.NextAt = &at
 	}
+	if rl.Scope == lease.ScopePartition {
+		res.HeldBack = &rl.HeldBack
+	}
 	return res
 }
 
 // nextRoomCell is when a rate limit next has room: "now" while it has
-// some, else the time, to the millisecond (periods may be short).
+// some, else the time, to the millisecond (periods may be short); "-" for
+// the default rate limit of the partitions, whose partitions each have a
+// window of their own.
 func nextRoomCell(rl lease.RateLimitInfo) string {
+	if rl.Scope == lease.ScopePartition && rl.Name == "" {
+		return "-"
+	}
 	if rl.NextAt.IsZero() {
 		return "now"
 	}
@@ -490,11 +529,13 @@ func (l *limitsCmd) execClear(ctx context.Context, st *lease.Store, out *printer
 type limitChangeJSON struct {
 	At time.Time `json:"at"`
 	// Scope is "kind", "queue" or "partition" for a concurrency limit,
-	// "rate:kind" or "rate:queue" for a rate limit, "weight" for a fair
-	// queue's weight, "aging" for a queue's priority aging.
+	// "rate:kind", "rate:queue" or "rate:partition" for a rate limit,
+	// "weight" for a fair queue's weight, "aging" for a queue's priority
+	// aging.
 	Scope string `json:"scope"`
-	// Name is the kind, the queue or the partition limited; for a weight
-	// or an aging, the queue.
+	// Name is the kind, the queue or the partition limited ("" for the
+	// default limit, or rate limit, of the partitions); for a weight or an
+	// aging, the queue.
 	Name string `json:"name"`
 	// Partition is a weight's partition, "" for the queue's default;
 	// absent for every other scope.
@@ -554,7 +595,11 @@ func (l *limitsCmd) execChanges(ctx context.Context, st *lease.Store, out *print
 			// is the PERIOD.
 			old, now = onOrDash(c.Old), onOrDash(c.New)
 		}
-		rows[i] = []string{timeCell(&c.At), c.Scope, truncate(c.Name, limitNameWidth), part, old, now, per, orDash(truncate(c.By, keyWidth))}
+		name := truncate(c.Name, limitNameWidth)
+		if c.Name == "" && (c.Scope == lease.ScopePartition || c.Scope == rateScope(lease.ScopePartition)) {
+			name = defaultPartitionName
+		}
+		rows[i] = []string{timeCell(&c.At), c.Scope, name, part, old, now, per, orDash(truncate(c.By, keyWidth))}
 	}
 	return out.Table([]string{"AT", "SCOPE", "NAME", "PARTITION", "OLD", "NEW", "PERIOD", "BY"}, rows)
 }
@@ -592,15 +637,20 @@ type rateJSON struct {
 }
 
 type setRateLimitJSON struct {
-	Scope string `json:"scope"` // "rate:kind" or "rate:queue"
-	Name  string `json:"name"`
+	Scope string `json:"scope"` // "rate:kind", "rate:queue" or "rate:partition"
+	// Name is "" for the default rate limit of the partitions.
+	Name string `json:"name"`
 	rateJSON
 	// Old is the rate limit it replaced; null when there was none.
 	Old *rateJSON `json:"old"`
 	// Recent is how many starts it counted in its window just after, and
-	// NextAt when it next has room while full; null while it has room.
-	Recent int        `json:"recent"`
-	NextAt *time.Time `json:"next_at"`
+	// NextAt when it next has room while full; null while it has room
+	// (and for the default rate limit of the partitions). HeldBack is,
+	// for a partition's, its events set aside just after (as limits
+	// -json gives it); null for a kind's or a queue's.
+	Recent   int        `json:"recent"`
+	NextAt   *time.Time `json:"next_at"`
+	HeldBack *int64     `json:"held_back"`
 }
 
 func (l *limitsCmd) execSetRate(ctx context.Context, st *lease.Store, out *printer) error {
@@ -624,11 +674,8 @@ func (l *limitsCmd) execSetRate(ctx context.Context, st *lease.Store, out *print
 	}
 	for _, info := range rls {
 		if info.Scope == scope && info.Name == name {
-			res.Recent = info.Recent
-			if !info.NextAt.IsZero() {
-				at := info.NextAt.UTC()
-				res.NextAt = &at
-			}
+			listed := toRateLimitJSON(info)
+			res.Recent, res.NextAt, res.HeldBack = listed.Recent, listed.NextAt, listed.HeldBack
 		}
 	}
 	if out.json {
@@ -638,10 +685,17 @@ func (l *limitsCmd) execSetRate(ctx context.Context, st *lease.Store, out *print
 	if had {
 		was = fmt.Sprintf("%d per %v", old.Max, old.Per)
 	}
-	line := fmt.Sprintf("rate limit of %s %s set to %d %s per %v (was %s); %d in the window now",
-		scope, name, most, plural(most, "start", "starts"), per, was, res.Recent)
+	line := fmt.Sprintf("%s set to %d %s per %v (was %s); %d in the window now",
+		rateLimitOf(scope, name), most, plural(most, "start", "starts"), per, was, res.Recent)
+	if scope == lease.ScopePartition && name == "" {
+		line = fmt.Sprintf("%s set to %d %s per %v each (was %s); %d in the windows of the partitions under it now",
+			rateLimitOf(scope, name), most, plural(most, "start", "starts"), per, was, res.Recent)
+	}
 	if res.NextAt != nil {
 		line += fmt.Sprintf(": it is full, and the next start is allowed at %s", nextRoomCell(lease.RateLimitInfo{NextAt: *res.NextAt}))
+	}
+	if res.HeldBack != nil && *res.HeldBack > 0 {
+		line += fmt.Sprintf("; %d %s set aside, waiting for room", *res.HeldBack, plural(int(*res.HeldBack), "event", "events"))
 	}
 	return out.Linef("%s", line)
 }
@@ -663,7 +717,16 @@ func (l *limitsCmd) execClearRate(ctx context.Context, st *lease.Store, out *pri
 	if out.json {
 		return out.JSON(clearLimitJSON{Scope: rateScope(scope), Name: name, Cleared: was})
 	}
-	if !was {
+	switch {
+	case scope == lease.ScopePartition && name == "" && !was:
+		return out.Linef("there was no default rate limit of the partitions; nothing changed")
+	case scope == lease.ScopePartition && name == "":
+		return out.Linef("cleared the default rate limit of the partitions: those without a rate limit of their own are no longer rate limited; the events it set aside come back as workers claim, as far as the limits left let them")
+	case scope == lease.ScopePartition && !was:
+		return out.Linef("partition %s had no rate limit of its own; nothing changed", name)
+	case scope == lease.ScopePartition:
+		return out.Linef("cleared the rate limit of partition %s: the default rate limit of the partitions applies to it, if one is set; the events it set aside come back as workers claim, as far as the limits left let them", name)
+	case !was:
 		return out.Linef("%s %s had no rate limit; nothing changed", scope, name)
 	}
 	return out.Linef("cleared the rate limit of %s %s: its attempts start as workers claim them", scope, name)

@@ -285,13 +285,15 @@ func TestPartitionLimits(t *testing.T) {
 }
 
 // listedLimit is an entry of limits -json: a concurrency limit's fields
-// or a rate limit's.
+// or a rate limit's. HeldBack is null for a kind's or a queue's rate
+// limit.
 type listedLimit struct {
 	limitJSON
-	Per    string     `json:"per"`
-	PerUS  int64      `json:"per_us"`
-	Recent int        `json:"recent"`
-	NextAt *time.Time `json:"next_at"`
+	Per      string     `json:"per"`
+	PerUS    int64      `json:"per_us"`
+	Recent   int        `json:"recent"`
+	NextAt   *time.Time `json:"next_at"`
+	HeldBack *int64     `json:"held_back"`
 }
 
 // Rate limits through both drivers: -rate sets a kind's or a queue's,
@@ -352,23 +354,24 @@ func TestRateLimits(t *testing.T) {
 			if len(ls) != 3 || ls[0].Scope != "kind" || ls[0].Live != 3 || ls[0].Max != 5 ||
 				ls[1].Scope != "rate:kind" || ls[1].Name != "sms.send" || ls[1].Max != 3 || ls[1].Per != "1h0m0s" || ls[1].PerUS != 3_600_000_000 ||
 				ls[1].Recent != 3 || ls[1].NextAt == nil || !ls[1].NextAt.Equal(next) || ls[1].SetBy != "alice" ||
-				ls[2].Scope != "rate:queue" || ls[2].Name != "default" || ls[2].Max != 100 || ls[2].Per != "1s" || ls[2].NextAt != nil {
-				t.Errorf("limits -json = %+v; want the kind's concurrency limit, 3 live of 5; sms.send 3/3 per hour, full until %v; queue default 100 per second", ls, next)
+				ls[2].Scope != "rate:queue" || ls[2].Name != "default" || ls[2].Max != 100 || ls[2].Per != "1s" || ls[2].NextAt != nil ||
+				ls[0].HeldBack == nil || ls[1].HeldBack != nil || ls[2].HeldBack != nil {
+				t.Errorf("limits -json = %+v; want the kind's concurrency limit, 3 live of 5 (its held back 0, not null); sms.send 3/3 per hour, full until %v; queue default 100 per second; neither rate limit with a held back", ls, next)
 			}
 			r = limits()
 			tables := strings.Split(strings.TrimSpace(r.stdout), "\n\n")
 			if len(tables) != 2 || !strings.HasPrefix(tables[0], "SCOPE") {
 				t.Fatalf("limits printed %d tables; want the concurrency limits', then the rate limits':\n%s", len(tables), r.stdout)
 			}
-			if header := strings.Fields(strings.SplitN(tables[1], "\n", 2)[0]); strings.Join(header, " ") != "SCOPE NAME MAX/PERIOD RECENT NEXT ROOM SET AT SET BY" {
+			if header := strings.Fields(strings.SplitN(tables[1], "\n", 2)[0]); strings.Join(header, " ") != "SCOPE NAME MAX/PERIOD RECENT NEXT ROOM HELD BACK SET AT SET BY" {
 				t.Errorf("rate limits header = %q", header)
 			}
-			if line := lineWith(tables[1], "rate:kind"); len(line) != 9 || line[1] != "sms.send" || line[2] != "3/1h0m0s" || line[3] != "3" ||
-				strings.Join(line[4:6], " ") != next.Format("2006-01-02 15:04:05.000Z") || line[8] != "alice" {
-				t.Errorf("limits prints %q for sms.send's rate limit; want rate:kind, sms.send, 3/1h0m0s, 3 recent, next room at %v, when, alice:\n%s", line, next, r.stdout)
+			if line := lineWith(tables[1], "rate:kind"); len(line) != 10 || line[1] != "sms.send" || line[2] != "3/1h0m0s" || line[3] != "3" ||
+				strings.Join(line[4:6], " ") != next.Format("2006-01-02 15:04:05.000Z") || line[6] != "-" || line[9] != "alice" {
+				t.Errorf("limits prints %q for sms.send's rate limit; want rate:kind, sms.send, 3/1h0m0s, 3 recent, next room at %v, no held back, when, alice:\n%s", line, next, r.stdout)
 			}
-			if line := lineWith(tables[1], "rate:queue"); len(line) != 8 || line[1] != "default" || line[2] != "100/1s" || line[4] != "now" {
-				t.Errorf("limits prints %q for the queue's rate limit; want rate:queue, default, 100/1s, its recent starts, room now:\n%s", line, r.stdout)
+			if line := lineWith(tables[1], "rate:queue"); len(line) != 9 || line[1] != "default" || line[2] != "100/1s" || line[4] != "now" || line[5] != "-" {
+				t.Errorf("limits prints %q for the queue's rate limit; want rate:queue, default, 100/1s, its recent starts, room now, no held back:\n%s", line, r.stdout)
 			}
 			r = limits("-kind", "sms.send", "-rate", "2/1h")
 			if got, want := strings.TrimSpace(r.stdout), "rate limit of kind sms.send set to 2 starts per 1h0m0s (was 3 per 1h0m0s); 3 in the window now: it is full, and the next start is allowed at "+next.Format("2006-01-02 15:04:05.000Z"); got != want {
@@ -456,7 +459,7 @@ func TestRateLimitsAlone(t *testing.T) {
 	}
 	r := must(t, exitOK, on(t, st, pgtest.Drivers[0].Name, "limits")...)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "SCOPE") || !strings.Contains(lines[0], "MAX/PERIOD") || strings.Join(strings.Fields(lines[1])[:5], " ") != "rate:queue bulk 10/1m0s 0 now" {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "SCOPE") || !strings.Contains(lines[0], "MAX/PERIOD") || strings.Join(strings.Fields(lines[1])[:6], " ") != "rate:queue bulk 10/1m0s 0 now -" {
 		t.Errorf("limits with one rate limit alone printed:\n%s", r.stdout)
 	}
 }

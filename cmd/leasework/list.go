@@ -252,7 +252,8 @@ type reasonJSON struct {
 	// partition: the partition's own limit, or the default (no name);
 	// no scope, name, live or max when the limit was cleared since the
 	// row was set aside; live counts the row's partition's attempts.
-	// rate: the rate limit's scope ("kind" or "queue"), name and max.
+	// rate: the rate limit's scope ("kind", "queue" or "partition"), name
+	// (none for the default rate limit of the partitions) and max.
 	Scope string `json:"scope,omitempty"`
 	Name  string `json:"name,omitempty"`
 	Live  *int   `json:"live,omitempty"`
@@ -266,9 +267,9 @@ type reasonJSON struct {
 	Recent *int       `json:"recent,omitempty"`
 	Cost   *int       `json:"cost,omitempty"`
 	NextAt *time.Time `json:"next_at,omitempty"`
-	// partition: the row's partition, and whether the limit set it aside
-	// (WAITING without a key); fair: the row's partition (absent for a
-	// row without one)
+	// partition, and rate of scope partition: the row's partition, and
+	// whether the limit set it aside (WAITING without a key); fair: the
+	// row's partition (absent for a row without one)
 	Partition string `json:"partition,omitempty"`
 	SetAside  *bool  `json:"set_aside,omitempty"`
 	// paused, fair: the queue
@@ -302,6 +303,9 @@ func toReasonJSON(r lease.Reason) reasonJSON {
 		if !r.NextAt.IsZero() {
 			at := r.NextAt.UTC()
 			out.NextAt = &at
+		}
+		if r.Rate.Scope == lease.ScopePartition {
+			out.Partition, out.SetAside = r.Partition, &r.SetAside
 		}
 	case lease.ReasonPaused:
 		at := r.PausedAt.UTC()

@@ -34,7 +34,7 @@ func TestHelp(t *testing.T) {
 	}
 	r = must(t, exitOK, "help", "limits")
 	for _, want := range []string{"-kind", "-queue", "-max", "-clear", "-by", "-changes", "-n", "LIVE/MAX", "HELD BACK",
-		"-rate M/PERIOD", "-clear-rate", "rate:kind", "MAX/PERIOD", "RECENT", "NEXT ROOM", "PERIOD",
+		"-rate M/PERIOD", "-clear-rate", "rate:kind", "rate:partition", "MAX/PERIOD", "RECENT", "NEXT ROOM", "PERIOD", "held_back",
 		"-weight N", "-clear-weight", "-aging D", "-clear-aging", "ACTIVE", "PARTITION", "AFTER", "(default)"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("leasework help limits does not mention %q:\n%s", want, r.stdout)
@@ -128,13 +128,21 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"limits", "-changes", "-partition-default"}, "it takes -n, not -partition-default"},
 		{[]string{"list", "-id", "3", "-partition", "a"}, "-id shows one row: it takes no -partition"},
 		{[]string{"list", "-held", "-partition", "a"}, "-held lists keys, not rows: it takes no -status, -kind, -queue, -partition or -after"},
-		{[]string{"limits", "-rate", "1/s"}, "name the rate limit to change: -kind K (a kind, in every queue) or -queue Q"},
+		{[]string{"limits", "-rate", "1/s"}, "name the rate limit to change: -kind K (a kind, in every queue), -queue Q (a queue, of every kind), -partition P (a partition) or -partition-default (each partition without a rate limit of its own)"},
 		{[]string{"limits", "-clear-rate"}, "name the rate limit to change"},
 		{[]string{"limits", "-kind", "k", "-rate", "1/s", "-max", "2"}, "give one of -max N and -rate M/PERIOD, not both: each call makes one change"},
 		{[]string{"limits", "-kind", "k", "-rate", "1/s", "-clear-rate"}, "give one of -rate M/PERIOD and -clear-rate, not both"},
 		{[]string{"limits", "-kind", "k", "-max", "1", "-clear", "-clear-rate"}, "give one of -max N and -clear and -clear-rate, not more"},
-		{[]string{"limits", "-partition", "p", "-rate", "1/s"}, "-rate M/PERIOD is for a kind's or a queue's rate limit: name it with -kind K or -queue Q (a partition has no rate limit)"},
-		{[]string{"limits", "-partition-default", "-clear-rate"}, "-clear-rate is for a kind's or a queue's rate limit"},
+		{[]string{"limits", "-partition", "", "-rate", "1/s"}, "-partition is empty; name the partition to limit, or give -partition-default for the default rate limit of the partitions"},
+		{[]string{"limits", "-partition", "", "-clear-rate"}, "give -partition-default for the default rate limit of the partitions"},
+		{[]string{"limits", "-partition", "a\x00b", "-rate", "1/s"}, "-partition: lease: partition"},
+		{[]string{"limits", "-partition", "p", "-rate", "1/s", "-clear"}, "give one of -clear and -rate M/PERIOD, not both: each call makes one change"},
+		{[]string{"limits", "-partition-default", "-rate", "1/s", "-clear-rate"}, "give one of -rate M/PERIOD and -clear-rate, not both"},
+		{[]string{"limits", "-partition-default", "-rate", "0/s"}, `-rate: rate "0/s": 0 starts; it must be from 1 to 10000`},
+		{[]string{"limits", "-partition", "p", "-rate", "5/0s"}, "it must be from 1ms to 24h0m0s"},
+		{[]string{"limits", "-partition", "p", "-queue", "q", "-rate", "5/s"}, "give one of -queue and -partition, not both"},
+		{[]string{"limits", "-partition", "acme"}, "-rate M/PERIOD sets the rate limit of partition acme, -clear-rate removes that"},
+		{[]string{"limits", "-partition-default"}, "-rate M/PERIOD sets the default rate limit of the partitions, -clear-rate removes that"},
 		{[]string{"limits", "-kind", "k", "-rate", "0/s"}, `-rate: rate "0/s": 0 starts; it must be from 1 to 10000`},
 		{[]string{"limits", "-queue", "q", "-rate", "5"}, `-rate: rate "5": write it as M/PERIOD`},
 		{[]string{"limits", "-queue", "q", "-rate", "5/25h"}, "it must be from 1ms to 24h0m0s"},
