@@ -260,8 +260,9 @@ func (c *Console) limitAction(w http.ResponseWriter, r *http.Request) {
 
 // rateLimitAction sets (POST /rate-limits/set, with the form's "rate",
 // M/PERIOD as lease.ParseRate reads it) or clears (POST
-// /rate-limits/clear) the rate limit of the form's "scope" (kind or
-// queue) and "name", asking Authorize as for a concurrency limit
+// /rate-limits/clear) the rate limit of the form's "scope" (kind, queue
+// or partition) and "name" (for a partition, empty for the default rate
+// limit of the partitions), asking Authorize as for a concurrency limit
 // (ActionSetLimit, ActionClearLimit), with Action.Rate set; then
 // redirects to the queues page with a message saying what happened.
 func (c *Console) rateLimitAction(w http.ResponseWriter, r *http.Request) {
@@ -278,7 +279,9 @@ func (c *Console) rateLimitAction(w http.ResponseWriter, r *http.Request) {
 	if !c.checkPost(w, r) {
 		return
 	}
-	// The name as it is, as limitAction takes it.
+	// The name as it is, as limitAction takes it; the default rate limit
+	// of the partitions is the partition rate limit of no name, as for
+	// the concurrency limits.
 	l := lease.RateLimit{Scope: r.PostForm.Get("scope"), Name: r.PostForm.Get("name")}
 	var err error
 	switch l.Scope {
@@ -286,8 +289,12 @@ func (c *Console) rateLimitAction(w http.ResponseWriter, r *http.Request) {
 		err = lease.ValidateKind(l.Name)
 	case lease.ScopeQueue:
 		err = lease.ValidateQueue(l.Name)
+	case lease.ScopePartition:
+		if l.Name != "" {
+			err = lease.ValidatePartition(l.Name)
+		}
 	default:
-		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown scope %q: a rate limit is of a kind (in every queue) or of a queue (of every kind).", l.Scope))
+		c.fail(w, r, http.StatusBadRequest, fmt.Sprintf("Unknown scope %q: a rate limit is of a kind (in every queue), of a queue (of every kind) or of a partition.", l.Scope))
 		return
 	}
 	if err != nil {
@@ -317,22 +324,14 @@ func (c *Console) rateLimitAction(w http.ResponseWriter, r *http.Request) {
 			c.dbFail(w, r, "set the rate limit", err)
 			return
 		}
-		was := "none"
-		if had {
-			was = fmt.Sprintf("%d per %v", old.Max, old.Per)
-		}
-		f = flash{OK: true, Message: fmt.Sprintf("The rate limit of %s %s is %d %s per %v (was %s). The starts already in its window stay counted.",
-			l.Scope, l.Name, l.Max, plural(l.Max, "start", "starts"), l.Per, was)}
+		f = flash{OK: true, Message: setRateLimitMessage(l, old, had)}
 	} else {
 		was, err := c.store.ClearRateLimit(ctx, l.Scope, l.Name, by)
 		if err != nil {
 			c.dbFail(w, r, "clear the rate limit", err)
 			return
 		}
-		f = flash{OK: was, Message: fmt.Sprintf("The rate limit of %s %s is cleared: workers claim its events as they have room.", l.Scope, l.Name)}
-		if !was {
-			f.Message = fmt.Sprintf("%s %s had no rate limit; nothing changed.", upper(l.Scope), l.Name)
-		}
+		f = flash{OK: was, Message: clearRateLimitMessage(l, was)}
 	}
 	c.log.Info("leasework console: action", "action", name, "rate", true, "scope", l.Scope, "name", l.Name, "max", l.Max, "per", l.Per,
 		"done", f.OK, "result", f.Message, "by", by, "remote", r.RemoteAddr)
@@ -384,6 +383,39 @@ func clearLimitMessage(l lease.Limit, was bool) string {
 		return fmt.Sprintf("The limit of %s %s is cleared: workers claim its events as they have room.", l.Scope, l.Name)
 	}
 	return fmt.Sprintf("%s %s had no limit; nothing changed.", upper(l.Scope), l.Name)
+}
+
+// setRateLimitMessage says what setting l did, replacing old (had: there
+// was one).
+func setRateLimitMessage(l, old lease.RateLimit, had bool) string {
+	was := "none"
+	if had {
+		was = fmt.Sprintf("%d per %v", old.Max, old.Per)
+	}
+	starts := plural(l.Max, "start", "starts")
+	if l.Scope == lease.ScopePartition && l.Name == "" {
+		return fmt.Sprintf("The default rate limit of the partitions is %d %s per %v each (was %s): each partition without a rate limit of its own is held to it, in a window of its own. The starts already in their windows stay counted.",
+			l.Max, starts, l.Per, was)
+	}
+	return fmt.Sprintf("The rate limit of %s %s is %d %s per %v (was %s). The starts already in its window stay counted.", l.Scope, l.Name, l.Max, starts, l.Per, was)
+}
+
+// clearRateLimitMessage says what clearing l did: was is whether there
+// was such a rate limit.
+func clearRateLimitMessage(l lease.RateLimit, was bool) string {
+	switch {
+	case l.Scope == lease.ScopePartition && l.Name == "" && was:
+		return "The default rate limit of the partitions is cleared: those without a rate limit of their own are no longer rate limited; the events it set aside come back as workers claim, as far as the limits left let them."
+	case l.Scope == lease.ScopePartition && l.Name == "":
+		return "There was no default rate limit of the partitions; nothing changed."
+	case l.Scope == lease.ScopePartition && was:
+		return fmt.Sprintf("The rate limit of partition %s is cleared: the default rate limit of the partitions applies to it, if one is set; the events it set aside come back as workers claim, as far as the limits left let them.", l.Name)
+	case l.Scope == lease.ScopePartition:
+		return fmt.Sprintf("Partition %s had no rate limit of its own; nothing changed.", l.Name)
+	case was:
+		return fmt.Sprintf("The rate limit of %s %s is cleared: workers claim its events as they have room.", l.Scope, l.Name)
+	}
+	return fmt.Sprintf("%s %s had no rate limit; nothing changed.", upper(l.Scope), l.Name)
 }
 
 // upper returns s with its first letter upper case: "kind" as "Kind".

@@ -68,12 +68,17 @@ type Action struct {
 	// that sets a limit by name, no Scope or Name either.
 	Limit lease.Limit
 	// Rate says that Limit is a rate limit ([lease.RateLimit]) of its
-	// Scope (kind or queue) and Name, for ActionSetLimit and
+	// Scope (kind, queue or partition) and Name, for ActionSetLimit and
 	// ActionClearLimit: Limit.Max is then the most starts in any window
 	// of Per (for ActionSetLimit; zero when asked whether to show a
-	// form). A hook that decides ActionSetLimit and ActionClearLimit
-	// without looking at Rate decides the rate limits' changes the same
-	// way, Max included.
+	// form). The default rate limit of the partitions has Scope
+	// [lease.ScopePartition] and an empty Name, as the default limit of
+	// the partitions; asked whether to show the form that sets it, Limit
+	// has that Scope alone, and for the form that sets a rate limit by
+	// name, no Scope either. A hook that decides ActionSetLimit and
+	// ActionClearLimit without looking at Rate decides the rate limits'
+	// changes the same way, Max included, and a partition's as the
+	// partition's concurrency limit.
 	Rate bool
 	Per  time.Duration
 	// Weight says that the change is of a fair queue's weight

@@ -41,8 +41,12 @@
 //     aside. Then the rate limits ([lease.Store.RateLimits]), each with
 //     its starts in the window that ends now of its maximum ("kind
 //     sms.send 37/100 starts per 1m0s"), and, while it is full, when the
-//     next start is allowed; a queue's own rate limit is shown in its row
-//     too, and the rate limits' changes among the latest changes. Then
+//     next start is allowed; a partition's with its events set aside
+//     ([lease.RateLimitInfo].HeldBack, linked to them), the default rate
+//     limit of the partitions as "partition default 12 recent, 5 each
+//     per 1m0s" (the starts of every partition under it, the most of
+//     each); a queue's own rate limit is shown in its row too, and the
+//     rate limits' changes among the latest changes. Then
 //     the fair queues' weights ([lease.Store.Weights]): each queue's
 //     default, with the partitions fair scheduling serves now, and each
 //     partition's own weight, served or not, linked to their READY
@@ -68,7 +72,8 @@
 // set or clear a concurrency limit of a kind, a queue or a partition, or
 // the default limit of the partitions, which has a form of its own
 // ([lease.Store.SetLimit], [lease.Store.ClearLimit]), and set or clear a
-// rate limit of a kind or a queue, written M/PERIOD as
+// rate limit of a kind, a queue or a partition, or the default rate limit
+// of the partitions (a form of its own), written M/PERIOD as
 // [lease.ParseRate] reads it ([lease.Store.SetRateLimit],
 // [lease.Store.ClearRateLimit]), make a queue fair (its default weight)
 // or weigh a partition in it, and set a queue's priority aging, or clear

@@ -251,12 +251,14 @@ type queuesData struct {
 	// NoLimits: the schema predates the limits (it lacks migration 17).
 	NoLimits bool
 	// RateLimits are the rate limits; SetRate whether to show the form
-	// that sets one by name; NoRateLimits: the schema predates them (it
-	// lacks migration 21).
-	RateLimits    []rateLimitRow
-	SetRate       bool
-	NoRateLimits  bool
-	MaxRateStarts int // the most starts a rate limit allows, for the forms
+	// that sets one by name, SetRateDefault the one that sets the default
+	// rate limit of the partitions; NoRateLimits: the schema predates them
+	// (it lacks migration 21, or 24 for those of the partitions).
+	RateLimits     []rateLimitRow
+	SetRate        bool
+	SetRateDefault bool
+	NoRateLimits   bool
+	MaxRateStarts  int // the most starts a rate limit allows, for the forms
 	// Weights are the fair queues' weights, each queue's default first,
 	// and Agings the queues' priority agings; SetWeight and SetAging
 	// whether to show the forms that set one by name; NoFair: the schema
@@ -273,6 +275,10 @@ type queuesData struct {
 type rateLimitRow struct {
 	lease.RateLimitInfo
 	Set, Clear bool // whether to show the forms
+	// Partition: a partition's rate limit, whose HeldBack counts its
+	// events set aside; Default: the default rate limit of the partitions
+	// (its Name is empty).
+	Partition, Default bool
 }
 
 // sqlStateUndefinedTable is the SQLSTATE of a table that does not exist.
@@ -331,6 +337,7 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 		return
 	default:
 		d.SetRate = c.may(r, Action{Name: ActionSetLimit, Rate: true})
+		d.SetRateDefault = c.may(r, Action{Name: ActionSetLimit, Limit: lease.Limit{Scope: lease.ScopePartition}, Rate: true})
 	}
 	queueRates := map[string]*lease.RateLimitInfo{}
 	for i, l := range rates {
@@ -342,6 +349,8 @@ func (c *Console) queues(w http.ResponseWriter, r *http.Request) {
 			RateLimitInfo: l,
 			Set:           c.may(r, Action{Name: ActionSetLimit, Limit: named, Rate: true}),
 			Clear:         c.may(r, Action{Name: ActionClearLimit, Limit: named, Rate: true}),
+			Partition:     l.Scope == lease.ScopePartition,
+			Default:       l.Scope == lease.ScopePartition && l.Name == "",
 		})
 	}
 	fairQueues, agings, ok := c.fairData(ctx, w, r, &d)

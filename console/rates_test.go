@@ -114,7 +114,7 @@ func TestSetAndClearRateLimits(t *testing.T) {
 		form url.Values
 		says string
 	}{
-		{"rate-limits/set", url.Values{"scope": {"partition"}, "name": {"acme"}, "rate": {"1/s"}}, `Unknown scope "partition": a rate limit is of a kind (in every queue) or of a queue (of every kind).`},
+		{"rate-limits/set", url.Values{"scope": {"tenant"}, "name": {"acme"}, "rate": {"1/s"}}, `Unknown scope "tenant": a rate limit is of a kind (in every queue), of a queue (of every kind) or of a partition.`},
 		{"rate-limits/clear", url.Values{"name": {"x"}}, `Unknown scope ""`},
 		{"rate-limits/set", url.Values{"scope": {"kind"}, "name": {""}, "rate": {"1/s"}}, "Not a kind name: kind is empty."},
 		{"rate-limits/set", url.Values{"scope": {"kind"}, "name": {"x"}, "rate": {"0/s"}}, `Not a rate: rate "0/s": 0 starts; it must be from 1 to 10000. Write it as at most M starts per PERIOD, M/PERIOD: 100/1m, 5/500ms, 100/s.`},
