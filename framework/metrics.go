@@ -106,7 +106,13 @@ func (w *Worker) Stats(ctx context.Context) (lease.Stats, error) {
 // name, its live and held-back figures those of every partition under it),
 // and each rate limit's ([lease.Store.RateLimits]: leasework_rate_limit_recent,
 // the starts in the window that ends now, and leasework_rate_limit_max,
-// labelled by scope, kind or queue, and name), and fair scheduling's
+// labelled by scope (kind, queue or partition) and name, the default rate
+// limit of the partitions with an empty name, its recent starts those of
+// every partition under it and its max that of each; and, for a
+// partition's rate limit alone, leasework_rate_limit_held_back, its rows
+// set aside, as leasework_limit_held_back for its concurrency limit; a
+// kind's or a queue's rate limit has none, its rows held back staying
+// READY), and fair scheduling's
 // ([lease.Store.Weights] and [lease.Store.Agings]:
 // leasework_fair_partitions_active, the partitions a fair queue's claims
 // serve now, labelled by queue; leasework_fair_weight, labelled by queue
@@ -237,13 +243,18 @@ func (w *Worker) writeRateLimits(b *strings.Builder, rates []lease.RateLimitInfo
 	}
 	for _, m := range []struct {
 		name, help string
-		v          func(lease.RateLimitInfo) int
+		v          func(lease.RateLimitInfo) int64
+		partsOnly  bool
 	}{
-		{"recent", "Attempt starts the rate limit counts in the window that ends now.", func(l lease.RateLimitInfo) int { return l.Recent }},
-		{"max", "The most attempt starts the rate limit allows in any window of its period.", func(l lease.RateLimitInfo) int { return l.Max }},
+		{"recent", "Attempt starts the rate limit counts in the window that ends now; for the default of the partitions, those of every partition under it.", func(l lease.RateLimitInfo) int64 { return int64(l.Recent) }, false},
+		{"max", "The most attempt starts the rate limit allows in any window of its period; for the default of the partitions, of each partition.", func(l lease.RateLimitInfo) int64 { return int64(l.Max) }, false},
+		{"held_back", "Rows of the partition set aside now (WAITING without a key), by its rate or its concurrency limit; for the default of the partitions, those of every partition under it. Partition rate limits only: a kind's or a queue's rows held back stay READY.", func(l lease.RateLimitInfo) int64 { return l.HeldBack }, true},
 	} {
 		fmt.Fprintf(b, "# HELP leasework_rate_limit_%s %s\n# TYPE leasework_rate_limit_%s gauge\n", m.name, m.help, m.name)
 		for _, l := range rates {
+			if m.partsOnly && l.Scope != lease.ScopePartition {
+				continue
+			}
 			fmt.Fprintf(b, "leasework_rate_limit_%s{table=\"%s\",scope=\"%s\",name=\"%s\"} %d\n", m.name, tableName, l.Scope, labelValue(l.Name), m.v(l))
 		}
 	}

@@ -346,27 +346,41 @@ func TestPartitionLimitMetrics(t *testing.T) {
 }
 
 // The metrics give each rate limit's starts in its window and its most,
-// labelled by scope and name, read at the scrape: a worker starts two of
-// three events under a kind's limit of 2 an hour, and the third waits.
-// Without the rate limits' tables, leasework_rate_limits_up is 0 and the
-// rest is served.
+// labelled by scope and name, read at the scrape, and a partition's rows
+// set aside: a worker starts two of three events under a kind's limit of
+// 2 an hour, and the third waits READY; it starts one of partition acme's
+// two under acme's limit of 1 an hour, and the second is set aside; the
+// default of the partitions counts no start. Without the rate limits'
+// tables, leasework_rate_limits_up is 0 and the rest is served.
 func TestRateLimitMetrics(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, pgtest.Drivers[0].New())
-	for _, l := range []lease.RateLimit{{Scope: lease.ScopeKind, Name: "sms", Max: 2, Per: time.Hour}, {Scope: lease.ScopeQueue, Name: `q"x`, Max: 100, Per: time.Minute}} {
+	for _, l := range []lease.RateLimit{
+		{Scope: lease.ScopeKind, Name: "sms", Max: 2, Per: time.Hour}, {Scope: lease.ScopeQueue, Name: `q"x`, Max: 100, Per: time.Minute},
+		{Scope: lease.ScopePartition, Name: "acme", Max: 1, Per: time.Hour}, {Scope: lease.ScopePartition, Name: "", Max: 5, Per: time.Minute},
+	} {
 		if _, _, err := s.SetRateLimit(ctx, l, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	in := pgtest.Enqueue(t, s, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"})
+	in := pgtest.Enqueue(t, s, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"},
+		lease.Event{Kind: "job", Partition: "acme"}, lease.Event{Kind: "job", Partition: "acme"})
 	w := newWorker(t, s, framework.Config{WorkerID: "w1", Concurrency: 10})
 	register(t, w, "sms", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
+	register(t, w, "job", framework.RetryPolicy{}, func(context.Context, *leasework.Claim) error { return nil })
 	stop := start(t, w)
 	defer stop()
-	waitFor(t, "two events completed", func() bool { return w.Counters().Completed == 2 })
+	waitFor(t, "three events completed", func() bool { return w.Counters().Completed == 3 })
 	if r, err := s.Get(ctx, in[2].ID); err != nil || r.Status != leasework.StatusReady {
 		t.Fatalf("the third event: %s, %v; want READY, held by the rate limit", r.Status, err)
 	}
+	waitFor(t, "acme's second event set aside", func() bool {
+		r, err := s.Get(ctx, in[4].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status == leasework.StatusWaiting
+	})
 	scrape := func() string {
 		rec := httptest.NewRecorder()
 		w.MetricsHandler(0).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -381,9 +395,21 @@ func TestRateLimitMetrics(t *testing.T) {
 		`leasework_rate_limit_max{table="` + table + `",scope="kind",name="sms"} 2` + "\n",
 		`leasework_rate_limit_recent{table="` + table + `",scope="queue",name="q\"x"} 0` + "\n",
 		`leasework_rate_limit_max{table="` + table + `",scope="queue",name="q\"x"} 100` + "\n",
+		`leasework_rate_limit_recent{table="` + table + `",scope="partition",name="acme"} 1` + "\n",
+		`leasework_rate_limit_max{table="` + table + `",scope="partition",name="acme"} 1` + "\n",
+		"# TYPE leasework_rate_limit_held_back gauge\n",
+		`leasework_rate_limit_held_back{table="` + table + `",scope="partition",name="acme"} 1` + "\n",
+		`leasework_rate_limit_recent{table="` + table + `",scope="partition",name=""} 0` + "\n",
+		`leasework_rate_limit_max{table="` + table + `",scope="partition",name=""} 5` + "\n",
+		`leasework_rate_limit_held_back{table="` + table + `",scope="partition",name=""} 0` + "\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	for _, bad := range []string{`leasework_rate_limit_held_back{table="` + table + `",scope="kind"`, `leasework_rate_limit_held_back{table="` + table + `",scope="queue"`} {
+		if strings.Contains(body, bad) {
+			t.Errorf("metrics give a held back for a kind's or a queue's rate limit (%s), whose rows held back stay READY and are not counted:\n%s", bad, body)
 		}
 	}
 	stop()
@@ -395,7 +421,7 @@ func TestRateLimitMetrics(t *testing.T) {
 	for _, want := range []string{
 		`leasework_rate_limits_up{table="` + table + `"} 0` + "\n",
 		`leasework_limits_up{table="` + table + `"} 1` + "\n",
-		`leasework_completed_total{worker="w1"} 2` + "\n",
+		`leasework_completed_total{worker="w1"} 3` + "\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics without the rate limits' tables lack %q:\n%s", want, body)

@@ -162,12 +162,16 @@
 //	leasework.limits.up         gauge  1          1 when the limits could be read, else 0 (leasework.table only)
 //
 // It observes the rate limits too, read with lease.Store.RateLimits in a
-// second query, with leasework.limit.scope "kind" or "queue":
+// second query, with leasework.limit.scope "kind", "queue" or "partition"
+// (leasework.limit.name empty for the default rate limit of the
+// partitions, whose recent starts are those of every partition under it,
+// and whose max is each one's):
 //
-//	name                         type   unit     what it measures
-//	leasework.rate_limit.recent  gauge  {start}  attempt starts counted in the window that ends now
-//	leasework.rate_limit.max     gauge  {start}  the most starts it allows in any window of its period
-//	leasework.rate_limits.up     gauge  1        1 when the rate limits could be read, else 0 (leasework.table only)
+//	name                            type   unit     what it measures
+//	leasework.rate_limit.recent     gauge  {start}  attempt starts counted in the window that ends now
+//	leasework.rate_limit.max        gauge  {start}  the most starts it allows in any window of its period
+//	leasework.rate_limit.held_back  gauge  {event}  a partition's rate limit only: its events set aside (WAITING)
+//	leasework.rate_limits.up        gauge  1        1 when the rate limits could be read, else 0 (leasework.table only)
 //
 // And fair scheduling, read with lease.Store.Weights and
 // lease.Store.Agings, with leasework.table and leasework.queue (and, for

@@ -228,16 +228,21 @@ func TestPartitionLimitMetrics(t *testing.T) {
 	})
 }
 
-// ObserveLimits observes the rate limits, scope "kind" or "queue": the
-// starts each counts in the window that ends now, and its most; without
-// their tables, leasework.rate_limits.up is 0, the error goes to
-// otel.Handle, and the concurrency limits are observed still.
+// ObserveLimits observes the rate limits, scope "kind", "queue" or
+// "partition": the starts each counts in the window that ends now, and its
+// most, and, for a partition's, its events set aside (acme's second, and
+// none under the default); without their tables, leasework.rate_limits.up
+// is 0, the error goes to otel.Handle, and the concurrency limits are
+// observed still.
 func TestRateLimitMetrics(t *testing.T) {
 	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
 		ctx := context.Background()
 		tel := newTelemetry(t)
 		s := newStore(t, drv)
-		for _, l := range []lease.RateLimit{{Scope: lease.ScopeKind, Name: "sms", Max: 2, Per: time.Hour}, {Scope: lease.ScopeQueue, Name: "bulk", Max: 100, Per: time.Minute}} {
+		for _, l := range []lease.RateLimit{
+			{Scope: lease.ScopeKind, Name: "sms", Max: 2, Per: time.Hour}, {Scope: lease.ScopeQueue, Name: "bulk", Max: 100, Per: time.Minute},
+			{Scope: lease.ScopePartition, Name: "acme", Max: 1, Per: time.Hour}, {Scope: lease.ScopePartition, Name: "", Max: 5, Per: time.Minute},
+		} {
 			if _, _, err := s.SetRateLimit(ctx, l, "test"); err != nil {
 				t.Fatal(err)
 			}
@@ -247,18 +252,20 @@ func TestRateLimitMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer reg.Unregister()
-		pgtest.Enqueue(t, s, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"})
-		if claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 2 {
-			t.Fatalf("claim under a rate limit of 2 = %d claims, %v; want 2", len(claims), err)
+		pgtest.Enqueue(t, s, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"}, lease.Event{Kind: "sms"},
+			lease.Event{Kind: "job", Partition: "acme"}, lease.Event{Kind: "job", Partition: "acme"})
+		if claims, err := s.Claim(ctx, lease.ClaimRequest{Limit: 10, Lease: time.Minute}); err != nil || len(claims) != 3 {
+			t.Fatalf("claim under a rate limit of 2 and acme's of 1 = %d claims, %v; want 3", len(claims), err)
 		}
 
 		m := tel.metrics(t)
 		table := s.Schema() + ".events"
 		byLimit := []attribute.Key{leaseworkotel.TableKey, leaseworkotel.LimitScopeKey, leaseworkotel.LimitNameKey}
 		for name, want := range map[string]map[string]int64{
-			"leasework.rate_limits.up":    {table: 1},
-			"leasework.rate_limit.recent": {table + "/kind/sms": 2, table + "/queue/bulk": 0},
-			"leasework.rate_limit.max":    {table + "/kind/sms": 2, table + "/queue/bulk": 100},
+			"leasework.rate_limits.up":       {table: 1},
+			"leasework.rate_limit.recent":    {table + "/kind/sms": 2, table + "/queue/bulk": 0, table + "/partition/acme": 1, table + "/partition/": 0},
+			"leasework.rate_limit.max":       {table + "/kind/sms": 2, table + "/queue/bulk": 100, table + "/partition/acme": 1, table + "/partition/": 5},
+			"leasework.rate_limit.held_back": {table + "/partition/acme": 1, table + "/partition/": 0},
 		} {
 			keys := byLimit
 			if name == "leasework.rate_limits.up" {

@@ -115,8 +115,13 @@ const LimitsTimeout = 5 * time.Second
 // read with [lease.Store.RateLimits] in a second query: for each, the
 // attempt starts it counts in the window that ends now
 // (leasework.rate_limit.recent) and the most it allows in a window
-// (leasework.rate_limit.max), with leasework.limit.scope ("kind" or
-// "queue") and leasework.limit.name; and leasework.rate_limits.up. And it
+// (leasework.rate_limit.max), with leasework.limit.scope ("kind", "queue"
+// or "partition") and leasework.limit.name (for the default rate limit of
+// the partitions, "", its starts those of every partition under it and
+// its max that of each); for a partition's rate limit, its events set
+// aside (leasework.rate_limit.held_back, as leasework.limit.held_back for
+// its concurrency limit; a kind's or a queue's has none: its events held
+// back stay READY); and leasework.rate_limits.up. And it
 // observes fair scheduling, read with [lease.Store.Weights] and
 // [lease.Store.Agings] in a third and fourth: for each fair queue, the
 // partitions its claims serve now (leasework.fair.partitions_active, with
@@ -147,8 +152,9 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 	most := gauge("leasework.limit.max", "{attempt}", "The most live attempts the concurrency limit allows.")
 	held := gauge("leasework.limit.held_back", "{event}", "Events the full concurrency limit holds back now: due READY events of its kind or queue; for a partition's limit, its events set aside.")
 	ratesUp := gauge("leasework.rate_limits.up", "1", "Whether the rate limits could be read: 1, or 0.")
-	recent := gauge("leasework.rate_limit.recent", "{start}", "Attempt starts the rate limit counts in the window that ends now.")
-	rateMax := gauge("leasework.rate_limit.max", "{start}", "The most attempt starts the rate limit allows in any window of its period.")
+	recent := gauge("leasework.rate_limit.recent", "{start}", "Attempt starts the rate limit counts in the window that ends now; for the default of the partitions, those of every partition under it.")
+	rateMax := gauge("leasework.rate_limit.max", "{start}", "The most attempt starts the rate limit allows in any window of its period; for the default of the partitions, of each partition.")
+	rateHeld := gauge("leasework.rate_limit.held_back", "{event}", "Events of the partition set aside now (WAITING without a key), by its rate or its concurrency limit; for the default of the partitions, those of every partition under it. Partition rate limits only.")
 	fairUp := gauge("leasework.fair.up", "1", "Whether the fair queues' weights and the priority agings could be read: 1, or 0.")
 	active := gauge("leasework.fair.partitions_active", "{partition}", "Partitions of the fair queue that its claims serve now (those with due events that claims have seen).")
 	weight := gauge("leasework.fair.weight", "1", "The weight of a partition in a fair queue; partition \"\" is the queue's default, which makes it fair.")
@@ -187,11 +193,14 @@ func ObserveLimits(store *lease.Store, opts ...Option) (metric.Registration, err
 				attrs := metric.WithAttributes(table, LimitScopeKey.String(l.Scope), LimitNameKey.String(l.Name))
 				o.ObserveInt64(recent, int64(l.Recent), attrs)
 				o.ObserveInt64(rateMax, int64(l.Max), attrs)
+				if l.Scope == lease.ScopePartition {
+					o.ObserveInt64(rateHeld, l.HeldBack, attrs)
+				}
 			}
 		}
 		observeFair(ctx, store, o, table, fairUp, active, weight, aging)
 		return nil
-	}, up, live, most, held, ratesUp, recent, rateMax, fairUp, active, weight, aging)
+	}, up, live, most, held, ratesUp, recent, rateMax, rateHeld, fairUp, active, weight, aging)
 }
 
 // observeFair observes the weights and agings of store's table: each
