@@ -17,7 +17,7 @@ import (
 // shows, compiled and never called; docs_test.go in the module's root
 // checks each snippet against its function. The names a snippet takes as
 // given are the function's parameters.
-var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning, partitionLimits, rateLimits, fairScheduling}
+var _ = []any{storeRoundTrip, enqueueWithMetadata, enqueueInKeyOrder, withdraw, enqueueOnce, completeInOwnTx, concurrencyLimits, whyNotRunning, partitionLimits, rateLimits, partitionRates, fairScheduling}
 
 // storeRoundTrip is the store without a worker (docs/store.md): migrate,
 // enqueue with the business write, claim, and record the outcomes.
@@ -121,6 +121,26 @@ func rateLimits(ctx context.Context, store *lease.Store, tx *sql.Tx, payload []b
 		_ = fmt.Sprintf("%s %s: %d/%d per %v, next room at %v", r.Scope, r.Name, r.Recent, r.Max, r.Per, r.NextAt)
 	}
 	_, err = store.ClearRateLimit(ctx, lease.ScopeKind, "sms.send", "ops")
+	return err
+}
+
+// partitionRates declares rate limits per partition, reads what they hold
+// back, and clears one (docs/flow-control.md).
+func partitionRates(ctx context.Context, store *lease.Store, tx *sql.Tx, payload []byte) error {
+	// At most 10 starts per tenant in any minute, and 100 for acme, across every worker.
+	_, _, err := store.SetRateLimit(ctx, lease.RateLimit{Scope: lease.ScopePartition, Max: 10, Per: time.Minute}, "ops")
+	_, _, err = store.SetRateLimit(ctx, lease.RateLimit{Scope: lease.ScopePartition, Name: "acme", Max: 100, Per: time.Minute}, "ops: acme's plan")
+
+	// Inside the business transaction:
+	_, err = store.Enqueue(ctx, tx, lease.Event{Kind: "report.build", Partition: "acme", Payload: payload})
+
+	rates, err := store.RateLimits(ctx) // those of the partitions after the others
+	for _, r := range rates {
+		if r.Scope == lease.ScopePartition {
+			_ = fmt.Sprintf("partition %q: %d starts in the window, %d rows set aside", r.Name, r.Recent, r.HeldBack)
+		}
+	}
+	_, err = store.ClearRateLimit(ctx, lease.ScopePartition, "acme", "ops") // acme falls under the default
 	return err
 }
 
