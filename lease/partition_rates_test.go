@@ -315,3 +315,77 @@ func partitionStart(t *testing.T, s *lease.Store, p string) time.Time {
 	}
 	return at
 }
+
+// An event that costs more than its partition's rate limit allows in a
+// window is set aside for good, with no timer: it wakes no one, however
+// long it waits (a timer left due once made idle workers poll without
+// rest), until the limit is raised, and then it starts.
+func TestPartitionRateTooCostlyEventWakesNoOne(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		ctx := context.Background()
+		s := pgtest.Store(t, drv, lease.Options{})
+		setRateLimit(t, s, partitionRate("p", 1, time.Hour))
+		costly := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Partition: "p", Cost: 2})[0].ID
+		for round, age := range []time.Duration{0, time.Hour + time.Second, time.Hour + time.Second} {
+			agePartitionStarts(t, s, age)
+			if got := claimUntil(t, s, "", 3); len(got) != 0 {
+				t.Fatalf("round %d: claims = %+v; want none (it costs 2, the limit allows 1)", round, got)
+			}
+			if st := statusesIn(t, s, "p"); st["WAITING"] != 1 {
+				t.Errorf("round %d: partition p: %v; want the row set aside", round, st)
+			}
+			if d, ok, err := s.NextWake(ctx, ""); err != nil || ok {
+				t.Errorf("round %d: NextWake = %v, %v, %v; want nothing ahead (no time gives it room)", round, d, ok, err)
+			}
+		}
+		setRateLimit(t, s, partitionRate("p", 2, time.Hour))
+		if got := claimUntil(t, s, "", 3); len(got) != 1 || got[0].ID != costly {
+			t.Fatalf("claims after the limit was raised = %+v; want the row", got)
+		}
+	})
+}
+
+// A claim of one queue that counts its partition's look-again (written
+// when a limit changed, or rows came back) leaves one after it while the
+// partition keeps rows set aside of another queue, which the claim does
+// not read: they are brought back by the next claims, not an hour later
+// when their timer rings. Under a concurrency limit alone, the same: no
+// attempt of the partition may end again to wake them.
+func TestPartitionLookAgainOfAnotherQueuesRowIsKept(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		for _, limit := range []string{"rate", "concurrency"} {
+			t.Run(limit, func(t *testing.T) {
+				s := pgtest.Store(t, drv, lease.Options{})
+				if limit == "rate" {
+					setRateLimit(t, s, partitionRate("p", 1, time.Hour))
+				} else {
+					setLimit(t, s, partitionLimit("p", 1))
+				}
+				in := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Partition: "p"}, lease.Event{Kind: "k", Partition: "p"})
+				first := claimUntil(t, s, "", 2)
+				if len(first) != 1 || first[0].ID != in[0].ID {
+					t.Fatalf("claims of the default queue = %+v; want the first row alone", first)
+				}
+				if st := statusesIn(t, s, "p"); st["WAITING"] != 1 {
+					t.Fatalf("partition p: %v; want the second row set aside", st)
+				}
+				if limit == "concurrency" {
+					write(t, s, lease.Complete(first[0].Ref()))
+				}
+				mail := pgtest.Enqueue(t, s, lease.Event{Kind: "k", Partition: "p", Queue: "mail"})[0].ID
+				// A raise looks again at the partition's rows set aside.
+				if limit == "rate" {
+					setRateLimit(t, s, partitionRate("p", 3, time.Hour))
+				} else {
+					setLimit(t, s, partitionLimit("p", 2))
+				}
+				if got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 1, Queue: "mail"}); len(got) != 1 || got[0].ID != mail {
+					t.Fatalf("claim of queue mail = %+v; want its row", got)
+				}
+				if got := claimUntil(t, s, "", 2); len(got) != 1 || got[0].ID != in[1].ID {
+					t.Fatalf("claims of the default queue after = %+v; want the row set aside, brought back", got)
+				}
+			})
+		}
+	})
+}

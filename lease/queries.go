@@ -262,6 +262,9 @@ WITH paused AS (
           AND e.kind <> ALL (ARRAY(SELECT name FROM usable WHERE scope = 'kind' AND n = 0
                                    UNION ALL
                                    SELECT name FROM rate_seen WHERE scope = 'kind' AND n = 0))
+          -- Not one that costs more than its partition's rate limit
+          -- allows in a window: it never starts under it.
+          AND e.cost <= COALESCE(rl.max_starts, e.cost)
         ORDER BY e.priority, e.next_attempt_at, e.id
         LIMIT x.room
         FOR UPDATE SKIP LOCKED) AS a
@@ -828,7 +831,7 @@ const partitionCTEs = `parts AS (
             FROM part_rooms AS l) AS locked,
         (SELECT jsonb_object_agg(m.partition, jsonb_build_array(m.id)) FROM part_made AS m) AS made
 ), part_fit AS (
-    SELECT r.id, r.part, r.key, r.partition_key, r.cost, r.capped, r.rated, COALESCE(l.id, m.id) AS slot,
+    SELECT r.id, r.part, r.key, r.partition_key, r.cost, r.capped, r.rated, r.too_costly, COALESCE(l.id, m.id) AS slot,
         r.carry_part AND l.id IS NOT NULL AND NOT l.over AS kept,
         CASE WHEN l.id IS NOT NULL THEN ((r.carry_part AND NOT l.over) OR r.in_part <= l.room)
                                         AND (l.rate_room IS NULL OR (NOT r.too_costly AND r.units <= l.rate_room))
@@ -877,10 +880,29 @@ const partitionCTEs = `parts AS (
 ), part_counted AS (
     -- Each locked slot's count changes by the places taken from its room,
     -- less the releases counted now; its starts by the starts taken.
-    SELECT l.id, l.partition, l.back, l.room - t.n AS left_over, (t.n - l.back)::integer AS d, u.n AS units, l.rmax
+    SELECT l.id, l.partition, l.back, l.room - t.n AS left_over, (t.n - l.back)::integer AS d, u.n AS units, l.rmax,
+        l.rate_room - u.n AS rate_left
     FROM part_rooms AS l
     CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_took) ->> l.id::text)::integer, 0) AS n) AS t
     CROSS JOIN LATERAL (SELECT COALESCE(((SELECT m FROM part_units) ->> l.id::text)::integer, 0) AS n) AS u
+), part_left AS (
+    -- The locked slots whose partitions keep rows set aside that this
+    -- claim does not take (of another queue or kind, say), among those
+    -- whose releases it counted (a look again included) and those its
+    -- starts left without room under their rate limit: the releases were
+    -- theirs to bring back, and a full window must ring for them. One
+    -- probe of the index of rows set aside each; rows this statement sets
+    -- aside are not in its snapshot (part_look and part_timed see to
+    -- them). A row that costs more than its partition's rate limit allows
+    -- is not counted: it never starts under it.
+    SELECT c.id, c.partition, c.left_over, c.rate_left, c.id = ANY (ARRAY(SELECT r.slot FROM part_back AS r)) AS looked
+    FROM part_counted AS c
+    WHERE (c.id = ANY (ARRAY(SELECT r.slot FROM part_back AS r)) OR c.rate_left <= 0)
+      AND (SELECT true FROM {{table}} AS a
+           WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
+             AND a.cost <= COALESCE(c.rmax, a.cost)
+             AND a.id <> ALL (ARRAY(SELECT h.id FROM chosen AS h))
+           LIMIT 1) IS NOT NULL
 ), part_changes AS (
     -- part_counted's changes by slot: [d, starts taken, rate Max].
     SELECT jsonb_object_agg(c.id::text, jsonb_build_array(c.d, c.units, c.rmax)) AS m
@@ -906,14 +928,21 @@ const partitionCTEs = `parts AS (
     -- A slot whose rate limit held back a row here gets a timer for when
     -- the oldest start of its window leaves it (a period from now, when
     -- this claim's are its only starts): wake_partitions brings back its
-    -- rows set aside then.
+    -- rows set aside then. Not for a row that costs more than the limit
+    -- allows in a window: no time gives it room (a change of the limit
+    -- looks again). A timer already due is this claim's to move: it
+    -- counted the partition's room itself (wake_partitions passes over
+    -- the partitions of the claim that runs it).
     INSERT INTO {{schema}}.{{name "partition_timers"}} AS t (slot, at)
     SELECT f.slot, COALESCE(((SELECT locked FROM part_slots_of) -> f.partition_key ->> 4)::timestamptz,
                             statement_timestamp()
                             + ((SELECT m FROM part_of) -> f.partition_key ->> 3)::bigint * interval '1 microsecond')
-    FROM (SELECT DISTINCT f.slot, f.partition_key FROM part_fit AS f
-          WHERE NOT f.fits AND f.rated AND f.slot IS NOT NULL) AS f
-    ON CONFLICT (slot) DO UPDATE SET at = LEAST(t.at, EXCLUDED.at)
+    FROM (SELECT f.slot, f.partition_key FROM part_fit AS f
+          WHERE NOT f.fits AND f.rated AND NOT f.too_costly AND f.slot IS NOT NULL
+          UNION
+          SELECT l.id, l.partition FROM part_left AS l WHERE l.rate_left <= 0) AS f
+    ON CONFLICT (slot) DO UPDATE
+    SET at = CASE WHEN t.at <= statement_timestamp() THEN EXCLUDED.at ELSE LEAST(t.at, EXCLUDED.at) END
 ), part_look AS (
     INSERT INTO {{schema}}.{{name "partition_releases"}} (slot, n)
     SELECT s.slot, 0
@@ -921,11 +950,11 @@ const partitionCTEs = `parts AS (
     -- while a partition limit is declared, whatever else it finds.
     FROM part_woken AS w
     CROSS JOIN LATERAL (
-        -- The slots left with room after counting places given back (a
-        -- release of n > 0: no release is negative), and those of the
-        -- rows set aside.
-        SELECT c.id AS slot FROM part_counted AS c
-        WHERE c.left_over > 0 AND c.back > 0
+        -- The slots whose releases this claim counted, left with room,
+        -- whose partitions keep rows set aside it does not take, and
+        -- those of the rows it set aside.
+        SELECT l.id AS slot FROM part_left AS l
+        WHERE l.looked AND l.left_over > 0 AND (l.rate_left IS NULL OR l.rate_left > 0)
           AND w.ps IS NOT NULL
         UNION
         SELECT ((SELECT m FROM part_fits) -> a.id::text ->> 2)::bigint FROM set_aside AS a) AS s

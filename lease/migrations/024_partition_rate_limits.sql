@@ -139,6 +139,7 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT a.id FROM {{table}} AS a
                 WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
+                  AND a.cost <= COALESCE(c.rmax, a.cost)
                 ORDER BY a.priority, a.next_attempt_at, a.id
                 LIMIT c.room
                 FOR UPDATE SKIP LOCKED) AS w))
@@ -147,13 +148,17 @@ BEGIN
     ), left_behind AS (
         -- The partitions with rows set aside still (a row a claim holds
         -- is passed over, not waited for: two claims each waiting for the
-        -- other's would deadlock), with what room they had.
+        -- other's would deadlock), with what room they had. A row that
+        -- costs more than its partition's rate limit allows in a window
+        -- is neither brought back nor waited for: it never starts under
+        -- the limit, and a change of the limit looks again.
         SELECT c.id, c.room, c.rmax, c.recent, c.next_at,
             (SELECT count(*) FROM woken AS k WHERE k.partition_key = c.partition) AS took
         FROM roomed AS c
         WHERE c.room IS NOT NULL
           AND (SELECT true FROM {{table}} AS a
                WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
+                 AND a.cost <= COALESCE(c.rmax, a.cost)
                  AND a.id <> ALL (ARRAY(SELECT k.id FROM woken AS k))
                LIMIT 1) IS NOT NULL
     ), look AS (
