@@ -150,13 +150,11 @@ func TestPartitionRateComposesWithItsConcurrencyLimit(t *testing.T) {
 		setRateLimit(t, s, partitionRate("p", 3, time.Hour))
 		enqueueIn(t, s, "p", "", 6)
 
-		var started []string
 		for i := range 2 {
 			got := claimUntil(t, s, "", 2)
-			if len(got) != 1 {
-				t.Fatalf("round %d: claims = %d; want 1 (the concurrency limit of 1)", i, len(got))
+			if len(got) != 1 || got[0].EventID != fmt.Sprintf("p-%d", i+1) {
+				t.Fatalf("round %d: claims = %+v; want p-%d alone (the concurrency limit of 1, in order)", i, got, i+1)
 			}
-			started = append(started, got[0].EventID)
 			write(t, s, lease.Complete(got[0].Ref()))
 		}
 		// The third start: its lease runs out, and taking it back is a
