@@ -409,10 +409,30 @@ func wait(ctx context.Context, d time.Duration) error {
 // row INPROGRESS with a live lease minutes later).
 const receiptTimeout = 5 * time.Second
 
+//
+// The handler returns when its context ends, whether or not the write
+// has: lib/pq answers a context that ended with a cancel request, then
+// waits for the statement's reply on its connection, which a blackhole
+// through the proxy never delivers; the handler would outlive its attempt
+// and the worker, counted as hung (the soak saw it, a lib/pq worker
+// blackholed at the end of the faults). The write left behind may still
+// commit, as a call to an external system may take effect after its
+// caller gave up: the history allows a receipt of an attempt that ended
+// with an error, as it does one a pgx write made just before its
+// connection was closed.
 func (h *handler) receipt(ctx context.Context, c *leasework.Claim) error {
 	ctx, cancel := context.WithTimeout(ctx, receiptTimeout)
 	defer cancel()
-	_, err := h.db.ExecContext(ctx, `INSERT INTO `+sinkTable+` (event_id, row_id, generation, worker)
-		VALUES ($1, $2, $3, $4)`, c.EventID, c.ID, c.Generation, h.worker)
-	return err
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.db.ExecContext(ctx, `INSERT INTO `+sinkTable+` (event_id, row_id, generation, worker)
+			VALUES ($1, $2, $3, $4)`, c.EventID, c.ID, c.Generation, h.worker)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("soak: receipt of %s: %w", c.EventID, context.Cause(ctx))
+	}
 }
