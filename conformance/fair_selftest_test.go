@@ -15,9 +15,11 @@ import (
 
 // fairBlind is the real store with fair scheduling blind two ways: a
 // partition's own weight is never set (every partition weighs the
-// default), and a queue made fair has its insert trigger disabled, so
-// that a partition that comes is known to its claims only once its rows
-// reach the head of the queue's order.
+// default), and a queue made fair has its insert trigger disabled (notify,
+// which writes the arrivals of the partitions inserted, and wakes
+// listeners, which the properties do not wait for), so that a partition
+// that comes is known to its claims only once its rows reach the head of
+// the queue's order.
 type fairBlind struct{ *lease.Store }
 
 var _ conformance.Store = fairBlind{}
@@ -30,7 +32,7 @@ func (s fairBlind) SetWeight(ctx context.Context, w lease.Weight, by string) (in
 	if err != nil {
 		return old, err
 	}
-	_, err = s.DB().ExecContext(ctx, `ALTER TABLE `+s.QualifiedTable()+` DISABLE TRIGGER `+lease.QuoteIdent(s.Table()+"_fair_arrive"))
+	_, err = s.DB().ExecContext(ctx, `ALTER TABLE `+s.QualifiedTable()+` DISABLE TRIGGER `+lease.QuoteIdent(s.Table()+"_notify"))
 	return old, err
 }
 

@@ -337,6 +337,39 @@ func TestProducerEnqueuesWithLeastPrivilege(t *testing.T) {
 			t.Errorf("metadata stored by the producer: %v; want tenant acme", r.Metadata)
 		}
 
+		// Events of a fair queue's partitions bring their partitions'
+		// arrivals, written with the owner's rights: no grant on the
+		// tables of fair scheduling. The function that writes them,
+		// called by the producer itself for a partition no row of the
+		// queue has, writes none.
+		if _, err := s.SetWeight(ctx, lease.Weight{Queue: "fair", Weight: 1}, "test"); err != nil {
+			t.Fatal(err)
+		}
+		fairOne, err := enqueue(lease.EnqueueOptions{}, lease.Event{Kind: "k", EventID: "fair-one", Queue: "fair", Partition: "acme"})
+		if err != nil {
+			t.Fatalf("enqueue of an event of a fair queue's partition as the producer: %v", err)
+		}
+		if _, err := enqueue(lease.EnqueueOptions{SkipDuplicates: true},
+			lease.Event{Kind: "k", EventID: "fair-a", Queue: "fair", Partition: "acme"},
+			lease.Event{Kind: "k", EventID: "fair-b", Queue: "fair", Partition: "globex"},
+		); err != nil {
+			t.Fatalf("enqueue of events of a fair queue's partitions as the producer: %v", err)
+		}
+		arriveMany := lease.QuoteIdent(s.Schema()) + "." + lease.QuoteIdent(s.Table()+"_fair_arrive_many")
+		if _, err := producerDB.ExecContext(ctx, `SELECT `+arriveMany+`(ARRAY[$1::bigint], ARRAY['fair'], ARRAY['nobody'], ARRAY[now()])`,
+			fairOne[0].ID); err != nil {
+			t.Errorf("the producer calling %s: %v; want it to run, and write nothing", arriveMany, err)
+		}
+		var arrivals string
+		if err := admin.QueryRowContext(ctx, `SELECT COALESCE(string_agg(partition || ' ' || n, ', ' ORDER BY partition), '')
+			FROM (SELECT partition, count(*) AS n FROM `+lease.QuoteIdent(s.Schema())+"."+lease.QuoteIdent(s.Table()+"_fair_arrivals")+`
+			      WHERE queue = 'fair' GROUP BY partition) AS a`).Scan(&arrivals); err != nil {
+			t.Fatal(err)
+		}
+		if want := "acme 2, globex 1"; arrivals != want {
+			t.Errorf("arrivals of the fair queue's partitions, by the producer's enqueues: %q; want %q", arrivals, want)
+		}
+
 		if _, err := ps.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute}); drv.SQLState(err) != "42501" {
 			t.Errorf("claim as the producer: %v (SQLSTATE %q); want insufficient_privilege, 42501", err, drv.SQLState(err))
 		}

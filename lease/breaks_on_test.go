@@ -42,7 +42,7 @@ func TestMigrationBreaksApply(t *testing.T) {
 		return b.String()
 	}
 	want := sqlOf()
-	for _, name := range []string{"keys-listed-reversed"} {
+	for _, name := range []string{"keys-listed-reversed", "fair-no-arrivals"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("LEASEWORK_BREAK", name)
 			if sqlOf() == want {

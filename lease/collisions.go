@@ -182,8 +182,9 @@ var derivedObjects = map[string]derivedObject{
 	"hold_running_key":     {kind: ownFunction, use: "trigger function that refuses deleting a running keyed row"},
 	"release_slots":        {kind: ownFunction, use: "trigger function that gives back an attempt's concurrency slots"},
 	"wake_partitions":      {kind: ownFunction, use: "function that brings back rows set aside by partition limits", args: "text[]"},
-	"fair_arrive":          {kind: ownFunction, use: "trigger function that brings an insert's partitions to fair scheduling"},
+	"fair_arrive":          {kind: ownFunction, use: "trigger function that brought an insert's partitions to fair scheduling (until migration 25)"},
 	"fair_again":           {kind: ownFunction, use: "trigger function that brings a row's partition back to fair scheduling"},
+	"fair_arrive_many":     {kind: ownFunction, use: "function that brings an insert's partitions to fair scheduling", args: "bigint[], text[], text[], timestamp with time zone[]"},
 
 	"status_check":       {kind: inTable},
 	"lease_check":        {kind: inTable},

@@ -326,3 +326,91 @@ func TestFairClaimTakesWhatThereIs(t *testing.T) {
 		}
 	})
 }
+
+// Every enqueue path brings a fair queue's partitions to its claims: the
+// statement of one event, the batch statement (both as they fail on
+// duplicates and as they skip them), and COPY, through each driver. A
+// partition whose 10 events come while another has a backlog is claimed
+// within the next 24 rows, whichever way its events went in, one call an
+// event or all in one call; and each statement that inserts rows of a
+// partition writes one arrival for it, however many rows it inserts, so a
+// bulk enqueue gives a fair queue's claims no more arrivals to read.
+func TestFairEveryEnqueuePathBringsItsPartition(t *testing.T) {
+	pgtest.EachEnqueuePath(t, func(t *testing.T, p pgtest.EnqueuePath) {
+		for _, c := range []struct {
+			name    string
+			perCall int
+			skip    bool
+		}{
+			{"one a call", 1, false},
+			{"one a call, skipping duplicates", 1, true},
+			{"ten in one call", 10, false},
+			{"ten in one call, skipping duplicates", 10, true},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				s := pgtest.Store(t, p.NewDriver(), p.Options(lease.Options{}))
+				ctx := context.Background()
+				arrivals := func(partition string) int {
+					t.Helper()
+					var n int
+					if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM `+lease.QuoteIdent(s.Schema())+"."+
+						lease.QuoteIdent(s.Table()+"_fair_arrivals")+` WHERE partition = $1`, partition).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					return n
+				}
+				enqueue := func(partition string, from, n int) {
+					t.Helper()
+					tx, err := s.DB().BeginTx(ctx, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer tx.Rollback()
+					var es []lease.Event
+					for i := from; i < from+n; i++ {
+						es = append(es, lease.Event{Kind: "k", EventID: fmt.Sprintf("%s-%d", partition, i), Partition: partition})
+					}
+					if _, err := s.EnqueueWith(ctx, tx, lease.EnqueueOptions{SkipDuplicates: c.skip}, es...); err != nil {
+						t.Fatal(err)
+					}
+					if err := tx.Commit(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				setWeight(t, s, lease.Weight{Weight: 1})
+				inserts := pgtest.WatchInserts(t, s)
+				enqueue("big", 0, 400)
+				if n := arrivals("big"); n != 1 {
+					t.Errorf("400 events of big in one call: %d arrivals; want 1", n)
+				}
+				got, _ := claimedOf(t, s, "", 5, 10)
+				if got["big"] != 50 {
+					t.Fatalf("with one partition due, 5 claims of 10 took %v; want all 50 of big", got)
+				}
+
+				copiesBefore, _ := inserts()
+				for i := 0; i < 10; i += c.perCall {
+					enqueue("late", i, c.perCall)
+				}
+				if copies, _ := inserts(); p.Copies != (copies > copiesBefore) {
+					t.Fatalf("late's events went in by %d COPY statements; want COPY %v on path %s", copies-copiesBefore, p.Copies, p.Name)
+				}
+				if n, want := arrivals("late"), 10/c.perCall; n != want {
+					t.Errorf("late's 10 events, %d a call: %d arrivals; want %d, one a statement", c.perCall, n, want)
+				}
+				rows, seen := 0, 0
+				for range 10 {
+					got, _ := claimAll(t, s, lease.ClaimRequest{Limit: 4})
+					rows += len(got)
+					seen += partitionsOf(t, s, got)["late"]
+					if seen == 10 {
+						break
+					}
+				}
+				if seen != 10 || rows > 24 {
+					t.Errorf("late's 10 events: %d claimed within %d rows; want all 10 within 24", seen, rows)
+				}
+			})
+		}
+	})
+}
