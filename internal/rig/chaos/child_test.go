@@ -409,7 +409,6 @@ func wait(ctx context.Context, d time.Duration) error {
 // row INPROGRESS with a live lease minutes later).
 const receiptTimeout = 5 * time.Second
 
-//
 // The handler returns when its context ends, whether or not the write
 // has: lib/pq answers a context that ended with a cancel request, then
 // waits for the statement's reply on its connection, which a blackhole
