@@ -180,9 +180,28 @@ func rateLimitHoldsInEveryWindow(e *env) {
 	add(8, "a", "mail")
 	add(24, "c", "mail")
 	e.enqueue(events...)
-	total := int64(len(events))
 	log := newStartLog(per, map[string]int{"kind a": maxA, "queue mail": maxMail}, events)
+	e.claimUnderRates(claimers, int64(len(events)), log, func(w int) lease.ClaimRequest {
+		req := lease.ClaimRequest{}
+		switch {
+		case w >= 5:
+			req.Queue = "mail"
+		case w == 4:
+			req.Kinds = []string{"a"}
+		}
+		return req
+	})
+}
 
+// claimUnderRates runs claimers concurrent claimers of total events, each
+// claiming as req(its number) asks (with the test lease and its own
+// worker name), in batches of one to four rows, recording every claim in
+// log and ending it at random (seeded; the seed is logged), as in
+// LimitHoldsUnderConcurrentClaims: an abandoned claim's lease is expired
+// by the fixture at once, and a later claim takes the row back. A claimer
+// that finds nothing polls again 2ms later. Then it checks every window of
+// log, and that every event ended DONE.
+func (e *env) claimUnderRates(claimers int, total int64, log *startLog, req func(w int) lease.ClaimRequest) {
 	seed := rand.Uint64()
 	e.t.Logf("seed %d", seed)
 	tally := newLiveTally(map[string]int{}) // no concurrency limit: endAtRandom's bookkeeping only
@@ -194,13 +213,8 @@ func rateLimitHoldsInEveryWindow(e *env) {
 	var wg sync.WaitGroup
 	for w := range claimers {
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
-		req := lease.ClaimRequest{Lease: testLease, Worker: fmt.Sprintf("claimer-%d", w)}
-		switch {
-		case w >= 5:
-			req.Queue = "mail"
-		case w == 4:
-			req.Kinds = []string{"a"}
-		}
+		req := req(w)
+		req.Lease, req.Worker = testLease, fmt.Sprintf("claimer-%d", w)
 		wg.Go(func() {
 			for n := 0; done.Load() < total && run.Err() == nil; n++ {
 				req.Limit = 1 + (w+n)%4
@@ -613,7 +627,6 @@ func partitionRateLimitHoldsInEveryWindow(e *env) {
 		events = append(events, partitionEvent("", []string{lease.DefaultQueue, "mail"}[i%2], i))
 	}
 	e.enqueue(events...)
-	total := int64(len(events))
 	log := newStartLog(per, limits, events)
 	log.of = func(c leasework.Claim) []string {
 		if p := partitionOf(c.EventID); p != "" {
@@ -621,48 +634,10 @@ func partitionRateLimitHoldsInEveryWindow(e *env) {
 		}
 		return nil
 	}
-
-	seed := rand.Uint64()
-	e.t.Logf("seed %d", seed)
-	tally := newLiveTally(map[string]int{}) // no concurrency limit: endAtRandom's bookkeeping only
-	run, stop := context.WithCancel(e.ctx)
-	defer stop()
-	var done atomic.Int64
-	errs := make(chan error, claimers)
-	fail := func(err error) { errs <- err; stop() }
-	var wg sync.WaitGroup
-	for w := range claimers {
-		rng := rand.New(rand.NewPCG(seed, uint64(w)))
-		req := lease.ClaimRequest{Lease: testLease, Worker: fmt.Sprintf("claimer-%d", w)}
+	e.claimUnderRates(claimers, int64(len(events)), log, func(w int) lease.ClaimRequest {
 		if w >= 5 {
-			req.Queue = "mail"
+			return lease.ClaimRequest{Queue: "mail"}
 		}
-		wg.Go(func() {
-			for n := 0; done.Load() < total && run.Err() == nil; n++ {
-				req.Limit = 1 + (w+n)%4
-				got, err := e.store.Claim(e.ctx, req)
-				if err != nil {
-					fail(fmt.Errorf("claimer %d: claim: %w", w, err))
-					return
-				}
-				if len(got) == 0 {
-					select {
-					case <-run.Done():
-					case <-time.After(2 * time.Millisecond):
-					}
-					continue
-				}
-				log.add(got, testLease)
-				for _, c := range got {
-					if err := e.endAtRandom(rng, c, tally, &done); err != nil {
-						fail(fmt.Errorf("claimer %d: %w", w, err))
-						return
-					}
-				}
-			}
-		})
-	}
-	e.claimersDone(&wg, nil, tally, errs, &done, total)
-	log.check(e)
-	e.wantAllDone(total)
+		return lease.ClaimRequest{}
+	})
 }
