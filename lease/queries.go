@@ -731,9 +731,9 @@ const anyPartitionLimit = `((SELECT true FROM {{schema}}.{{name "partition_limit
 // (a claim of 1,000 rows of partitions with room read part_fit 1,000
 // times, and threw 999,000 rows away).
 const partitionCTEs = `parts AS (
-    SELECT d.partition, d.n, c.cap, r.max_starts AS rmax, r.period_us,
+    SELECT d.partition, c.cap, r.max_starts AS rmax, r.period_us,
         (SELECT s.id FROM {{schema}}.{{name "partition_slots"}} AS s WHERE s.partition = d.partition) AS slot
-    FROM (SELECT partition_key AS partition, count(*) AS n FROM taken
+    FROM (SELECT partition_key AS partition FROM taken
           WHERE partition_key IS NOT NULL AND ` + anyPartitionLimit + `
           GROUP BY partition_key) AS d
     CROSS JOIN LATERAL (SELECT COALESCE(

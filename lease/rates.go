@@ -315,12 +315,14 @@ func (s *Store) ClearRateLimit(ctx context.Context, scope, name, by string) (boo
 	if err := validateText("by", by, maxByBytes); err != nil {
 		return false, fmt.Errorf("lease: clear rate limit: %w", err)
 	}
-	row := func() *sql.Row { return s.db.QueryRowContext(ctx, s.q.clearRateLimit, scope, name, by, s.channel) }
+	var row *sql.Row
 	if scope == ScopePartition {
-		row = func() *sql.Row { return s.db.QueryRowContext(ctx, s.q.clearPartitionRate, name, by, s.channel) }
+		row = s.db.QueryRowContext(ctx, s.q.clearPartitionRate, name, by, s.channel)
+	} else {
+		row = s.db.QueryRowContext(ctx, s.q.clearRateLimit, scope, name, by, s.channel)
 	}
 	var n int
-	if err := row().Scan(&n); err != nil {
+	if err := row.Scan(&n); err != nil {
 		return false, s.wrapErr("clear rate limit", err)
 	}
 	return n > 0, nil
