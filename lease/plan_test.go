@@ -820,3 +820,58 @@ func TestFairClaimReadsItsPartitionsOnlyWhateverThePlan(t *testing.T) {
 		t.Logf("%s: at most %.0f rows in a node (%s)", mode, most.rows, most.line)
 	}
 }
+
+// TestHandingOnReadsTheReadyIndexWhateverThePlan: a completion that takes
+// turns under concurrency limits hands its places on to the next due rows
+// of its queue, read through the READY index, whatever plan the server
+// makes of it. Under a kind and a queue limit that do not bind, 20,000
+// rows READY when the table's statistics were taken (most of the table),
+// 100 of them claimed: their completion, with custom and with generic
+// plans, under EXPLAIN (ANALYZE) in a transaction rolled back, hands on
+// its 100 places and never scans the events table whole. It found a
+// generic plan scanning it once per priority level (130 ms a completion
+// at 50,000 rows, where the claim took 15).
+func TestHandingOnReadsTheReadyIndexWhateverThePlan(t *testing.T) {
+	s := pgtest.Store(t, drv, lease.Options{})
+	ctx := context.Background()
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeKind, Name: "k", Max: lease.MaxLimit})
+	setLimit(t, s, lease.Limit{Scope: lease.ScopeQueue, Name: lease.DefaultQueue, Max: lease.MaxLimit})
+	q := s.QualifiedTable()
+	for _, stmt := range []string{
+		`INSERT INTO ` + q + ` (event_id, kind) SELECT 'e-' || g, 'k' FROM generate_series(1, 20000) AS g`,
+		`VACUUM (ANALYZE) ` + q,
+	} {
+		if _, err := s.DB().ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	cs, err := s.Claim(ctx, lease.ClaimRequest{Limit: 100, Lease: time.Minute, Worker: "w"})
+	if err != nil || len(cs) != 100 {
+		t.Fatalf("claim: %d claims, %v; want 100", len(cs), err)
+	}
+	var ids, gens []string
+	for _, c := range cs {
+		ids = append(ids, fmt.Sprint(c.ID))
+		gens = append(gens, fmt.Sprintf(`"%d":[%d]`, c.ID, c.Generation))
+	}
+	args := "'{" + strings.Join(ids, ",") + "}', '{" + strings.Join(gens, ",") + "}', 'default', 100, '{}', 30000000, 'w'"
+	conn, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		plan := explainPrepared(t, conn, mode, lease.GuardedWrites(s)["completeTaking"], args)
+		if strings.Contains(plan, "Seq Scan on "+s.Table()+" ") {
+			t.Errorf("%s: the completion scans the events table whole:\n%s", mode, shortLines(plan))
+		}
+		handed := ""
+		if i := strings.Index(plan, "CTE handed"); i >= 0 {
+			_, handed, _ = strings.Cut(plan[i:], "\n")
+			handed, _, _ = strings.Cut(handed, "\n")
+		}
+		if !strings.Contains(handed, "Update on "+s.Table()+" ") || !strings.Contains(handed, " rows=100 ") {
+			t.Errorf("%s: the completion hands on no 100 places (%q):\n%s", mode, handed, shortLines(plan))
+		}
+	}
+}
