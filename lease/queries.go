@@ -241,7 +241,7 @@ WITH paused AS (
         -- default.
         SELECT l.max_starts, l.period_us * interval '1 microsecond' AS period
         FROM {{schema}}.{{name "partition_rates"}} AS l
-        WHERE l.partition IN (d.partition_key, '')
+        WHERE l.partition IN (d.partition_key, '') AND ` + anyPartitionRate + `
         ORDER BY l.partition = ''
         LIMIT 1) AS rl ON true
     CROSS JOIN LATERAL (
@@ -755,6 +755,12 @@ const admitCTEs = `candidates AS (
         OR EXISTS (SELECT 1 FROM rate_seen WHERE n = 0)
         OR (SELECT count(*) FROM chosen) < (SELECT count(*) FROM candidates) AS yes`
 
+// anyPartitionRate says whether a partition rate limit is declared: a
+// probe of their primary key, evaluated once (uncorrelated), so that a
+// claim under partition concurrency limits alone does not probe the rates
+// of each partition.
+const anyPartitionRate = `(SELECT true FROM {{schema}}.{{name "partition_rates"}} ORDER BY partition LIMIT 1) IS NOT NULL`
+
 // anyPartitionLimit says whether a partition limit is declared, of
 // concurrency or of rate (migration 24): a probe of each one's primary key.
 const anyPartitionLimit = `((SELECT true FROM {{schema}}.{{name "partition_limits"}} ORDER BY partition LIMIT 1) IS NOT NULL
@@ -803,10 +809,12 @@ const partitionCTEs = `parts AS (
           GROUP BY partition_key) AS d
     CROSS JOIN LATERAL (SELECT COALESCE(
         (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = d.partition),
-        (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = '')) AS cap) AS c
+        (SELECT l.max_live FROM {{schema}}.{{name "partition_limits"}} AS l WHERE l.partition = '')) AS cap
+        OFFSET 0) AS c
     LEFT JOIN LATERAL (
+        -- Its rate limit, read only when one is declared.
         SELECT l.max_starts, l.period_us FROM {{schema}}.{{name "partition_rates"}} AS l
-        WHERE l.partition IN (d.partition, '')
+        WHERE l.partition IN (d.partition, '') AND ` + anyPartitionRate + `
         ORDER BY l.partition = ''
         LIMIT 1) AS r ON true
     WHERE c.cap IS NOT NULL OR r.max_starts IS NOT NULL
