@@ -213,10 +213,14 @@ WITH paused AS (
     -- partition that keeps getting new ones. Read through the index of
     -- rows set aside, by partition: a partition without any (most of
     -- those of the due rows found) costs one probe of it, and its room is
-    -- not counted.
+    -- not counted; with no row set aside at all, one probe in all.
     SELECT a.id, a.kind, a.generation, a.priority AS level, a.next_attempt_at, a.partition_key, a.cost
     FROM (SELECT r.partition_key FROM ready AS r
           WHERE r.partition_key IS NOT NULL AND r.key IS NULL AND ` + anyPartitionLimit + `
+            -- In the order of the index of rows set aside, so that it is
+            -- read, one entry, whatever the statistics say.
+            AND (SELECT true FROM {{table}} AS w WHERE w.status = 'WAITING' AND w.key IS NULL
+                 ORDER BY w.partition_key, w.priority, w.next_attempt_at, w.id LIMIT 1) IS NOT NULL
           UNION
           SELECT s.partition FROM {{schema}}.{{name "partition_slots"}} AS s
           WHERE s.id = ANY (ARRAY((SELECT DISTINCT r.slot FROM {{schema}}.{{name "partition_releases"}} AS r LIMIT 64)
