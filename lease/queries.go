@@ -299,8 +299,9 @@ RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation
 
 // placeOfKind and placeOfQueue are the slots of row o under its kind's
 // limit and its queue's when place_fast places the rows: the slot of the
-// range that holds o's rank under the limit (placeOf, with the limit's
-// code, its index times 2^40). NULL under no such limit.
+// range that holds o's rank under the limit, found with the limit's code
+// (kindCode, queueCode: its index in place_needs times 2^40). NULL under
+// no such limit.
 const (
 	placeOfKind = `(SELECT slots FROM place_fast)[width_bucket(` + kindCode + ` + width_bucket(` + kindCode + ` + o.id, (SELECT rows FROM place_fast))
                         - width_bucket(` + kindCode + `, (SELECT rows FROM place_fast)), (SELECT starts FROM place_fast))]`
