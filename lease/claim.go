@@ -152,21 +152,30 @@ func (s *Store) claimFor(queue string) string {
 }
 
 // learnPolicy reads whether queue is fair or ages its rows, once per
-// queue and store, before its first claim (see claimFor); on an error the
-// claim that follows says.
-func (s *Store) learnPolicy(ctx context.Context, q querier, queue string) {
+// queue and store, before its first claim (see claimFor). Its error is the
+// claim's: in the caller's transaction (ClaimTx) a failed read leaves the
+// transaction aborted, and the claim statement after it could only say
+// so, not why.
+func (s *Store) learnPolicy(ctx context.Context, q querier, queue string) error {
 	if _, ok := s.policies.Load(queue); ok {
-		return
+		return nil
 	}
 	rows, err := q.QueryContext(ctx, s.fq.policy, queue)
 	if err != nil {
-		return
+		return err
 	}
 	defer rows.Close()
 	var yes bool
-	if rows.Next() && rows.Scan(&yes) == nil && rows.Err() == nil {
-		s.policies.Store(queue, yes)
+	if rows.Next() {
+		if err := rows.Scan(&yes); err != nil {
+			return err
+		}
 	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	s.policies.Store(queue, yes)
+	return nil
 }
 
 // scanClaims runs the claim statement for req and reads the claims it
@@ -179,7 +188,9 @@ func (s *Store) scanClaims(ctx context.Context, q querier, req ClaimRequest) (cl
 		return nil, nil, false, err
 	}
 	queue := args[4].(string)
-	s.learnPolicy(ctx, q, queue)
+	if err := s.learnPolicy(ctx, q, queue); err != nil {
+		return nil, nil, false, s.wrapErr("claim", err)
+	}
 	query := s.claimFor(queue)
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
