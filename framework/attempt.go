@@ -51,10 +51,10 @@ var errAttemptOver = errors.New("framework: attempt over")
 // cannot have started earlier; returned, when its rows came back. It
 // reports false, and starts nothing, when the worker has stopped.
 //
-// The claim's slot was reserved in q before its claim was sent
-// (reserveSlots): it is counted once, and given back if the attempt does
-// not start.
-func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.Time) bool {
+// reserved says the claim's slot was counted in q already (see
+// writeTakingTurns): it is counted once, and given back if the attempt
+// does not start.
+func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.Time, reserved bool) bool {
 	a := &attempt{
 		w:         w,
 		q:         q,
@@ -85,10 +85,14 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.T
 
 	w.mu.Lock()
 	if w.stopped {
-		q.running--
-		q.held--
+		if reserved {
+			q.running--
+			q.held--
+		}
 		w.mu.Unlock()
-		signal(q.slotFreed)
+		if reserved {
+			signal(q.slotFreed)
+		}
 		a.stopTimer()
 		cancel(leasework.ErrShutdown)
 		a.finish(Settlement{Outcome: OutcomeAbandoned, Error: "the worker stopped before the handler started"})
@@ -98,6 +102,10 @@ func (w *Worker) startAttempt(q *queue, c leasework.Claim, sent, returned time.T
 	a.watchdog = time.AfterFunc(time.Until(a.deadline), a.expire)
 	a.mu.Unlock()
 	w.live[a.ref] = a
+	if !reserved {
+		q.running++
+		q.held++
+	}
 	w.mu.Unlock()
 	go w.runAttempt(a)
 	return true

@@ -46,21 +46,16 @@ func (w *Worker) dispatch(ctx context.Context, q *queue) {
 			case <-poll.C:
 			}
 		}
-		// The slots are reserved before the claim is sent, as a sweep's
-		// and a completion's turns are: claims of the loop and the sweep
-		// in flight at once never take more than the free slots between
-		// them.
-		free := w.reserveSlots(q, q.concurrency)
+		free := w.freeSlots(q)
 		for free == 0 {
 			select {
 			case <-ctx.Done():
 				return
 			case <-q.slotFreed:
 			}
-			free = w.reserveSlots(q, q.concurrency)
+			free = w.freeSlots(q)
 		}
 		n, err := w.claim(q, free, false)
-		w.unreserveSlots(q, free-n)
 		more = err == nil && n == free
 		// A claim that found fewer rows than it could take leaves none
 		// due behind it: the queue's completions may take the turns they
@@ -200,7 +195,7 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	returned := time.Now()
 	var dropped []int64
 	for _, c := range claims {
-		if !w.startAttempt(q, c, sent, returned) {
+		if !w.startAttempt(q, c, sent, returned, sweep) {
 			dropped = append(dropped, c.ID)
 		}
 	}
@@ -211,24 +206,29 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	return len(claims), nil
 }
 
-// freeSlotsLocked is how many rows the next claim may take: the handler
-// slots free, but never so many that the claims held (running, or
-// finished and waiting for their outcome to be written) pass twice
-// Concurrency. A handler's slot frees when it returns, so that claiming
-// overlaps the writing of outcomes; when outcomes are written slowly (a
-// slow or struggling database), claims wait for them instead of piling up
-// unbounded, each to be renewed. Under w.mu.
+// freeSlots is how many rows the next claim may take: the handler slots
+// free, but never so many that the claims held (running, or finished and
+// waiting for their outcome to be written) pass twice Concurrency. A
+// handler's slot frees when it returns, so that claiming overlaps the
+// writing of outcomes; when outcomes are written slowly (a slow or
+// struggling database), claims wait for them instead of piling up
+// unbounded, each to be renewed.
+func (w *Worker) freeSlots(q *queue) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.freeSlotsLocked(q)
+}
+
+// freeSlotsLocked is freeSlots under w.mu.
 func (w *Worker) freeSlotsLocked(q *queue) int {
 	return max(min(q.concurrency-q.running, 2*q.concurrency-q.held), 0)
 }
 
-// reserveSlots takes up to n of q's free slots for a claim, counted as
-// running handlers, and returns how many: each row claimed then starts in
-// one of them (startAttempt), and unreserveSlots gives back those no row
-// took. The claim loop, a sweep and a completion taking turns
-// (writeTakingTurns) each reserve before their statement is sent, so that
-// claims in flight at once never take more than the free slots between
-// them.
+// reserveSlots takes up to n of q's free slots for claims made outside the
+// claim loop (a sweep's), counted as running handlers, and returns how
+// many: each claim then starts in one of them (startAttempt with
+// reserved), and unreserveSlots gives back those no claim took.
+// writeTakingTurns does the same for the turns it takes.
 func (w *Worker) reserveSlots(q *queue, n int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -55,7 +55,7 @@ func (w *Worker) writeTakingTurns(ctx context.Context, batch []outcome, writes [
 	returned := time.Now()
 	w.unreserveSlots(q, reserved-len(claims))
 	for _, c := range claims {
-		w.startAttempt(q, c, sent, returned)
+		w.startAttempt(q, c, sent, returned, true)
 	}
 	return res, err
 }
