@@ -46,16 +46,19 @@ func (w *Worker) dispatch(ctx context.Context, q *queue) {
 			case <-poll.C:
 			}
 		}
-		free := w.freeSlots(q)
+		free := w.loopSlots(q)
 		for free == 0 {
 			select {
 			case <-ctx.Done():
 				return
 			case <-q.slotFreed:
 			}
-			free = w.freeSlots(q)
+			free = w.loopSlots(q)
 		}
 		n, err := w.claim(q, free, false)
+		w.mu.Lock()
+		q.loopClaim = 0
+		w.mu.Unlock()
 		more = err == nil && n == free
 		// A claim that found fewer rows than it could take leaves none
 		// due behind it: the queue's completions may take the turns they
@@ -134,7 +137,7 @@ func (w *Worker) sweep(ctx context.Context, q *queue) {
 		if !q.floors.sweepDue(time.Now()) {
 			continue
 		}
-		limit := w.reserveSlots(q, max(1, q.concurrency/sweepShare))
+		limit := w.reserveSweepSlots(q, max(1, q.concurrency/sweepShare))
 		if limit == 0 {
 			q.floors.sweepSkipped()
 			continue
@@ -206,20 +209,38 @@ func (w *Worker) claim(q *queue, limit int, sweep bool) (int, error) {
 	return len(claims), nil
 }
 
-// freeSlots is how many rows the next claim may take: the handler slots
-// free, but never so many that the claims held (running, or finished and
-// waiting for their outcome to be written) pass twice Concurrency. A
-// handler's slot frees when it returns, so that claiming overlaps the
-// writing of outcomes; when outcomes are written slowly (a slow or
-// struggling database), claims wait for them instead of piling up
-// unbounded, each to be renewed.
-func (w *Worker) freeSlots(q *queue) int {
+// loopSlots is how many rows the claim loop's next claim may take
+// (freeSlotsLocked), which it records as in flight (queue.loopClaim) until
+// the claim's rows have started: a sweep does not reserve them meanwhile
+// (reserveSweepSlots).
+func (w *Worker) loopSlots(q *queue) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.freeSlotsLocked(q)
+	q.loopClaim = w.freeSlotsLocked(q)
+	return q.loopClaim
 }
 
-// freeSlotsLocked is freeSlots under w.mu.
+// reserveSweepSlots is reserveSlots for a sweep: from the free slots that
+// the claim loop's claim in flight may not fill. Without it, a sweep
+// reserving while the loop's claim was in flight took the slots that claim
+// was about to fill, and the worker held a sweep's share more than twice
+// Concurrency, running as many handlers more than Concurrency.
+func (w *Worker) reserveSweepSlots(q *queue, n int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n = max(min(n, w.freeSlotsLocked(q)-q.loopClaim), 0)
+	q.running += n
+	q.held += n
+	return n
+}
+
+// freeSlotsLocked is how many rows the next claim may take: the handler
+// slots free, but never so many that the claims held (running, or
+// finished and waiting for their outcome to be written) pass twice
+// Concurrency. A handler's slot frees when it returns, so that claiming
+// overlaps the writing of outcomes; when outcomes are written slowly (a
+// slow or struggling database), claims wait for them instead of piling up
+// unbounded, each to be renewed. Under w.mu.
 func (w *Worker) freeSlotsLocked(q *queue) int {
 	return max(min(q.concurrency-q.running, 2*q.concurrency-q.held), 0)
 }

@@ -14,6 +14,7 @@ type queue struct {
 	concurrency int
 	running     int           // handlers running; under Worker.mu
 	held        int           // claims held, running or waiting for their outcome; under Worker.mu
+	loopClaim   int           // the free slots its claim loop's claim in flight may fill; under Worker.mu
 	wake        chan struct{} // a notification; capacity 1
 	slotFreed   chan struct{} // a handler returned or an outcome was written; capacity 1
 	floors      floors        // where its claims start reading; shared by its claim loop and its sweep
