@@ -219,8 +219,7 @@ WITH paused AS (
           WHERE r.partition_key IS NOT NULL AND r.key IS NULL AND ` + anyPartitionLimit + `
             -- In the order of the index of rows set aside, so that it is
             -- read, one entry, whatever the statistics say.
-            AND (SELECT true FROM {{table}} AS w WHERE w.status = 'WAITING' AND w.key IS NULL
-                 ORDER BY w.partition_key, w.priority, w.next_attempt_at, w.id LIMIT 1) IS NOT NULL
+            AND ` + anySetAside + `
           UNION
           SELECT s.partition FROM {{schema}}.{{name "partition_slots"}} AS s
           WHERE s.id = ANY (ARRAY((SELECT DISTINCT r.slot FROM {{schema}}.{{name "partition_releases"}} AS r LIMIT 64)
@@ -229,7 +228,7 @@ WITH paused AS (
                                   -- again (migration 24): due timers.
                                   (SELECT t.slot FROM {{schema}}.{{name "partition_timers"}} AS t
                                    WHERE t.at <= statement_timestamp() ORDER BY t.at LIMIT 64)))
-            AND NOT (SELECT yes FROM paused)) AS d
+            AND NOT (SELECT yes FROM paused) AND ` + anySetAside + `) AS d
     CROSS JOIN LATERAL (
         SELECT true FROM {{table}} AS w
         WHERE w.partition_key = d.partition_key AND w.status = 'WAITING' AND w.key IS NULL
@@ -768,6 +767,13 @@ const anyPartitionRate = `(SELECT true FROM {{schema}}.{{name "partition_rates"}
 
 // anyPartitionLimit says whether a partition limit is declared, of
 // concurrency or of rate (migration 24): a probe of each one's primary key.
+// anySetAside says whether any row is set aside by a full partition in
+// the claim's snapshot: one entry of the index of rows set aside, read in
+// its order whatever the statistics say. Without one, no partition has a
+// row set aside to look for, and a claim probes none of them.
+const anySetAside = `(SELECT true FROM {{table}} AS w WHERE w.status = 'WAITING' AND w.key IS NULL
+         ORDER BY w.partition_key, w.priority, w.next_attempt_at, w.id LIMIT 1) IS NOT NULL`
+
 const anyPartitionLimit = `((SELECT true FROM {{schema}}.{{name "partition_limits"}} ORDER BY partition LIMIT 1) IS NOT NULL
     OR (SELECT true FROM {{schema}}.{{name "partition_rates"}} ORDER BY partition LIMIT 1) IS NOT NULL)`
 
@@ -880,8 +886,11 @@ const partitionCTEs = `parts AS (
                                ((SELECT m FROM part_of) -> l.partition ->> 0)::integer AS cap,
                                ((SELECT m FROM part_of) -> l.partition ->> 2)::integer AS rmax,
                                ((SELECT m FROM part_of) -> l.partition ->> 3)::bigint * interval '1 microsecond' AS period) AS b
-    CROSS JOIN LATERAL (SELECT count(*) AS recent, min(t) + b.period AS next_at FROM unnest(l.starts) AS t
-                        WHERE t > statement_timestamp() - b.period) AS w
+    -- The window of starts, read under a rate limit only.
+    CROSS JOIN LATERAL (SELECT CASE WHEN b.rmax IS NOT NULL THEN (SELECT count(*) FROM unnest(l.starts) AS t
+                                                                 WHERE t > statement_timestamp() - b.period) END AS recent,
+                               CASE WHEN b.rmax IS NOT NULL THEN (SELECT min(t) + b.period FROM unnest(l.starts) AS t
+                                                                 WHERE t > statement_timestamp() - b.period) END AS next_at) AS w
 ), part_new AS (
     -- The rows that fit in each partition without a slot, and their
     -- starts, by partition: [rows, starts].
@@ -999,6 +1008,7 @@ const partitionCTEs = `parts AS (
     SELECT c.id, c.partition, c.left_over, c.rate_left, c.id = ANY (ARRAY(SELECT r.slot FROM part_back AS r)) AS looked
     FROM part_counted AS c
     WHERE (c.id = ANY (ARRAY(SELECT r.slot FROM part_back AS r)) OR c.rate_left <= 0)
+      AND ` + anySetAside + `
       AND (SELECT true FROM {{table}} AS a
            WHERE a.partition_key = c.partition AND a.status = 'WAITING' AND a.key IS NULL
              AND a.cost <= COALESCE(c.rmax, a.cost)
