@@ -78,6 +78,7 @@ type Claim struct {
 	Priority    int               // the event's priority: 0 (claimed first) to 9
 	DueAt       time.Time         // when this attempt became due (database clock): the event's run time, or its retry's; for a reclaimed row, the attempt before it
 	Metadata    map[string]string // string pairs given at enqueue (the enqueuer's trace context, say), or nil
+	Steps       map[string][]byte // the encoded results of the steps earlier attempts recorded, by name (framework.Step), or nil
 }
 
 // Ref names one claim of one row: the row id and the generation it was claimed

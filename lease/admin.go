@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasework/leasework"
@@ -52,6 +54,22 @@ type Row struct {
 	// discarded FAILED one; on an INPROGRESS row, the cancel waits for the
 	// attempt that runs it to stop or its lease to end.
 	CancelledAt *time.Time
+	// Steps are the steps recorded for the event (framework.Step,
+	// [Step]), in the order recorded; Output is what its handler recorded
+	// as its output ([Output]), or nil. [Store.Get] and
+	// [Store.GetByEventID] read both; [Store.List] leaves them out.
+	Steps  []StepRecord
+	Output []byte
+}
+
+// StepRecord is one step recorded for an event: its name, the generation
+// of the claim that recorded it, when (database clock), and its encoded
+// result.
+type StepRecord struct {
+	Name       string
+	Generation int64
+	At         time.Time
+	Value      []byte
 }
 
 // ErrNotFound is returned by [Store.Get] and [Store.GetByEventID] for a row
@@ -60,12 +78,17 @@ var ErrNotFound = errors.New("lease: no such event")
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanRow(sc scanner) (Row, error) {
+// scanRow reads a row of rowColumns; scanWholeRow, of rowWholeColumns.
+func scanRow(sc scanner) (Row, error) { return scanRowOf(sc, false) }
+
+func scanWholeRow(sc scanner) (Row, error) { return scanRowOf(sc, true) }
+
+func scanRowOf(sc scanner, whole bool) (Row, error) {
 	var r Row
 	var lease, finished, cancelled sql.NullTime
-	var status, meta string
+	var status, meta, steps string
 	var d decoder
-	err := sc.Scan(&r.ID, col(&d, "event_id", &r.EventID), col(&d, "kind", &r.Kind), col(&d, "key", &r.Key),
+	dest := []any{&r.ID, col(&d, "event_id", &r.EventID), col(&d, "kind", &r.Kind), col(&d, "key", &r.Key),
 		col(&d, "payload", &r.Payload), col(&d, "status", &status), col(&d, "generation", &r.Generation),
 		col(&d, "attempt", &r.Attempt), col(&d, "max_attempts", &r.MaxAttempts), col(&d, "lease_until", &lease),
 		col(&d, "next_attempt_at", &r.NextAttemptAt), col(&d, "last_error", &r.LastError),
@@ -73,11 +96,25 @@ func scanRow(sc scanner) (Row, error) {
 		col(&d, "updated_at", &r.UpdatedAt), col(&d, "finished_at", &finished), col(&d, "queue", &r.Queue),
 		col(&d, "priority", &r.Priority), col(&d, "metadata", &meta), col(&d, "snoozes", &r.Snoozes),
 		col(&d, "cancelled_at", &cancelled), col(&d, "partition_key", &r.Partition),
-		col(&d, "cost", &r.Cost))
-	if err != nil {
+		col(&d, "cost", &r.Cost)}
+	if whole {
+		dest = append(dest, col(&d, "steps", &steps), col(&d, "output", &r.Output))
+	}
+	if err := sc.Scan(dest...); err != nil {
 		return Row{}, err
 	}
 	d.metadata(meta, &r.Metadata)
+	var byName map[string]StepRecord
+	d.steps(steps, &byName)
+	for _, st := range byName {
+		r.Steps = append(r.Steps, st)
+	}
+	slices.SortFunc(r.Steps, func(a, b StepRecord) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	r.DecodeError = d.err()
 	r.Status = leasework.Status(status)
 	if lease.Valid {
@@ -94,7 +131,7 @@ func scanRow(sc scanner) (Row, error) {
 
 // Get reads one row by id.
 func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
-	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.get, id))
+	r, err := scanWholeRow(s.db.QueryRowContext(ctx, s.q.get, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, fmt.Errorf("lease: get row %d: %w", id, errprefix.Trim("lease: ", ErrNotFound))
 	}
@@ -106,7 +143,7 @@ func (s *Store) Get(ctx context.Context, id int64) (Row, error) {
 
 // GetByEventID reads one row by event id.
 func (s *Store) GetByEventID(ctx context.Context, eventID string) (Row, error) {
-	r, err := scanRow(s.db.QueryRowContext(ctx, s.q.getByEvent, eventID))
+	r, err := scanWholeRow(s.db.QueryRowContext(ctx, s.q.getByEvent, eventID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, fmt.Errorf("lease: get event %q: %w", eventID, errprefix.Trim("lease: ", ErrNotFound))
 	}

@@ -203,17 +203,18 @@ func (s *Store) scanClaims(ctx context.Context, q querier, req ClaimRequest) (cl
 	for rows.Next() {
 		took = true
 		var c leasework.Claim
-		var meta string
+		var meta, steps string
 		var d decoder
 		if err := rows.Scan(&c.ID, col(&d, "event_id", &c.EventID), col(&d, "kind", &c.Kind), col(&d, "key", &c.Key),
 			col(&d, "payload", &c.Payload), &c.Generation, col(&d, "attempt", &c.Attempt),
 			col(&d, "max_attempts", &c.MaxAttempts), col(&d, "lease_until", &c.LeaseUntil),
 			col(&d, "reclaimed", &c.Reclaimed), col(&d, "progress", &c.Progress), col(&d, "last_error", &c.LastError),
 			col(&d, "queue", &c.Queue), col(&d, "priority", &c.Priority), col(&d, "next_attempt_at", &c.DueAt),
-			col(&d, "metadata", &meta), col(&d, "snoozes", &c.Snoozes), &heldBack, &policy); err != nil {
+			col(&d, "metadata", &meta), col(&d, "snoozes", &c.Snoozes), &heldBack, &policy, col(&d, "steps", &steps)); err != nil {
 			return nil, nil, false, s.wrapErr("claim", err)
 		}
 		d.metadata(meta, &c.Metadata)
+		d.claimSteps(steps, &c.Steps)
 		if err := d.err(); err != nil {
 			bad = append(bad, Fail(c.Ref(), "claim: "+err.Error()))
 			continue

@@ -2,8 +2,11 @@ package lease
 
 import (
 	"database/sql"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // A row is decoded column by column, so that one value a column's field
@@ -65,6 +68,46 @@ func (d *decoder) metadata(text string, dst *map[string]string) {
 		return
 	}
 	*dst = m
+}
+
+// steps decodes a row's steps column (migration 26, as text; "" when
+// NULL) into each step's record, by name.
+func (d *decoder) steps(text string, dst *map[string]StepRecord) {
+	if text == "" {
+		return
+	}
+	var raw map[string]struct {
+		G  int64     `json:"g"`
+		At time.Time `json:"at"`
+		V  string    `json:"v"`
+	}
+	if err := json.Unmarshal([]byte(text), &raw); err != nil {
+		d.fail("steps", err)
+		return
+	}
+	m := make(map[string]StepRecord, len(raw))
+	for name, r := range raw {
+		v, err := base64.StdEncoding.DecodeString(r.V)
+		if err != nil {
+			d.fail("steps", fmt.Errorf("step %q: %w", name, err))
+			return
+		}
+		m[name] = StepRecord{Name: name, Generation: r.G, At: r.At, Value: v}
+	}
+	*dst = m
+}
+
+// claimSteps decodes a claim's steps column into its values by name.
+func (d *decoder) claimSteps(text string, dst *map[string][]byte) {
+	var m map[string]StepRecord
+	d.steps(text, &m)
+	if m == nil {
+		return
+	}
+	*dst = make(map[string][]byte, len(m))
+	for name, r := range m {
+		(*dst)[name] = r.Value
+	}
 }
 
 // decodeError is the columns of a row that could not be decoded, one

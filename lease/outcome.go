@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,7 +91,7 @@ func groups(writes []Write) [][]int {
 	for op, idx := range byOp {
 		switch {
 		case len(idx) == 0:
-		case Op(op) == OpProgress:
+		case singleRow(Op(op)):
 			for _, i := range idx {
 				out = append(out, []int{i})
 			}
@@ -178,7 +179,7 @@ func (s *Store) run(ctx context.Context, q querier, callerTx bool, writes []Writ
 				busy[ref] = true
 				continue
 			}
-		case writes[group[0]].op == OpProgress:
+		case singleRow(writes[group[0]].op):
 			ref = writes[group[0]].ref
 			a.status = leasework.StatusInProgress
 			err = rows.Scan(&ref.ID)
@@ -198,8 +199,13 @@ func (s *Store) run(ctx context.Context, q querier, callerTx bool, writes []Writ
 // writes' own values) followed by the statement's own. callerTx is run's.
 func (s *Store) statement(writes []Write, group []int, callerTx bool) (string, []any) {
 	first := writes[group[0]]
-	if first.op == OpProgress { // one row
+	switch first.op { // one row
+	case OpProgress:
 		return s.q.progress, []any{first.ref.ID, first.ref.Generation, first.progress}
+	case OpStep:
+		return s.q.step, []any{first.ref.ID, first.ref.Generation, first.step, base64.StdEncoding.EncodeToString(first.progress)}
+	case OpOutput:
+		return s.q.output, []any{first.ref.ID, first.ref.Generation, first.progress}
 	}
 	refs := make([]leasework.Ref, len(group))
 	for j, i := range group {
@@ -280,10 +286,12 @@ func (s *Store) readRejected(ctx context.Context, writes []Write, rejected []int
 	return states, rows.Err()
 }
 
-// WriteTx makes a completion (OpComplete or OpCompleteAndDelete) inside
-// the caller's transaction tx, under the same guard and lock order as
-// [Store.WriteMany], so that the caller's business writes in tx and the
-// completion commit together or not at all. A stale owner (a newer
+// WriteTx makes a completion (OpComplete or OpCompleteAndDelete), a step
+// record ([Step]) or an output ([Output]) inside the caller's transaction
+// tx, under the same guard and lock order as [Store.WriteMany], so that
+// the caller's business writes in tx and the write commit together or not
+// at all: a step recorded in the transaction that made its effects is
+// never recorded without them, nor they without it. A stale owner (a newer
 // generation holds the row, its lease expired, the row is finished or
 // gone) is rejected, and its business writes go with the rejection.
 //
@@ -313,9 +321,12 @@ func (s *Store) WriteTx(ctx context.Context, tx *sql.Tx, w Write) error {
 	switch {
 	case tx == nil:
 		return errors.New("lease: write in transaction: tx is nil")
-	case w.op != OpComplete && w.op != OpCompleteAndDelete:
+	case w.op != OpComplete && w.op != OpCompleteAndDelete && w.op != OpStep && w.op != OpOutput:
 		// Refused before anything is sent: tx is left as it was.
-		return fmt.Errorf("lease: write in transaction: the op is %s; only a completion (lease.Complete, lease.CompleteAndDelete) is written in the caller's transaction", w.op)
+		return fmt.Errorf("lease: write in transaction: the op is %s; only a completion (lease.Complete, lease.CompleteAndDelete), a step (lease.Step) or an output (lease.Output) is written in the caller's transaction", w.op)
+	}
+	if err := w.check(); err != nil {
+		return err
 	}
 	accepted, _, err := s.run(ctx, tx, true, []Write{w}, []int{0})
 	if err == nil && len(accepted) == 1 {

@@ -294,7 +294,8 @@ WHERE o.id = ANY (ARRAY(SELECT id FROM chosen))
 RETURNING o.id, o.event_id, o.kind, COALESCE(o.key, ''), o.payload, o.generation,
     o.attempt, o.max_attempts, o.lease_until, o.id = ANY (ARRAY(SELECT id FROM expired)),
     o.progress, COALESCE(o.last_error, ''), o.queue, o.priority, o.next_attempt_at, COALESCE(o.metadata::text, ''),
-    o.snoozes, (SELECT yes FROM held_back) AND (SELECT yes FROM held_whole) = 1, (SELECT yes FROM policy)`
+    o.snoozes, (SELECT yes FROM held_back) AND (SELECT yes FROM held_whole) = 1, (SELECT yes FROM policy),
+    COALESCE(o.steps::text, '')`
 
 // placeOfKind and placeOfQueue are the slots of row o under its kind's
 // limit and its queue's when place_fast places the rows: the slot of the
@@ -1608,17 +1609,17 @@ taken AS MATERIALIZED (
         $3, $4, $5::text[], $6, $7) AS t)` + handingOn + givingPlacesBack(placesHandedOn) + `
 SELECT false, d.id, d.generation, d.status, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::integer,
     NULL::integer, NULL::timestamptz, NULL::bytea, NULL::text, NULL::text, NULL::smallint, NULL::timestamptz,
-    NULL::text, NULL::integer
+    NULL::text, NULL::integer, NULL::text
 FROM done AS d, woken
 UNION ALL
 SELECT true, t.id, t.generation, t.status, t.event_id, t.kind, COALESCE(t.key, ''), t.payload, t.attempt,
     t.max_attempts, t.lease_until, t.progress, COALESCE(t.last_error, ''), t.queue, t.priority, t.next_attempt_at,
-    COALESCE(t.metadata::text, ''), t.snoozes
+    COALESCE(t.metadata::text, ''), t.snoozes, COALESCE(t.steps::text, '')
 FROM taken AS t
 UNION ALL
 SELECT true, h.id, h.generation, h.status, h.event_id, h.kind, COALESCE(h.key, ''), h.payload, h.attempt,
     h.max_attempts, h.lease_until, h.progress, COALESCE(h.last_error, ''), h.queue, h.priority, h.next_attempt_at,
-    COALESCE(h.metadata::text, ''), h.snoozes
+    COALESCE(h.metadata::text, ''), h.snoozes, COALESCE(h.steps::text, '')
 FROM handed AS h`
 }
 
@@ -1798,6 +1799,25 @@ FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
 WHERE ` + guard + `
 RETURNING o.id`
 
+// stepSQL records step $3's result ($4, base64) with the generation of the
+// claim that records it and when (migration 26), under the guard.
+const stepSQL = `
+UPDATE {{table}} AS o
+SET steps = COALESCE(o.steps, '{}'::jsonb)
+        || jsonb_build_object($3::text, jsonb_build_object('g', o.generation, 'at', statement_timestamp(), 'v', $4::text)),
+    updated_at = statement_timestamp()
+FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
+WHERE ` + guard + `
+RETURNING o.id`
+
+// outputSQL records the claim's output ($3), under the guard.
+const outputSQL = `
+UPDATE {{table}} AS o
+SET output = $3, updated_at = statement_timestamp()
+FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
+WHERE ` + guard + `
+RETURNING o.id`
+
 // requeueSQL is the repair path: FAILED rows back to READY, those of the
 // kinds $1, or all of them when $4 is true, read from the FAILED index.
 // The generation grows here too, so an owner from before the requeue stays
@@ -1881,9 +1901,13 @@ const rowColumns = `id, event_id, kind, COALESCE(key, ''), payload, status, gene
 const rejectedSQL = `SELECT id, status, generation, COALESCE(last_error, ''), cancelled_at IS NOT NULL
 FROM {{table}} WHERE id = ANY ($1::bigint[])`
 
-const getSQL = `SELECT ` + rowColumns + ` FROM {{table}} WHERE id = $1`
+// rowWholeColumns are rowColumns with what one row's page shows besides:
+// its steps and output (migration 26), which a list leaves out.
+const rowWholeColumns = rowColumns + `, COALESCE(steps::text, ''), output`
 
-const getByEventSQL = `SELECT ` + rowColumns + ` FROM {{table}}
+const getSQL = `SELECT ` + rowWholeColumns + ` FROM {{table}} WHERE id = $1`
+
+const getByEventSQL = `SELECT ` + rowWholeColumns + ` FROM {{table}}
 WHERE id = (SELECT id FROM {{schema}}.{{name "event_ids"}} WHERE event_id = $1)`
 
 const listSQL = `SELECT ` + rowColumns + ` FROM {{table}}
@@ -2002,7 +2026,7 @@ FROM (SELECT (
 type queries struct {
 	claim, claimFair, enqueue, enqueueOne, enqueueOneSkip, claimEventIDs, insertClaimed, existing, complete, completeDelete, completeTx, completeDeleteTx,
 	completeTaking, completeDeleteTaking,
-	retry, fail, renew, release, progress,
+	retry, fail, renew, release, progress, step, output,
 	requeue, requeueByID, stats, rejected, get, getByEvent, list, deleteFinished, nextWake,
 	discard, heldKeys, keyHead, pause, resume, queues, cancel, stop, requeueRefs string
 	setLimit, shares, clearLimit, limits, limitChanges      string
@@ -2030,6 +2054,8 @@ func (s *Store) renderQueries() queries {
 		renew:                s.render(renewSQL),
 		release:              s.render(releaseSQL),
 		progress:             s.render(progressSQL),
+		step:                 s.render(stepSQL),
+		output:               s.render(outputSQL),
 		requeue:              s.render(requeueSQL),
 		requeueByID:          s.render(requeueByIDSQL),
 		stats:                s.render(statsSQL),

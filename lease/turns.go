@@ -107,14 +107,14 @@ func (s *Store) runTaking(ctx context.Context, query string, args []any, n int) 
 		var taken bool
 		var c leasework.Claim
 		var status leasework.Status
-		var meta string
+		var meta, steps string
 		var d decoder
 		if err := rows.Scan(&taken, &c.ID, &c.Generation, &status, col(&d, "event_id", &c.EventID), col(&d, "kind", &c.Kind),
 			col(&d, "key", &c.Key), col(&d, "payload", &c.Payload), col(&d, "attempt", &c.Attempt),
 			col(&d, "max_attempts", &c.MaxAttempts), col(&d, "lease_until", &c.LeaseUntil),
 			col(&d, "progress", &c.Progress), col(&d, "last_error", &c.LastError), col(&d, "queue", &c.Queue),
 			col(&d, "priority", &c.Priority), col(&d, "next_attempt_at", &c.DueAt), col(&d, "metadata", &meta),
-			col(&d, "snoozes", &c.Snoozes)); err != nil {
+			col(&d, "snoozes", &c.Snoozes), col(&d, "steps", &steps)); err != nil {
 			return nil, nil, nil, err
 		}
 		if !taken {
@@ -122,6 +122,7 @@ func (s *Store) runTaking(ctx context.Context, query string, args []any, n int) 
 			continue
 		}
 		d.metadata(meta, &c.Metadata)
+		d.claimSteps(steps, &c.Steps)
 		if err := d.err(); err != nil {
 			bad = append(bad, Fail(c.Ref(), "claim: "+err.Error()))
 			continue

@@ -2,7 +2,9 @@ package lease
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasework/leasework"
 )
@@ -24,6 +26,8 @@ const (
 	OpRelease                         // READY at once, the attempt given back
 	OpRenew                           // the lease extended
 	OpProgress                        // progress recorded for the next attempt
+	OpStep                            // a step's result recorded for the next attempts
+	OpOutput                          // the handler's output recorded with the row
 	numOps
 )
 
@@ -71,7 +75,13 @@ var ops = [numOps]struct {
 		recorded: func(st rowState, _ string) bool { return st.status == leasework.StatusReady }},
 	OpRenew:    {name: "renew", query: func(q *queries) string { return q.renew }},
 	OpProgress: {name: "progress", query: func(q *queries) string { return q.progress }},
+	OpStep:     {name: "step", query: func(q *queries) string { return q.step }},
+	OpOutput:   {name: "output", query: func(q *queries) string { return q.output }},
 }
+
+// singleRow says whether op is written one row a statement: a progress, a
+// step or an output write carries data of its own, up to its bound.
+func singleRow(op Op) bool { return op == OpProgress || op == OpStep || op == OpOutput }
 
 // retryValues are a retry's or a snooze's values: the delay in
 // microseconds, the text, and the snooze flag (1: the attempt is not
@@ -101,7 +111,8 @@ type Write struct {
 	delay    time.Duration // OpRetry, OpSnooze
 	text     string        // OpRetry, OpFail: the error stored; OpSnooze: the last error kept
 	lease    time.Duration // OpRenew
-	progress []byte        // OpProgress
+	progress []byte        // OpProgress, OpStep (the encoded result), OpOutput
+	step     string        // OpStep: the step's name
 }
 
 // Complete marks the claim DONE.
@@ -154,6 +165,26 @@ func Progress(ref leasework.Ref, progress []byte) Write {
 	return Write{op: OpProgress, ref: ref, progress: progress}
 }
 
+// MaxStepNameBytes is the longest step name [Step] accepts, in bytes.
+const MaxStepNameBytes = 200
+
+// Step records the result of the claim's step name, encoded (value), for
+// the event's next attempts: each later claim of the row hands it in
+// leasework.Claim.Steps, so the step is not run again. Recording a name
+// again replaces its result. The name is not empty, at most
+// [MaxStepNameBytes] bytes of valid UTF-8 without NUL; the store keeps the
+// generation that recorded it and when (see [StepRecord]).
+func Step(ref leasework.Ref, name string, value []byte) Write {
+	return Write{op: OpStep, ref: ref, step: name, progress: value}
+}
+
+// Output records the claim's output with its row ([Row].Output), for the
+// store, the console and the event's dependents to read. Recording again
+// replaces it.
+func Output(ref leasework.Ref, output []byte) Write {
+	return Write{op: OpOutput, ref: ref, progress: output}
+}
+
 // Op returns the write's op.
 func (w Write) Op() Op { return w.op }
 
@@ -173,6 +204,12 @@ func (w Write) Lease() time.Duration { return w.lease }
 // ProgressData returns the progress a progress write records.
 func (w Write) ProgressData() []byte { return w.progress }
 
+// StepName returns the name of the step a step write records.
+func (w Write) StepName() string { return w.step }
+
+// Data returns the bytes a progress, step or output write records.
+func (w Write) Data() []byte { return w.progress }
+
 // check refuses a write no statement can make.
 func (w Write) check() error {
 	switch {
@@ -182,6 +219,10 @@ func (w Write) check() error {
 		return fmt.Errorf("lease: %s: row %d generation %d: Delay is %v; it must not be negative", w.op, w.ref.ID, w.ref.Generation, w.delay)
 	case w.op == OpRenew && w.lease < time.Millisecond:
 		return fmt.Errorf("lease: renew: row %d generation %d: lease is %v; it must be at least 1ms", w.ref.ID, w.ref.Generation, w.lease)
+	case w.op == OpStep:
+		if why := checkStepName(w.step); why != "" {
+			return fmt.Errorf("lease: step: row %d generation %d: %s", w.ref.ID, w.ref.Generation, why)
+		}
 	}
 	return nil
 }
@@ -324,4 +365,19 @@ func recordedBy(w Write, st rowState) bool {
 
 func lost(w Write) error {
 	return fmt.Errorf("lease: %s row %d generation %d: %w", w.op, w.ref.ID, w.ref.Generation, leasework.ErrLeaseLost)
+}
+
+// checkStepName says what is wrong with a step's name, or "".
+func checkStepName(name string) string {
+	switch {
+	case name == "":
+		return "the step's name is empty"
+	case len(name) > MaxStepNameBytes:
+		return fmt.Sprintf("the step's name is %d bytes; at most %d are allowed", len(name), MaxStepNameBytes)
+	case !utf8.ValidString(name):
+		return fmt.Sprintf("the step's name %q is not valid UTF-8", name)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Sprintf("the step's name %q contains NUL", name)
+	}
+	return ""
 }

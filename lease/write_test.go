@@ -156,7 +156,7 @@ func TestWriteManyRefusesABadWriteAndWritesNothing(t *testing.T) {
 	}
 }
 
-// WriteTx writes completions only: any other op is refused with an error
+// WriteTx writes completions, steps and outputs only: any other op is refused with an error
 // naming it, and so is a nil transaction; nothing is written, and the
 // caller's transaction is left as it was.
 func TestWriteTxRefusesOtherOpsAndANilTx(t *testing.T) {
@@ -203,7 +203,8 @@ func TestOpAndVerdictNames(t *testing.T) {
 	ops := map[lease.Op]string{
 		lease.OpComplete: "complete", lease.OpCompleteAndDelete: "complete and delete", lease.OpRetry: "retry",
 		lease.OpSnooze: "snooze", lease.OpFail: "fail", lease.OpRelease: "release", lease.OpRenew: "renew",
-		lease.OpProgress: "progress", 0: "Op(0)", lease.OpProgress + 1: "Op(9)", 255: "Op(255)",
+		lease.OpProgress: "progress", lease.OpStep: "step", lease.OpOutput: "output",
+		0: "Op(0)", lease.OpOutput + 1: "Op(11)", 255: "Op(255)",
 	}
 	for op, want := range ops {
 		if got := op.String(); got != want {
@@ -228,6 +229,7 @@ func TestOpAndVerdictNames(t *testing.T) {
 		ptr(lease.Retry(ref, 0, "")): lease.OpRetry, ptr(lease.Snooze(ref, 0, "")): lease.OpSnooze,
 		ptr(lease.Fail(ref, "")): lease.OpFail, ptr(lease.Release(ref)): lease.OpRelease,
 		ptr(lease.Renew(ref, time.Second)): lease.OpRenew, ptr(lease.Progress(ref, nil)): lease.OpProgress,
+		ptr(lease.Step(ref, "s", nil)): lease.OpStep, ptr(lease.Output(ref, nil)): lease.OpOutput,
 	} {
 		if w.Op() != want || w.Ref() != ref {
 			t.Errorf("write %+v: op %s ref %+v; want %s of %+v", *w, w.Op(), w.Ref(), want, ref)
