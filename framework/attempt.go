@@ -35,8 +35,9 @@ type attempt struct {
 	stale     bool        // the database said the claim is no longer ours
 	ended     bool        // the handler returned
 	endedAt   time.Time
-	hung      bool    // counted as a handler that ignored its cancelled context
-	tx        txPhase // a Transactional handler's completion
+	hung      bool              // counted as a handler that ignored its cancelled context
+	tx        txPhase           // a Transactional handler's completion
+	steps     map[string][]byte // the steps this attempt recorded outside a transaction (Step)
 
 	obsMu   sync.Mutex      // orders the observers' HandlerReturned and Settled
 	settled bool            // the observers were told how it settled; under obsMu

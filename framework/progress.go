@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/handlerctx"
@@ -77,18 +76,5 @@ func RecordProgress(ctx context.Context, progress []byte) error {
 // RecordProgress writes progress under the ownership guard
 // (handlerctx.Attempt); see the package function.
 func (a *attempt) RecordProgress(ctx context.Context, progress []byte) error {
-	deadline, _, stale := a.state()
-	if stale || !time.Now().Before(deadline) {
-		return fmt.Errorf("framework: record progress of row %d generation %d: %w", a.ref.ID, a.ref.Generation, leasework.ErrLeaseLost)
-	}
-	wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	defer cancel()
-	_, err := a.w.store.Write(wctx, lease.Progress(a.ref, progress))
-	switch {
-	case errors.Is(err, leasework.ErrCancelled):
-		a.lose("rejected progress", leasework.ErrCancelled)
-	case errors.Is(err, leasework.ErrLeaseLost):
-		a.lose("rejected progress", leasework.ErrLeaseLost)
-	}
-	return err
+	return a.guardedWrite(ctx, "record progress", lease.Progress(a.ref, progress))
 }

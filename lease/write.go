@@ -367,6 +367,16 @@ func lost(w Write) error {
 	return fmt.Errorf("lease: %s row %d generation %d: %w", w.op, w.ref.ID, w.ref.Generation, leasework.ErrLeaseLost)
 }
 
+// CheckStepName returns an error saying what is wrong with a step's name
+// for [Step], or nil: check it before the step runs, so that a step whose
+// effects are made is never refused its record.
+func CheckStepName(name string) error {
+	if why := checkStepName(name); why != "" {
+		return fmt.Errorf("lease: step: %s", why)
+	}
+	return nil
+}
+
 // checkStepName says what is wrong with a step's name, or "".
 func checkStepName(name string) string {
 	switch {

@@ -32,6 +32,15 @@ type Result struct {
 	// CompletedInTx reports whether the handler's TxFunc called
 	// framework.CompleteInTx (WorkTx only).
 	CompletedInTx bool
+	// Steps holds the encoded results of the steps the handler recorded
+	// (framework.Step, framework.StepTx), by name; nil when it recorded
+	// none. Under a worker the event's next attempts get them in
+	// Claim.Steps: pass them in the Claim of a second call to test how the
+	// handler resumes.
+	Steps map[string][]byte
+	// Output is what the handler last recorded with
+	// framework.RecordOutput, or nil.
+	Output []byte
 }
 
 // errReturned ends the context of a handler run by a test once it has
@@ -157,7 +166,7 @@ func run(t testing.TB, ctx context.Context, c leasework.Claim, tx *sql.Tx, handl
 	cancel(errReturned)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return &Result{Claim: c, Progress: a.progress, CompletedInTx: a.completedInTx}, err
+	return &Result{Claim: c, Progress: a.progress, CompletedInTx: a.completedInTx, Steps: a.steps, Output: a.output}, err
 }
 
 // attempt is a handler call a test makes: what framework.ClaimFromContext,
@@ -170,6 +179,9 @@ type attempt struct {
 	mu            sync.Mutex
 	progress      [][]byte
 	completedInTx bool
+	steps         map[string][]byte
+	inTx          map[string]bool // the steps recorded in a transaction
+	output        []byte
 }
 
 var _ handlerctx.Attempt = (*attempt)(nil)
@@ -258,4 +270,39 @@ func check(c leasework.Claim) string {
 		return fmt.Sprintf("Priority is %d; it must be between 0 and %d", c.Priority, lease.MaxPriority)
 	}
 	return ""
+}
+
+// StepResult returns the step's result from the claim's Steps, or from a
+// step the handler recorded in this call outside a transaction, as a
+// worker's attempt does.
+func (a *attempt) StepResult(name string) ([]byte, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v, ok := a.steps[name]; ok && !a.inTx[name] {
+		return v, true
+	}
+	v, ok := a.claim.Steps[name]
+	return v, ok
+}
+
+// RecordStep keeps a copy of the step's result for the Result. A step
+// recorded in a transaction is kept too: the test decides whether it
+// commits.
+func (a *attempt) RecordStep(_ context.Context, tx *sql.Tx, name string, value []byte) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.steps == nil {
+		a.steps, a.inTx = map[string][]byte{}, map[string]bool{}
+	}
+	a.steps[name] = slices.Clone(value)
+	a.inTx[name] = tx != nil
+	return nil
+}
+
+// RecordOutput keeps a copy of the output for the Result.
+func (a *attempt) RecordOutput(_ context.Context, output []byte) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.output = slices.Clone(output)
+	return nil
 }

@@ -23,6 +23,15 @@ type Attempt interface {
 	// CompleteInTx completes the claim in tx, the transaction a
 	// Transactional handler runs in; ctx is the handler's.
 	CompleteInTx(ctx context.Context, tx *sql.Tx) error
+	// StepResult returns the encoded result of step name recorded by an
+	// earlier attempt, or by this one outside a transaction.
+	StepResult(name string) ([]byte, bool)
+	// RecordStep records step name's encoded result (its name and size
+	// checked by the caller), in tx when tx is not nil.
+	RecordStep(ctx context.Context, tx *sql.Tx, name string, value []byte) error
+	// RecordOutput records the handler's output (its size checked by the
+	// caller).
+	RecordOutput(ctx context.Context, output []byte) error
 }
 
 // The errors of CompleteInTx called outside the transaction of its
