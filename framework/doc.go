@@ -86,9 +86,10 @@
 //
 // A handler's context is cancelled, and context.Cause tells which, when:
 //
-//   - a renewal or a progress write is rejected by the database because the
-//     claim is no longer owned (another worker claimed the row after the
-//     lease expired, or it was repaired): cause leasework.ErrLeaseLost;
+//   - a renewal, or a progress, step or output write, is rejected by the
+//     database because the claim is no longer owned (another worker
+//     claimed the row after the lease expired, or it was repaired): cause
+//     leasework.ErrLeaseLost;
 //   - a renewal is rejected because the event was cancelled from outside
 //     (lease.Store.Cancel, leasework cancel): cause leasework.ErrCancelled,
 //     at the claim's next renewal, within Config.RenewEvery. The event
@@ -200,11 +201,22 @@
 // defaults that can take hours, and idle_in_transaction_session_timeout
 // bounds it.
 //
-// # Progress
+// # Progress, steps and outputs
 //
 // A long handler can save a checkpoint with [RecordProgress]; the next
-// attempt finds it in Claim.Progress. [ClaimFromContext] returns the claim
-// from a handler's context.
+// attempt finds it in Claim.Progress. A handler made of named steps runs
+// each with [Step]: a finished step's result is recorded under the
+// ownership guard, and the event's later attempts get it back, decoded,
+// instead of running the step again, so the handler resumes after its
+// last finished step. A step's effects and its record are two writes, so
+// a crash between them runs the step again (at least once per step);
+// [StepTx], for a step whose effects are writes on the queue's database,
+// records it in their transaction, so both commit or neither does.
+// [RecordOutput] keeps the handler's output with the row
+// (lease.Row.Output). Steps and outputs are bounded ([MaxStepSize],
+// [MaxStepsSize], [MaxOutputSize]) and go with the row when retention or
+// DeleteAtCompletion deletes it.
+// [ClaimFromContext] returns the claim from a handler's context.
 //
 // # Periodic events
 //

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -27,7 +28,7 @@ import (
 // imports expvar, which TestNothingRegisteredOnTheDefaultMux keeps out of
 // this package's tests.
 var _ = []any{startWorker, typedKind, requireTenant, importRows, runUntilSignalled,
-	warnSlowHandlers, runReports, shipOrders, queuesAndPriorities}
+	warnSlowHandlers, runReports, shipOrders, queuesAndPriorities, fulfilOrder, readSteps}
 
 // startWorker is a service's worker (docs/workers.md): its table migrated
 // at start-up, a handler with a backoff of its own, run until ctx ends.
@@ -155,4 +156,62 @@ func queuesAndPriorities(ctx context.Context, db *sql.DB, store *lease.Store, tx
 		Queues: []framework.Queue{{Name: "mail", Concurrency: 200}, {Name: "bulk", Concurrency: 4}},
 	})
 	return w, err
+}
+
+// Order is the arguments of the order.fulfil kind of docs/steps.md.
+type Order struct {
+	ID    string `json:"id"`
+	SKU   string `json:"sku"`
+	Cents int64  `json:"cents"`
+}
+
+// fulfilOrder is a handler made of steps (docs/steps.md): a reservation
+// in the queue's database, then a charge and a shipment by other
+// services, each resumed from its record on a later attempt.
+func fulfilOrder(ctx context.Context, c *leasework.Claim, o Order, db *sql.DB,
+	charge func(ctx context.Context, idempotencyKey string, cents int64) (string, error),
+	ship func(ctx context.Context, idempotencyKey string, reservation int64) (string, error)) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	reservation, err := framework.StepTx(ctx, tx, "reserve", func(ctx context.Context, tx *sql.Tx) (int64, error) {
+		var id int64
+		err := tx.QueryRowContext(ctx,
+			`INSERT INTO reservations (order_id, sku) VALUES ($1, $2) RETURNING id`, o.ID, o.SKU).Scan(&id)
+		return id, err
+	})
+	if err != nil {
+		return err // ErrLeaseLost: tx is rolled back, and the reservation with it
+	}
+	if err := tx.Commit(); err != nil { // the row is locked until then: commit well within the lease
+		return err
+	}
+
+	// Other services: at least once per step, so each call carries a key
+	// that makes a repeat harmless.
+	chargeID, err := framework.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+		return charge(ctx, c.EventID+"/charge", o.Cents)
+	})
+	if err != nil {
+		return err
+	}
+	tracking, err := framework.Step(ctx, "ship", func(ctx context.Context) (string, error) {
+		return ship(ctx, c.EventID+"/ship", reservation)
+	})
+	if err != nil {
+		return err // retried: the next attempt gets reserve and charge back, and ships
+	}
+	return framework.RecordOutput(ctx, []byte(chargeID+" "+tracking))
+}
+
+// readSteps reads what an event's handler recorded (docs/steps.md).
+func readSteps(ctx context.Context, store *lease.Store) (err error) {
+	row, err := store.GetByEventID(ctx, "order-42-fulfil") // or Get; List leaves them out
+	for _, st := range row.Steps {                         // in the order recorded
+		_ = fmt.Sprintf("%s: %s (generation %d, at %s)", st.Name, st.Value, st.Generation, st.At)
+	}
+	_ = row.Output // what RecordOutput last recorded, or nil
+	return err
 }

@@ -16,8 +16,8 @@
 //
 // Every other write of a claim is a [Write], made by one constructor per
 // op ([Complete], [CompleteAndDelete], [Retry], [Snooze], [Fail],
-// [Release], [Renew], [Progress]) and written by [Store.Write],
-// [Store.WriteMany] or [Store.WriteTx]. Each is guarded by
+// [Release], [Renew], [Progress], [Step], [Output]) and written by
+// [Store.Write], [Store.WriteMany] or [Store.WriteTx]. Each is guarded by
 //
 //	id = $id AND status = 'INPROGRESS' AND generation = $gen
 //	AND lease_until > clock_timestamp()
@@ -45,7 +45,21 @@
 // its business writes and its completion together or not at all; its doc
 // gives the rules (a stale owner's writes rolled back with its rejected
 // completion, the row locked until the transaction ends, the renewals that
-// skip it with [VerdictBusy]).
+// skip it with [VerdictBusy]). It writes a step's record ([Step]) or an
+// output ([Output]) the same way, so that a step whose effects are writes
+// in the transaction is recorded with them or not at all.
+//
+// # Steps and outputs
+//
+// A [Step] write records the encoded result of a claim's named step with
+// its row, with the generation that recorded it and when; every later
+// claim of the row hands the steps on, by name, in
+// leasework.Claim.Steps (framework.Step answers from them instead of
+// running the step again). An [Output] write keeps the handler's output.
+// Both are guarded like every other write, so a stale owner records
+// neither. [Store.Get] and [Store.GetByEventID] read them ([Row].Steps,
+// [Row].Output); [Store.List] leaves them out. A requeue keeps them; a
+// row deleted by retention or at completion takes them with it.
 //
 // # Attempt budget
 //

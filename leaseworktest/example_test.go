@@ -209,3 +209,47 @@ func ExampleExpireLease() {
 	// claimed again, generation 2 reclaimed: true
 	// stale owner fenced off: true
 }
+
+// A handler made of steps, run twice as a worker runs two attempts of one
+// event: the steps the first call recorded, passed in the second call's
+// Claim.Steps, are answered from the record instead of running again.
+func ExampleWork_steps() {
+	var t testing.TB = exampleTB{} // a test's *testing.T
+	ctx := context.Background()
+
+	// The handler under test charges, then ships; the carrier is down on
+	// the first attempt.
+	fulfil := leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+		charge, err := framework.Step(ctx, "charge", func(ctx context.Context) (string, error) {
+			fmt.Printf("attempt %d: charge\n", c.Attempt)
+			return "ch_1", nil
+		})
+		if err != nil {
+			return err
+		}
+		tracking, err := framework.Step(ctx, "ship", func(ctx context.Context) (string, error) {
+			fmt.Printf("attempt %d: ship, paid by %s\n", c.Attempt, charge)
+			if c.Attempt == 1 {
+				return "", errors.New("carrier unavailable")
+			}
+			return "track-9", nil
+		})
+		if err != nil {
+			return err
+		}
+		return framework.RecordOutput(ctx, []byte(tracking))
+	})
+
+	first, err := leaseworktest.Work(t, ctx, fulfil, leasework.Claim{Kind: "order.fulfil"})
+	fmt.Printf("attempt 1: %v; recorded %s\n", err, first.Steps)
+	second, err := leaseworktest.Work(t, ctx, fulfil, leasework.Claim{
+		Kind: "order.fulfil", EventID: first.Claim.EventID, Attempt: 2, Steps: first.Steps,
+	})
+	fmt.Printf("attempt 2: %v; recorded %s; output %s\n", err, second.Steps, second.Output)
+	// Output:
+	// attempt 1: charge
+	// attempt 1: ship, paid by ch_1
+	// attempt 1: carrier unavailable; recorded map[charge:"ch_1"]
+	// attempt 2: ship, paid by ch_1
+	// attempt 2: <nil>; recorded map[ship:"track-9"]; output track-9
+}

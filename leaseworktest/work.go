@@ -56,10 +56,10 @@ var errReturned = errors.New("leaseworktest: the handler returned")
 // of a fresh event has them: ID 1, EventID a new random UUID, Attempt 1,
 // Generation equal to Attempt, MaxAttempts [lease.DefaultMaxAttempts],
 // Queue [lease.DefaultQueue], LeaseUntil [framework.DefaultLease] from
-// now. Kind, Key, Payload, Progress, LastError, Priority, Snoozes and
-// Reclaimed are handed over as given: set Progress and LastError, a later
-// Attempt, Snoozes and Reclaimed, to test how a handler resumes or
-// retries. A claim no worker could hand out (Attempt beyond MaxAttempts,
+// now. Kind, Key, Payload, Progress, Steps, LastError, Priority, Snoozes
+// and Reclaimed are handed over as given: set Progress, Steps and
+// LastError, a later Attempt, Snoozes and Reclaimed, to test how a handler
+// resumes or retries. A claim no worker could hand out (Attempt beyond MaxAttempts,
 // Generation below Attempt, Snoozes not below Attempt, a negative field,
 // Priority beyond [lease.MaxPriority]) fails the test.
 //
@@ -69,6 +69,12 @@ var errReturned = errors.New("leaseworktest: the handler returned")
 //   - framework.ClaimFromContext returns the handler's claim;
 //   - framework.RecordProgress checks the size, then keeps the progress in
 //     [Result].Progress instead of writing it;
+//   - framework.Step and framework.StepTx answer a step found in the
+//     claim's Steps (or recorded by Step earlier in the call) from it, and
+//     otherwise run it and keep its encoded result in [Result].Steps
+//     instead of writing it (a StepTx's too, whether or not its
+//     transaction commits: the test decides whether to pass it on);
+//     framework.RecordOutput keeps the output in [Result].Output;
 //   - framework.CompleteInTx, and a handler made by framework.Transactional,
 //     need a transaction: test a TxFunc with [WorkTx]. Run by Work,
 //     Transactional's handler fails with an error matching
