@@ -81,6 +81,17 @@ func breakQueries(q *queries) {
 		// enqueue, and take no row of a partition they do not know.
 		q.claimFair = mustReplace(q.claimFair, "              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read UNION ALL SELECT id FROM fair_more)) AS p) AS u",
 			"              FROM plain AS p\n              WHERE p.id NOT IN (SELECT id FROM fair_read UNION ALL SELECT id FROM fair_more) AND p.partition_key IS NULL) AS p) AS u")
+	case "steps-not-handed":
+		// A claim hands no steps: every attempt runs its steps again.
+		replaceClaims(q, "COALESCE(o.steps::text, '')", "''")
+		for _, q := range []*string{&q.completeTaking, &q.completeDeleteTaking} {
+			*q = mustReplace(*q, "COALESCE(t.steps::text, '')", "''")
+			*q = mustReplace(*q, "COALESCE(h.steps::text, '')", "''")
+		}
+	case "step-unguarded":
+		// A step is recorded into its row whatever the row's generation
+		// and lease: a stale owner's record is accepted.
+		q.step = mustReplace(q.step, "AND o.generation = r.generation\n  AND o.lease_until > clock_timestamp()", "")
 	case "limit-ignores-holder-lease":
 		// The place of a holder whose lease ran out in the snapshot of a
 		// claim without floors (a sweep) is taken without the holder

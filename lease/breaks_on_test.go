@@ -17,7 +17,7 @@ func TestBreaksApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := clean.renderQueries()
-	for _, name := range []string{"steal-leases", "claim-waiting", "cancel-releases", "cancel-finished", "snooze-spends", "retry-doubled", "pause-ignored", "limit-off-by-one", "limit-ignores-holder-lease", "limit-handoff-doubled", "partition-off-by-one", "rate-window-short", "partition-rate-window-short"} {
+	for _, name := range []string{"steal-leases", "claim-waiting", "cancel-releases", "cancel-finished", "snooze-spends", "retry-doubled", "pause-ignored", "limit-off-by-one", "limit-ignores-holder-lease", "limit-handoff-doubled", "partition-off-by-one", "rate-window-short", "partition-rate-window-short", "steps-not-handed", "step-unguarded"} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("LEASEWORK_BREAK", name)
 			s, err := namesOnly(Options{})

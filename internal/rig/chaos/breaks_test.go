@@ -48,6 +48,8 @@ var breaks = map[string]libraryBreak{
 	"partition-off-by-one":        {"the claim admits one attempt more than a partition's room", []string{history.Partitions}},
 	"rate-window-short":           {"the claim counts a rate limit's starts over half its period", []string{history.Rates}},
 	"partition-rate-window-short": {"the claim counts a partition's rate limit's starts over half its period", []string{history.Rates}},
+	"steps-not-handed":            {"a claim hands no steps: every attempt runs its steps again", []string{history.Steps}},
+	"step-unguarded":              {"a step is recorded whatever the row's generation and lease: a stale owner's record is accepted", []string{history.Steps}},
 	"fair-no-arrivals":            {"an insert brings no partition to a fair queue, whose claims take no row of a partition they do not know", []string{history.Terminal}},
 }
 

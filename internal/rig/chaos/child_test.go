@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/framework"
+	"github.com/leasework/leasework/internal/rig/history"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/internal/tune"
 )
@@ -262,6 +263,7 @@ type runLine struct {
 	Result string `json:"result,omitempty"`
 	Delay  int64  `json:"delay,omitempty"` // nanoseconds, of a snooze or a RetryAfter
 	Err    string `json:"err,omitempty"`
+	Value  string `json:"value,omitempty"` // a step's result got back: the generation that ran it ("g3")
 }
 
 // recorder appends a worker's handler runs to its file, one write per
@@ -317,9 +319,12 @@ type handler struct {
 	rec    *recorder
 }
 
-// plain runs a plain event as its payload asks.
+// plain runs a plain event as its payload asks, after its step.
 func (h *handler) plain(ctx context.Context, c *leasework.Claim) error {
 	end := h.rec.start(c)
+	if err := h.step(ctx, c); err != nil {
+		return end(err)
+	}
 	if err := h.asked(ctx, c, holdFor); err != nil {
 		return end(err)
 	}
@@ -338,6 +343,27 @@ func (h *handler) tx(ctx context.Context, tx *sql.Tx, c *leasework.Claim) error 
 	_, err := tx.ExecContext(ctx, `INSERT INTO `+effectsTable+` (event_id, row_id, generation, worker)
 		VALUES ($1, $2, $3, $4)`, c.EventID, c.ID, c.Generation, h.worker)
 	return end(err)
+}
+
+// step runs the plain kind's step (history.StepName) with framework.Step:
+// its result names the generation that ran it. It records in the runs
+// file whether this run got the step back from its claim (and whose it
+// was) or ran it: a flaky event's first attempt runs it and fails, and
+// its second must get it back; a killed or stopped worker's attempt may
+// have recorded it before its row was taken over.
+func (h *handler) step(ctx context.Context, c *leasework.Claim) error {
+	if v, ok := c.Steps[history.StepName]; ok {
+		var got string
+		if err := json.Unmarshal(v, &got); err != nil {
+			return leasework.Permanent(fmt.Errorf("soak: the step's record %q: %w", v, err))
+		}
+		h.rec.write(runLine{T: "step-read", Row: c.ID, Gen: c.Generation, At: time.Now().UnixNano(), Value: got})
+	}
+	_, err := framework.Step(ctx, history.StepName, func(context.Context) (string, error) {
+		h.rec.write(runLine{T: "step-ran", Row: c.ID, Gen: c.Generation, At: time.Now().UnixNano()})
+		return "g" + strconv.FormatInt(c.Generation, 10), nil
+	})
+	return err
 }
 
 // snoozy snoozes for as many first attempts as its payload says
@@ -379,11 +405,37 @@ func (h *handler) asked(ctx context.Context, c *leasework.Claim, hold time.Durat
 			return leasework.Permanent(fmt.Errorf("soak: payload %q: %w", p, err))
 		}
 		return leasework.RetryAfter(errors.New(transientText), time.Duration(ms)*time.Millisecond)
+	case p == payloadHold && c.Kind == plainKind:
+		return h.holdWithSteps(ctx, c, hold)
 	case p == payloadHold:
 		return wait(ctx, hold)
 	}
 	// A little work, so that claims are held for a while: up to 19ms.
 	return wait(ctx, time.Duration(c.ID%20)*time.Millisecond)
+}
+
+// holdEvery is how often a plain handler's hold records a step.
+const holdEvery = 250 * time.Millisecond
+
+// holdWithSteps is a plain handler's hold: a long job that records a step
+// ("hold-1", "hold-2" …) every holdEvery, as a job records where it got
+// to. A worker stopped during a hold and resumed after its rows were
+// taken over may record one before it learns so: the database must refuse
+// it (steps).
+func (h *handler) holdWithSteps(ctx context.Context, c *leasework.Claim, hold time.Duration) error {
+	for n, left := 1, hold; left > 0; n++ {
+		d := min(holdEvery, left)
+		if err := wait(ctx, d); err != nil {
+			return err
+		}
+		left -= d
+		if _, err := framework.Step(ctx, "hold-"+strconv.Itoa(n), func(context.Context) (string, error) {
+			return "g" + strconv.FormatInt(c.Generation, 10), nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // wait waits d, and returns the context's cause if it ends first.

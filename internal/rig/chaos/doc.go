@@ -36,8 +36,11 @@
 // with more slots does from 128 (internal/tune): the run fails when none
 // did. The kinds:
 //
-//   - plain: writes a receipt (event id, generation, worker) into a sink
-//     table in a statement of its own, the stand-in for an external system;
+//   - plain: runs a step (framework.Step, whose result names the
+//     generation that ran it), then writes a receipt (event id,
+//     generation, worker) into a sink table in a statement of its own, the
+//     stand-in for an external system; a hold records a step every 250ms
+//     while it holds, as a long job records where it got to;
 //   - tx: a framework.Transactional handler whose business write (a row
 //     in an effects table) and completion share one transaction;
 //   - snoozy: snoozes one to three times (leasework.Snooze), fails once,

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,6 +135,20 @@ func readRuns(path, worker string) ([]history.Run, error) {
 		case "start":
 			open[k] = len(runs)
 			runs = append(runs, history.Run{Worker: worker, Row: l.Row, EventID: l.Event, Kind: l.Kind, Generation: l.Gen, Start: time.Unix(0, l.At)})
+		case "step-read", "step-ran":
+			i, ok := open[k]
+			if !ok {
+				return nil, fmt.Errorf("%s line %d: a step of a run of row %d generation %d that never started", path, n, l.Row, l.Gen)
+			}
+			if l.T == "step-ran" {
+				runs[i].StepRan = true
+				continue
+			}
+			g, err := strconv.ParseInt(strings.TrimPrefix(l.Value, "g"), 10, 64)
+			if err != nil || !strings.HasPrefix(l.Value, "g") {
+				return nil, fmt.Errorf("%s line %d: a step's result %q names no generation", path, n, l.Value)
+			}
+			runs[i].StepRead = g
 		case "end":
 			i, ok := open[k]
 			if !ok {
@@ -162,6 +177,10 @@ func rowColumns(side string) string {
 		f("kind_slot", "bigint"), f("queue_slot", "bigint"), // from migration 17 on
 		f("partition_key", "text"), f("partition_slot", "bigint"), // from migration 19 on
 		f("cost", "int"), // from migration 21 on
+		// The steps (migration 26 on): each one's name, the generation
+		// that recorded it, and its result, decoded from base64.
+		"(SELECT jsonb_object_agg(s.key, jsonb_build_array((s.value->>'g')::bigint, convert_from(decode(s.value->>'v', 'base64'), 'UTF8')))" +
+			" FROM jsonb_each(CASE WHEN jsonb_typeof(" + side + "->'steps') = 'object' THEN " + side + "->'steps' END) AS s)::text",
 	}, ", ")
 }
 
@@ -176,19 +195,47 @@ type image struct {
 	keySeq, kindSlot, queueSlot          sql.NullInt64
 	partitionSlot                        sql.NullInt64
 	cost                                 sql.NullInt32
+	steps                                sql.NullString
 }
 
 func (m *image) dest() []any {
 	return []any{&m.id, &m.eventID, &m.kind, &m.key, &m.queue, &m.status, &m.generation, &m.attempt, &m.maxAttempts,
 		&m.leaseUntil, &m.nextAttempt, &m.worker, &m.keySeq, &m.lastError, &m.cancelledAt, &m.kindSlot, &m.queueSlot,
-		&m.partition, &m.partitionSlot, &m.cost}
+		&m.partition, &m.partitionSlot, &m.cost, &m.steps}
 }
 
 func (m *image) state() history.State {
 	return history.State{Status: m.status.String, Generation: m.generation.Int64, Attempt: int(m.attempt.Int32),
 		MaxAttempts: int(m.maxAttempts.Int32), LeaseUntil: m.leaseUntil.Time, NextAttempt: m.nextAttempt.Time,
 		Worker: m.worker.String, KeySeq: m.keySeq.Int64, LastError: m.lastError.String, CancelledAt: m.cancelledAt.Time,
-		KindSlot: m.kindSlot.Int64, QueueSlot: m.queueSlot.Int64, PartitionSlot: m.partitionSlot.Int64}
+		KindSlot: m.kindSlot.Int64, QueueSlot: m.queueSlot.Int64, PartitionSlot: m.partitionSlot.Int64,
+		Steps: stepsOf(m.steps.String)}
+}
+
+// stepsOf decodes an image's steps, as rowColumns extracts them: an
+// object from each step's name to [generation, result]; nil for none.
+func stepsOf(text string) map[string]history.StepRecord {
+	if text == "" {
+		return nil
+	}
+	var raw map[string][2]json.RawMessage
+	if err := json.Unmarshal([]byte(text), &raw); err != nil {
+		panic(fmt.Sprintf("the audit's steps %q: %v", text, err))
+	}
+	out := make(map[string]history.StepRecord, len(raw))
+	for name, r := range raw {
+		var rec history.StepRecord
+		var value string
+		if err := json.Unmarshal(r[0], &rec.Gen); err != nil {
+			panic(fmt.Sprintf("the audit's step %q: %v", name, err))
+		}
+		if err := json.Unmarshal(r[1], &value); err != nil {
+			panic(fmt.Sprintf("the audit's step %q: %v", name, err))
+		}
+		rec.Value = value
+		out[name] = rec
+	}
+	return out
 }
 
 // readAudit reads every audit row, in order.

@@ -83,6 +83,9 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 				fail("no cancel hit a %s event: the soak did not exercise it", strings.TrimPrefix(fig, "cancelled_"))
 			}
 		}
+		if v.Figures["steps_read"] == 0 {
+			fail("no run got a recorded step back from its claim: the soak did not exercise steps across attempts")
+		}
 		// Each limit bound: a claim made its declared Max live.
 		for _, l := range []struct {
 			scope, name string
@@ -158,8 +161,8 @@ func (s *soak) check(ctx context.Context, pickup, faulted, total time.Duration) 
 	t.Logf("soak limits (%d settings; slow renewals %d, failed %d; rows set aside by partition limits %d): %s",
 		settings, slowRenewals, slowMissed, v.Figures["set_aside"], strings.Join(limits, "; "))
 	t.Logf("soak rate limits: %s", strings.Join(rates, "; "))
-	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d pickup_after_restart=%v",
+	t.Logf("soak: seed=%d events=%d kill=%d stop=%d terminate=%d blackhole=%d restart=%d failover=%d duplicates=%d reruns=%d (outside faults %d) stale_rejected=%d steps_read=%d pickup_after_restart=%v",
 		s.seed, acked, faults[faultKill], faults[faultStop], faults[faultTerminate], faults[faultBlackhole], faults[faultRestart], faults[faultFailover],
-		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, pickup.Round(time.Millisecond))
+		v.Figures["duplicates"], v.Figures["reruns"], v.Figures["reruns_outside_faults"], sum.StaleRejections, v.Figures["steps_read"], pickup.Round(time.Millisecond))
 	t.Log(v.String())
 }

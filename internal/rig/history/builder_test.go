@@ -2,6 +2,8 @@ package history
 
 import (
 	"fmt"
+	"maps"
+	"strconv"
 	"time"
 )
 
@@ -302,6 +304,24 @@ func (b *builder) limit(scope, name string, max, ms int) {
 func (b *builder) rate(scope, name string, max, per, ms int) {
 	b.h.RateLimits = append(b.h.RateLimits, RateLimit{Scope: scope, Name: name, Max: max, Per: time.Duration(per) * time.Millisecond,
 		Invoked: b.at(ms), Returned: b.at(ms + 1)})
+}
+
+// stepRecord records the soak's step by row's owner at ms, as its run of
+// the current generation does: the record names that generation.
+func (b *builder) stepRecord(row int64, ms int) *Write {
+	return b.write(row, b.cur[row].Worker, ms, func(s *State) {
+		s.Steps = withStep(s.Steps, StepName, StepRecord{Gen: s.Generation, Value: strconv.Quote("g" + strconv.FormatInt(s.Generation, 10))})
+	})
+}
+
+// withStep returns a copy of steps with name's record rec.
+func withStep(steps map[string]StepRecord, name string, rec StepRecord) map[string]StepRecord {
+	out := maps.Clone(steps)
+	if out == nil {
+		out = map[string]StepRecord{}
+	}
+	out[name] = rec
+	return out
 }
 
 // renew renews row's lease by its owner at ms.

@@ -22,10 +22,11 @@ const (
 	Limits     = "limits"
 	Partitions = "partitions"
 	Rates      = "rates"
+	Steps      = "steps"
 )
 
 // Properties lists every property, in order.
-var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses, Limits, Partitions, Rates}
+var Properties = []string{Owners, KeyOrder, Terminal, Effects, Cancels, Ticks, Snoozes, Retries, Pauses, Limits, Partitions, Rates, Steps}
 
 // Violation is one broken promise.
 type Violation struct {
@@ -44,7 +45,8 @@ type Verdict struct {
 	// snoozes written (snoozes), retries written (retries), pauses
 	// (pauses), claims under a concurrency limit of a kind or a queue
 	// (limits), claims under a partition's limit and rows set aside
-	// (partitions), claims under a rate limit (rates).
+	// (partitions), claims under a rate limit (rates), step records
+	// written and runs that reached their step (steps).
 	Checked    map[string]int
 	Violations []Violation
 	// Limits is what the limits and partitions properties found of each
@@ -112,6 +114,7 @@ func Check(h *History) Verdict {
 	c.checkLimits()
 	c.checkSetAside()
 	c.checkRates()
+	c.checkSteps()
 	sort.SliceStable(c.v.Violations, func(i, j int) bool {
 		return propertyIndex(c.v.Violations[i].Property) < propertyIndex(c.v.Violations[j].Property)
 	})

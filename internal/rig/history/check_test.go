@@ -237,6 +237,17 @@ func good() *builder {
 	b.handle(rr[4], "w1", 2312+lease)
 	b.handle(rr[5], "w2", 2312+lease+1)
 
+	// A step recorded by an attempt that then fails: the next attempt gets
+	// it back and does not run it.
+	sp := b.enqueue(2600, ev{id: "st"})
+	b.claim(sp[0], "w1", 2610)
+	b.run(sp[0], "w1", 2611, 2613, ResultError, 0).StepRan = true
+	b.stepRecord(sp[0], 2612)
+	b.retry(sp[0], 2614, testPolicy.Delay(1), false)
+	b.claim(sp[0], "w2", 2640)
+	b.run(sp[0], "w2", 2641, 2642, ResultOK, 0).StepRead = 1
+	b.finish(sp[0], 2643, Done)
+
 	b.h.Settled = b.at(5000)
 	return b
 }
@@ -987,6 +998,48 @@ var bad = []struct {
 		r := b.enqueue(5, ev{id: "q1", queue: "bulk"}, ev{id: "q2", queue: "bulk", kind: snoozy})
 		b.handle(r[0], "w1", 10)
 		b.handle(r[1], "w2", 20)
+		return b
+	}},
+
+	// steps
+	{"a stale owner's step record", Steps, "not its claimant's (a stale owner's record)", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "st"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, -1, "", 0)
+		b.expire(r, 20)
+		b.claim(r, "w2", 30)
+		// w1's record lands in the row w2 holds, naming w1's generation.
+		b.write(r, "w1", 35, func(s *State) { s.Steps = withStep(s.Steps, "hold-1", StepRecord{Gen: s.Generation, Value: `"g1"`}) })
+		b.run(r, "w2", 31, 40, ResultOK, 0)
+		b.finish(r, 41, Done)
+		return b
+	}},
+	{"a recorded step run again", Steps, "ran the step again, though its claim found it recorded by generation 1", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "st"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 13, ResultError, 0).StepRan = true
+		b.stepRecord(r, 12)
+		b.retry(r, 14, testPolicy.Delay(1), false)
+		b.claim(r, "w2", 40)
+		b.run(r, "w2", 41, 42, ResultOK, 0).StepRan = true
+		b.finish(r, 43, Done)
+		return b
+	}},
+	{"a step read that its claim did not find", Steps, "got back the step recorded by generation 1; its claim found none", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "st"})[0]
+		b.claim(r, "w1", 10)
+		b.run(r, "w1", 11, 12, ResultOK, 0).StepRead = 1
+		b.finish(r, 13, Done)
+		return b
+	}},
+	{"a step record by a write that is no running attempt's", Steps, "only a running attempt records a step", func() *builder {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "st"})[0]
+		b.handle(r, "w1", 10)
+		b.write(r, "w1", 20, func(s *State) { s.Steps = withStep(s.Steps, StepName, StepRecord{Gen: 1, Value: `"g1"`}) })
 		return b
 	}},
 

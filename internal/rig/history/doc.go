@@ -100,4 +100,11 @@
 //     claims the limit surely bound (made after a setting returned); a
 //     lowered Max keeps them, as the store does. The figures come from the
 //     history, not from the store's counters.
+//   - steps: every write that records a step (State.Steps) leaves its row
+//     INPROGRESS at the generation it found, and records that generation,
+//     whose run made the result (it names it): never a stale owner's
+//     record in a row a newer claim holds, and no record is removed. Every
+//     run that reached the soak's step (StepName) ran it exactly when its
+//     claim found no record of it, and otherwise got back the record its
+//     claim found: a recorded step is never run again.
 package history

@@ -184,7 +184,22 @@ type State struct {
 	// attempt is counted in (zero: none); as KindSlot, a sweep may clear
 	// it on a row whose lease ran out.
 	PartitionSlot int64
+	// Steps are the steps recorded in the row, by name (nil: none). Only
+	// a step write changes them.
+	Steps map[string]StepRecord
 }
+
+// StepRecord is one step's record in a row: the generation that recorded
+// it, and its encoded result as recorded. The soak's steps each return a
+// JSON string naming the generation that ran them ("g3" quoted).
+type StepRecord struct {
+	Gen   int64
+	Value string
+}
+
+// StepName is the step every run of the soak's plain handlers reaches
+// (framework.Step), whose reads and runs Run reports.
+const StepName = "first"
 
 // The results of a [Run]: what the handler returned.
 const (
@@ -209,6 +224,12 @@ type Run struct {
 	Result     string    // one of the Result constants; empty without an end
 	Delay      time.Duration
 	Err        string // the error returned, for reports
+	// StepRead is the generation whose record of the step (StepName) the
+	// run got back from its claim, zero if it got none; StepRan, whether
+	// it ran the step itself. A run that ended before the step did
+	// neither.
+	StepRead int64
+	StepRan  bool
 }
 
 // Effect is a Transactional handler's business write, as it committed.
