@@ -22,8 +22,11 @@
 // these names: ClaimThenComplete, UncommittedClaimIsSkippedThenRestored,
 // KilledWorkerClaimIsRecovered, StaleOwnerCannotComplete,
 // StaleOwnerCannotRetry and ExpiredOwnerCannotFinalize. The rest cover what
-// the product adds: renewal, release, progress and failure under the same
-// guard, concurrent claimers, the attempt budget, the schema's own check,
+// the product adds: renewal, release, progress, steps and outputs
+// (StepsAreGuardedAndReachTheNextAttempts: a step recorded alone or in the
+// caller's transaction reaches the next attempt byte for byte, a rolled
+// back one does not, a stale owner's is rejected) and failure under the
+// same guard, concurrent claimers, the attempt budget, the schema's own check,
 // requeue and enqueue. Among them, for batches and bad input:
 //
 //   - ConcurrentBatchesNeverDeadlock: renewals, completions and retries of

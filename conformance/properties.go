@@ -20,6 +20,7 @@ func productProperties() []property {
 		{"ReleaseIsGuarded", releaseIsGuarded},
 		{"FailIsGuarded", failIsGuarded},
 		{"ProgressIsGuardedAndReachesTheNextAttempt", progressIsGuarded},
+		{"StepsAreGuardedAndReachTheNextAttempts", stepsAreGuarded},
 		{"BatchedOutcomesReportEachClaim", batchedOutcomesReportEachClaim},
 		{"ConcurrentClaimersNeverShareAClaim", concurrentClaimersNeverShareAClaim},
 		{"AbandonedLastAttemptFails", abandonedLastAttemptFails},
@@ -140,6 +141,65 @@ func progressIsGuarded(e *env) {
 	wantLost(e.t, "progress by the first owner", e.write(lease.Progress(first.Ref(), []byte("page=9"))))
 	if r := e.row(first.ID); string(r.Progress) != "page=7" {
 		e.t.Fatalf("progress is %q after stale writes, want page=7", r.Progress)
+	}
+}
+
+// Steps and outputs are written under the guard, in a statement of their
+// own or in the caller's transaction, and the next attempt, after a crash,
+// receives every step recorded (any bytes, NUL included) and none of a
+// stale owner's; a step recorded in a transaction that rolls back is not
+// there.
+func stepsAreGuarded(e *env) {
+	e.enqueueN(1)
+	first := e.claimOne()
+	if first.Steps != nil {
+		e.t.Fatalf("first attempt has steps %q", first.Steps)
+	}
+	binary := []byte{0, 1, 2, 0xff, '"', '\\', 0}
+	wantOK(e.t, "step", e.write(lease.Step(first.Ref(), "reserve", []byte(`{"sku":"x"}`))))
+	wantOK(e.t, "step of binary bytes", e.write(lease.Step(first.Ref(), "raw", binary)))
+	wantOK(e.t, "output", e.write(lease.Output(first.Ref(), binary)))
+	for _, commit := range []bool{false, true} {
+		tx, err := e.db.BeginTx(e.ctx, nil)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		name := fmt.Sprintf("in tx, committed %v", commit)
+		wantOK(e.t, "step "+name, e.store.WriteTx(e.ctx, tx, lease.Step(first.Ref(), name, []byte(name))))
+		if commit {
+			wantOK(e.t, "commit of the step's transaction", tx.Commit())
+		} else if err := tx.Rollback(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	e.expire(first.ID) // fixture: the worker died
+	wantLost(e.t, "step after expiry", e.write(lease.Step(first.Ref(), "late", []byte("x"))))
+	second := e.claimOne()
+	want := map[string][]byte{"reserve": []byte(`{"sku":"x"}`), "raw": binary, "in tx, committed true": []byte("in tx, committed true")}
+	if second.Generation != e.gen(2) || len(second.Steps) != len(want) {
+		e.t.Fatalf("second attempt: generation %d steps %q; want %d and %q", second.Generation, second.Steps, e.gen(2), want)
+	}
+	for name, v := range want {
+		if !bytes.Equal(second.Steps[name], v) {
+			e.t.Fatalf("second attempt's step %q = %q; want %q", name, second.Steps[name], v)
+		}
+	}
+	wantLost(e.t, "step by the first owner", e.write(lease.Step(first.Ref(), "reserve", []byte("stale"))))
+	wantLost(e.t, "output by the first owner", e.write(lease.Output(first.Ref(), []byte("stale"))))
+	tx, err := e.db.BeginTx(e.ctx, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	wantLost(e.t, "step in a transaction by the first owner", e.store.WriteTx(e.ctx, tx, lease.Step(first.Ref(), "reserve", []byte("stale"))))
+	tx.Rollback()
+	r := e.row(first.ID)
+	if !bytes.Equal(r.Output, binary) || len(r.Steps) != len(want) {
+		e.t.Fatalf("row after stale writes: output %q, steps %+v; want the first attempt's", r.Output, r.Steps)
+	}
+	for _, st := range r.Steps {
+		if st.Generation != first.Generation || !bytes.Equal(st.Value, want[st.Name]) {
+			e.t.Fatalf("row's step %+v after stale writes; want %q of generation %d", st, want[st.Name], first.Generation)
+		}
 	}
 }
 
