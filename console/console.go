@@ -189,8 +189,17 @@ const (
 	MaxPageSize     = 1000
 )
 
-// PreviewBytes is how much of a payload or progress an event page shows.
+// PreviewBytes is how much of a payload, progress or output an event page
+// shows.
 const PreviewBytes = 4 << 10
+
+// StepPreviewBytes is how much of each step's recorded value an event page
+// shows, and StepsShown how many of its steps (the first recorded): an
+// event's steps may add up to a megabyte (framework.MaxStepsSize).
+const (
+	StepPreviewBytes = 512
+	StepsShown       = 200
+)
 
 // MaxOperatorBytes bounds the name [Options.Operator] gives.
 const MaxOperatorBytes = 255

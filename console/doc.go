@@ -21,8 +21,13 @@
 //     attempt, times, last error) and a
 //     preview of its payload and progress: the first [PreviewBytes], as
 //     text when they are UTF-8 text, otherwise in hex, saying when they are
-//     cut; and, for a READY, WAITING or INPROGRESS event, why it is not
-//     running ([lease.Store.WhyNotRunning]: each reason's sentence, with a
+//     cut; the steps its handler recorded (framework.Step), in the order
+//     recorded, each with its name, the generation that recorded it,
+//     when, its size and the first [StepPreviewBytes] of its value,
+//     previewed the same way (the first [StepsShown] steps), and its
+//     output, previewed as the payload; and, for a READY, WAITING or
+//     INPROGRESS event, why it is not running
+//     ([lease.Store.WhyNotRunning]: each reason's sentence, with a
 //     link to its key's head or to the queues; an event set aside by its
 //     partition's limit says so, one held by a rate limit says when
 //     the next start is allowed, and one whose partition waits its turn

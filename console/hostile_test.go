@@ -27,7 +27,8 @@ const (
 var raw = []string{"<script", "<img", "</textarea", `href="javascript:`, `'><`}
 
 // Every value an event carries (event id, kind, key, queue, payload,
-// progress, last error, metadata) appears on every page that shows it as the text it
+// progress, last error, metadata, its steps' names and values, its
+// output) appears on every page that shows it as the text it
 // is, escaped, never as markup; so do the values of the request (filters,
 // ids in the path) and the messages after an action.
 func TestHostileValuesAreEscaped(t *testing.T) {
@@ -62,6 +63,20 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 	if _, err := s.store.SetAging(t.Context(), queue, time.Minute, hAttr); err != nil {
 		t.Fatal(err)
 	}
+	// A handler's steps and output: a step named in markup, a value of
+	// markup (not even JSON), an output of markup.
+	stepped := pgtest.Enqueue(t, s.store, lease.Event{Kind: "stepped"})[0].ID
+	claims, err := s.store.Claim(t.Context(), lease.ClaimRequest{Limit: 1, Lease: time.Minute, Kinds: []string{"stepped"}})
+	if err != nil || len(claims) != 1 || claims[0].ID != stepped {
+		t.Fatalf("claim row %d: %+v, %v", stepped, claims, err)
+	}
+	ref := claims[0].Ref()
+	for _, w := range []lease.Write{lease.Step(ref, hScript, []byte(`{"note": "`+hAttr+`"}`)), lease.Step(ref, hAttr, []byte(hTextarea)),
+		lease.Output(ref, []byte(hScript+" "+hURL)), lease.Complete(ref)} {
+		if _, err := s.store.Write(t.Context(), w); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	pages := []struct {
 		path string
@@ -76,6 +91,8 @@ func TestHostileValuesAreEscaped(t *testing.T) {
 			"queue " + queue + " 0/5 starts per 1m0s now", "by " + hTextarea, queue + " default 2 0 partitions", queue + " " + hAttr + " 7 not served",
 			"Queue After " + queue + " 1m0s", "weight " + queue + " " + hAttr + " none 7 " + hScript, "aging " + queue + " - after 1m0s " + hAttr}},
 		{"keys", []string{hTextarea, hAttr}},
+		{fmt.Sprintf("events/%d", stepped), []string{"1 " + hScript + " 1 ", `{"note": "` + hAttr + `"}`, "2 " + hAttr + " 1 ", hTextarea,
+			fmt.Sprintf("Output %d bytes. %s %s", len(hScript+" "+hURL), hScript, hURL)}},
 	}
 	for _, pg := range pages {
 		p := s.get(pg.path, http.StatusOK)

@@ -159,8 +159,14 @@ type eventData struct {
 	Row               lease.Row
 	Metadata          []metadataPair // sorted by key
 	Payload, Progress preview
-	Requeue, Discard  bool // whether to show the forms
-	Cancel            bool
+	// Steps are the first StepsShown of the event's steps, in the order
+	// recorded; StepsCount is how many it has. Output is the preview of
+	// its output, nil when none was recorded.
+	Steps            []stepView
+	StepsCount       int
+	Output           *preview
+	Requeue, Discard bool // whether to show the forms
+	Cancel           bool
 	// Why is what keeps a READY, WAITING or INPROGRESS row from running
 	// (lease.Store.WhyNotRunning); WhyShown whether to say it, WhyFailed
 	// whether it could not be read.
@@ -169,6 +175,25 @@ type eventData struct {
 }
 
 type metadataPair struct{ Key, Value string }
+
+// stepView is one recorded step, as an event page shows it.
+type stepView struct {
+	N          int // 1 for the first recorded
+	Name       string
+	Generation int64
+	At         time.Time
+	Value      preview
+}
+
+// stepViews previews the first StepsShown of steps.
+func stepViews(steps []lease.StepRecord) []stepView {
+	out := make([]stepView, 0, min(len(steps), StepsShown))
+	for i, st := range steps[:min(len(steps), StepsShown)] {
+		out = append(out, stepView{N: i + 1, Name: st.Name, Generation: st.Generation, At: st.At,
+			Value: newPreview(st.Value, StepPreviewBytes)})
+	}
+	return out
+}
 
 // metadataPairs returns m's pairs sorted by key, each value cut to the
 // preview's cap.
@@ -209,7 +234,12 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := eventData{Row: row, Metadata: metadataPairs(row.Metadata),
-		Payload: newPreview(row.Payload, PreviewBytes), Progress: newPreview(row.Progress, PreviewBytes)}
+		Payload: newPreview(row.Payload, PreviewBytes), Progress: newPreview(row.Progress, PreviewBytes),
+		Steps: stepViews(row.Steps), StepsCount: len(row.Steps)}
+	if row.Output != nil {
+		out := newPreview(row.Output, PreviewBytes)
+		d.Output = &out
+	}
 	switch row.Status {
 	case leasework.StatusFailed:
 		d.Requeue = c.may(r, Action{Name: ActionRequeue, ID: id, Generation: row.Generation})

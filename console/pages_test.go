@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/console"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
@@ -200,6 +201,70 @@ func TestEventPage(t *testing.T) {
 	contains(t, p, "6 bytes, not text: shown in hex", "00 01 ff fe 61 62")
 	p = s.get(fmt.Sprintf("events/%d", enq[2].ID), http.StatusOK)
 	contains(t, p, "Payload empty", "Metadata none")
+}
+
+// An event's page lists its steps in the order recorded, each with the
+// generation that recorded it, when, its size and a preview of its value
+// (cut at StepPreviewBytes, bytes that are not text in hex), then its
+// output; an event without them says it has no steps and shows no output.
+func TestEventPageSteps(t *testing.T) {
+	s := newSite(t, console.Options{})
+	ctx := context.Background()
+	ev := pgtest.Enqueue(t, s.store, lease.Event{Kind: "order", EventID: "order-1"}, lease.Event{Kind: "report", EventID: "report-1"})
+	claim := func() leasework.Claim {
+		t.Helper()
+		claims, err := s.store.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Kinds: []string{"order"}})
+		if err != nil || len(claims) != 1 || claims[0].ID != ev[0].ID {
+			t.Fatalf("claim: %+v, %v; want row %d", claims, err, ev[0].ID)
+		}
+		return claims[0]
+	}
+	write := func(ws ...lease.Write) {
+		t.Helper()
+		for _, w := range ws {
+			if _, err := s.store.Write(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Generation 1 reserves, and gives the claim back; generation 2
+	// charges, records a receipt that is not text, and its output.
+	long := `{"items": "` + strings.Repeat("x", console.StepPreviewBytes) + `"}`
+	c1 := claim()
+	write(lease.Step(c1.Ref(), "reserve", []byte(`{"sku":"x"}`)), lease.Release(c1.Ref()))
+	c2 := claim()
+	write(lease.Step(c2.Ref(), "charge", []byte(long)), lease.Step(c2.Ref(), "receipt", []byte{0x00, 0x01, 0xff}),
+		lease.Output(c2.Ref(), []byte(`{"order": 42}`)), lease.Complete(c2.Ref()))
+
+	r := row(t, s.store, ev[0].ID)
+	if len(r.Steps) != 3 {
+		t.Fatalf("row %d has steps %+v; want 3", r.ID, r.Steps)
+	}
+	p := s.get(fmt.Sprintf("events/%d", ev[0].ID), http.StatusOK)
+	at := func(i int) string { return r.Steps[i].At.UTC().Format("2006-01-02 15:04:05Z07:00") }
+	contains(t, p,
+		"Steps 3 steps, in the order recorded. # Name Generation Recorded Size Value "+
+			"1 reserve 1 "+at(0)+` 11 bytes {"sku":"x"} `+
+			fmt.Sprintf("2 charge 2 %s %d bytes %s the first %d bytes shown (truncated) ", at(1), len(long), long[:console.StepPreviewBytes], console.StepPreviewBytes)+
+			"3 receipt 2 "+at(2)+" 3 bytes 00000000 00 01 ff |...| not text: shown in hex",
+		`Output 13 bytes. {"order": 42}`,
+	)
+
+	p = s.get(fmt.Sprintf("events/%d", ev[1].ID), http.StatusOK)
+	contains(t, p, "Steps no steps recorded")
+	lacks(t, p, "Output")
+
+	// Past StepsShown, the page says how many it shows.
+	const n = console.StepsShown + 5
+	if _, err := s.store.DB().ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET steps = (
+		SELECT jsonb_object_agg('s' || lpad(i::text, 3, '0'), jsonb_build_object('g', 1, 'at', statement_timestamp() + i * interval '1 second', 'v', encode(convert_to(i::text, 'UTF8'), 'base64')))
+		FROM generate_series(1, %d) AS i) WHERE id = $1`, s.store.QualifiedTable(), n), ev[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	p = s.get(fmt.Sprintf("events/%d", ev[1].ID), http.StatusOK)
+	contains(t, p, fmt.Sprintf("%d steps, in the order recorded; the first %d shown.", n, console.StepsShown),
+		fmt.Sprintf("%d s%03d 1", console.StepsShown, console.StepsShown))
+	lacks(t, p, fmt.Sprintf("s%03d", console.StepsShown+1))
 }
 
 // The queues page lists each queue with unfinished events, or paused,

@@ -23,11 +23,11 @@ const (
 	hLink   = `javascript:window.__pwned=4`
 )
 
-// An event whose event id, kind, key, queue, payload, metadata and last error are
-// markup is shown as text on every page in a real browser, in the reasons
-// an event waiting behind it is not running too: no script runs
-// (window.__pwned stays undefined, no dialog opens) and a person reads the
-// markup as written.
+// An event whose event id, kind, key, queue, payload, metadata, last error,
+// step (name and value) and output are markup is shown as text on every
+// page in a real browser, in the reasons an event waiting behind it is not
+// running too: no script runs (window.__pwned stays undefined, no dialog
+// opens) and a person reads the markup as written.
 func TestHostileEventRunsNothing(t *testing.T) {
 	st := pgtest.Store(t, pgxdriver.New(), lease.Options{})
 	ctx := context.Background()
@@ -42,8 +42,11 @@ func TestHostileEventRunsNothing(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim: %v, %v", claims, err)
 	}
-	if _, err := st.Write(ctx, lease.Fail(claims[0].Ref(), hImg+" "+hScript)); err != nil {
-		t.Fatal(err)
+	for _, w := range []lease.Write{lease.Step(claims[0].Ref(), hArea, []byte(hScript)), lease.Output(claims[0].Ref(), []byte(hImg+" output")),
+		lease.Fail(claims[0].Ref(), hImg+" "+hScript)} {
+		if _, err := st.Write(ctx, w); err != nil {
+			t.Fatal(err)
+		}
 	}
 	behind := pgtest.Enqueue(t, st, lease.Event{Kind: hImg, Key: hArea, Queue: queue, EventID: hLink + " behind"})[0].ID
 	if _, err := st.PauseQueue(ctx, queue); err != nil {
@@ -59,7 +62,8 @@ func TestHostileEventRunsNothing(t *testing.T) {
 		{"", []string{hImg, hArea, queue}},
 		{"events", []string{"javascript:window.__pwned=4 <script…", `"'><img src=x onerror="window.__pwned=2…`, "</textarea><svg onload=…"}},
 		{"events?" + url.Values{"kind": {hImg}, "queue": {queue}}.Encode(), []string{hLink + " behind"}},
-		{fmt.Sprintf("events/%d", id), []string{hLink + " " + hScript, hImg, hArea, queue, hImg + " " + hScript, "link " + hLink}},
+		{fmt.Sprintf("events/%d", id), []string{hLink + " " + hScript, hImg, hArea, queue, hImg + " " + hScript, "link " + hLink,
+			"1 " + hArea + " 1 ", hScript + " Output", hImg + " output"}},
 		// Why it is not running: its queue paused, its key's head FAILED.
 		{fmt.Sprintf("events/%d", behind), []string{"Why it is not running", "queue " + queue + " is paused",
 			fmt.Sprintf("waiting for key %q, held by its head, event %d, FAILED", hArea, id)}},
