@@ -93,8 +93,11 @@ how many events of the key wait behind it. They are claimed only after the
 row is requeued (leasework requeue -id) or discarded (leasework discard).
 
 With -id N it shows that row alone, every field in full (its cost: the
-starts each attempt takes under rate limits), and why it is not running,
-one reason a line: its queue paused; waiting for its key's head (which row,
+starts each attempt takes under rate limits); the steps its handler
+recorded (framework.Step), one line each in the order recorded: name, the
+generation that recorded it, when, size and the value, on one line and cut
+short (in hex when it is not text); its output, cut likewise ("-" for
+none); and why it is not running, one reason a line: its queue paused; waiting for its key's head (which row,
 in which status); not due until when; held by a full concurrency limit
 ("held by concurrency limit kind:send-email (5/5 live)"); held, or set
 aside (WAITING without a key), by its partition's limit ("held by
@@ -111,7 +114,9 @@ bulk: partition acme (weight 3) is 12 rows ahead of the partition furthest
 behind"), or, without a partition, taken in the fair queue's order behind
 the partitions served by weight. When nothing holds it back it says what
 takes it. With -json: {"row": ..., "why": [{"kind": "limit" | "partition"
-| "rate" | "paused" | "key" | "not_due" | "fair", "text": ...}]}.`,
+| "rate" | "paused" | "key" | "not_due" | "fair", "text": ...}], "steps":
+[{"name": ..., "generation": ..., "at": ..., "value": base64}], "output":
+base64 or null}, the values whole.`,
 		new: func() action { return &listCmd{} },
 	},
 	{

@@ -16,6 +16,7 @@ const (
 	eventIDWidth   = 36 // a UUID fits
 	keyWidth       = 24
 	lastErrorWidth = 60
+	previewWidth   = 60 // a step's value, an output
 )
 
 type listCmd struct {
@@ -334,9 +335,22 @@ type oneRowJSON struct {
 	// Why lists what keeps the row from running now; empty when nothing
 	// does (it is claimable, running or finished).
 	Why []reasonJSON `json:"why"`
+	// Steps are the steps its handler recorded, in the order recorded;
+	// empty when none. Output is its output (base64), null when none.
+	Steps  []stepJSON `json:"steps"`
+	Output []byte     `json:"output"`
 }
 
-// execOne shows one row, every field in full, and why it is not running.
+// stepJSON is one recorded step (lease.StepRecord).
+type stepJSON struct {
+	Name       string    `json:"name"`
+	Generation int64     `json:"generation"`
+	At         time.Time `json:"at"`
+	Value      []byte    `json:"value"` // base64
+}
+
+// execOne shows one row, every field in full, its steps and output, and
+// why it is not running.
 func (l *listCmd) execOne(ctx context.Context, st *lease.Store, out *printer) error {
 	r, err := st.Get(ctx, l.id)
 	if err != nil {
@@ -347,9 +361,12 @@ func (l *listCmd) execOne(ctx context.Context, st *lease.Store, out *printer) er
 		return err
 	}
 	if out.json {
-		res := oneRowJSON{Row: toRowJSON(r), Why: make([]reasonJSON, len(why))}
+		res := oneRowJSON{Row: toRowJSON(r), Why: make([]reasonJSON, len(why)), Steps: make([]stepJSON, len(r.Steps)), Output: r.Output}
 		for i, w := range why {
 			res.Why[i] = toReasonJSON(w)
+		}
+		for i, st := range r.Steps {
+			res.Steps[i] = stepJSON{Name: st.Name, Generation: st.Generation, At: st.At.UTC(), Value: st.Value}
 		}
 		return out.JSON(res)
 	}
@@ -374,7 +391,26 @@ func (l *listCmd) execOne(ctx context.Context, st *lease.Store, out *printer) er
 		{"cancelled", timeCell(r.CancelledAt)},
 		{"last error", orDash(r.LastError)},
 	}
-	label := "why not running"
+	// One line a step, its cells aligned with the other steps'.
+	label := "steps"
+	for _, st := range r.Steps {
+		rows = append(rows, []string{label, st.Name, "generation " + itoa(st.Generation), timeCell(&st.At),
+			bytesCell(len(st.Value)), preview(st.Value, previewWidth)})
+		label = ""
+	}
+	if len(r.Steps) == 0 {
+		rows = append(rows, []string{label, "-"})
+	}
+	if r.Output == nil {
+		rows = append(rows, []string{"output", "-"})
+	} else {
+		o := bytesCell(len(r.Output))
+		if len(r.Output) > 0 {
+			o += ": " + preview(r.Output, previewWidth)
+		}
+		rows = append(rows, []string{"output", o})
+	}
+	label = "why not running"
 	for _, w := range why {
 		rows = append(rows, []string{label, w.Text})
 		label = ""

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasework/leasework"
 	"github.com/leasework/leasework/internal/rig/pgtest"
 	"github.com/leasework/leasework/lease"
 )
@@ -251,6 +252,107 @@ func TestListOneRowSaysWhy(t *testing.T) {
 			r = must(t, exitError, on(t, st, d.Name, "list", "-id", "424242")...)
 			if !strings.Contains(r.stderr, "no such event") {
 				t.Errorf("list -id of no row: stderr %q", r.stderr)
+			}
+		})
+	}
+}
+
+// list -id shows the steps a handler recorded, one line each in the order
+// recorded (name, the generation that recorded it, when, size, and the
+// value on one line, cut short, or in hex when it is not text), and its
+// output; "-" for none. -json gives them whole.
+func TestListOneRowShowsStepsAndOutput(t *testing.T) {
+	t.Parallel()
+	for _, d := range pgtest.Drivers {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			st := pgtest.Store(t, d.New(), lease.Options{})
+			ev := pgtest.Enqueue(t, st, lease.Event{Kind: "order"}, lease.Event{Kind: "report"})
+			claim := func() leasework.Ref {
+				t.Helper()
+				claims, err := st.Claim(ctx, lease.ClaimRequest{Limit: 1, Lease: time.Minute, Kinds: []string{"order"}})
+				if err != nil || len(claims) != 1 || claims[0].ID != ev[0].ID {
+					t.Fatalf("claim = %+v, %v; want row %d", claims, err, ev[0].ID)
+				}
+				return claims[0].Ref()
+			}
+			write := func(ws ...lease.Write) {
+				t.Helper()
+				for _, w := range ws {
+					if _, err := st.Write(ctx, w); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// Generation 1 reserves and gives its claim back; generation 2
+			// charges (a long result, over lines), keeps a receipt that is
+			// not text, and records its output.
+			long := "{\n  \"lines\": \"" + strings.Repeat("ab", 50) + "\"\n}"
+			receipt := []byte{0x00, 0x01, 0xff}
+			ref := claim()
+			write(lease.Step(ref, "reserve", []byte(`{"sku":"x"}`)), lease.Release(ref))
+			ref = claim()
+			write(lease.Step(ref, "charge", []byte(long)), lease.Step(ref, "receipt", receipt),
+				lease.Output(ref, []byte(`{"order":42}`)), lease.Complete(ref))
+			r, err := st.Get(ctx, ev[0].ID)
+			if err != nil || len(r.Steps) != 3 {
+				t.Fatalf("get = %+v, %v; want 3 steps", r.Steps, err)
+			}
+
+			out := must(t, exitOK, on(t, st, d.Name, "list", "-id", strconv.FormatInt(ev[0].ID, 10))...).stdout
+			lines := strings.Split(out, "\n")
+			i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "steps ") })
+			if i < 0 || i+4 >= len(lines) {
+				t.Fatalf("list -id prints no steps, or not three and the output:\n%s", out)
+			}
+			at := func(i int) string { return r.Steps[i].At.UTC().Format("2006-01-02 15:04:05Z") }
+			want := [][]string{
+				{"steps", "reserve", "generation 1", at(0), "11 bytes", `{"sku":"x"}`},
+				{"charge", "generation 2", at(1), fmt.Sprintf("%d bytes", len(long)), (`{ "lines": "` + strings.Repeat("ab", 50))[:previewWidth-3] + "..."},
+				{"receipt", "generation 2", at(2), "3 bytes", "not text: 0001ff"},
+				{"output", `12 bytes: {"order":42}`},
+			}
+			for j, w := range want {
+				// Cells are two spaces or more apart; within a cell, one.
+				got := strings.Split(strings.TrimSpace(lines[i+j]), "  ")
+				got = slices.DeleteFunc(got, func(c string) bool { return c == "" })
+				for k := range got {
+					got[k] = strings.TrimSpace(got[k])
+				}
+				if !slices.Equal(got, w) {
+					t.Errorf("list -id line %q: cells %q; want %q", lines[i+j], got, w)
+				}
+			}
+			// The steps' cells are aligned: each name starts in one column.
+			col := strings.Index(lines[i], "reserve")
+			if strings.Index(lines[i+1], "charge") != col || strings.Index(lines[i+2], "receipt") != col {
+				t.Errorf("the steps' lines are not aligned:\n%s", strings.Join(lines[i:i+3], "\n"))
+			}
+
+			var js oneRowJSON
+			decode(t, must(t, exitOK, on(t, st, d.Name, "list", "-id", strconv.FormatInt(ev[0].ID, 10), "-json")...), &js)
+			wantJS := []stepJSON{
+				{Name: "reserve", Generation: 1, At: r.Steps[0].At.UTC(), Value: []byte(`{"sku":"x"}`)},
+				{Name: "charge", Generation: 2, At: r.Steps[1].At.UTC(), Value: []byte(long)},
+				{Name: "receipt", Generation: 2, At: r.Steps[2].At.UTC(), Value: receipt},
+			}
+			if !slices.EqualFunc(js.Steps, wantJS, func(a, b stepJSON) bool {
+				return a.Name == b.Name && a.Generation == b.Generation && a.At.Equal(b.At) && string(a.Value) == string(b.Value)
+			}) || string(js.Output) != `{"order":42}` {
+				t.Errorf("list -id -json: steps %+v, output %q; want %+v, {\"order\":42}", js.Steps, js.Output, wantJS)
+			}
+
+			// An event without steps or output.
+			out = must(t, exitOK, on(t, st, d.Name, "list", "-id", strconv.FormatInt(ev[1].ID, 10))...).stdout
+			for _, w := range []string{"steps", "output"} {
+				if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool { return slices.Equal(strings.Fields(l), []string{w, "-"}) }) {
+					t.Errorf("list -id of an event without %s does not say %s -:\n%s", w, w, out)
+				}
+			}
+			decode(t, must(t, exitOK, on(t, st, d.Name, "list", "-id", strconv.FormatInt(ev[1].ID, 10), "-json")...), &js)
+			if js.Steps == nil || len(js.Steps) != 0 || js.Output != nil {
+				t.Errorf("list -id -json of an event without steps: steps %#v, output %q; want [] and null", js.Steps, js.Output)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // printer writes a command's result: an aligned table for people, or one
@@ -81,6 +83,44 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return string(r[:n-3]) + "..."
+}
+
+// preview shows b in a cell of at most about n characters: as text, on
+// one line and cut short like truncate, when it is UTF-8 text; otherwise
+// "not text:" and its first bytes in hex.
+func preview(b []byte, n int) string {
+	if isText(b) {
+		return truncate(string(b), n)
+	}
+	const prefix = "not text: "
+	shown := b[:min(len(b), (n-len(prefix)-3)/2)]
+	s := prefix + hex.EncodeToString(shown)
+	if len(shown) < len(b) {
+		s += "..."
+	}
+	return s
+}
+
+// isText reports whether b is UTF-8 text: valid, and no control characters
+// but tabs and line ends.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// bytesCell says how many bytes a value has.
+func bytesCell(n int) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return itoa(int64(n)) + " bytes"
 }
 
 // timeCell formats a database time for a table: UTC, to the second.
