@@ -27,7 +27,7 @@ import (
 
 // The child worker process: the test binary run again with these set.
 const (
-	childModeEnv   = "LEASEWORK_FRAMEWORK_CHILD" // "kill", "stop", "hang" or "tx"
+	childModeEnv   = "LEASEWORK_FRAMEWORK_CHILD" // "kill", "step", "stop", "hang" or "tx"
 	childSchemaEnv = "LEASEWORK_FRAMEWORK_CHILD_SCHEMA"
 )
 
@@ -210,6 +210,25 @@ func childWorker(mode string) int {
 	if mode == "kill" {
 		err := w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
 			say("claimed %d %d %d", c.ID, c.Generation, c.Attempt)
+			select {} // until killed
+		}), framework.RetryPolicy{})
+		if err != nil {
+			return fail(err)
+		}
+		return fail(fmt.Errorf("Run returned before the kill: %v", w.Run(context.Background())))
+	}
+
+	if mode == "step" {
+		// Records step "reserve" (its result names this process and
+		// generation), says so, and waits to be killed before its next.
+		err := w.Register("k", leasework.HandlerFunc(func(ctx context.Context, c *leasework.Claim) error {
+			got, err := framework.Step(ctx, "reserve", func(context.Context) (string, error) {
+				return fmt.Sprintf("reserved by pid %d generation %d", os.Getpid(), c.Generation), nil
+			})
+			if err != nil {
+				return err
+			}
+			say("stepped %d %d %s", c.ID, c.Generation, got)
 			select {} // until killed
 		}), framework.RetryPolicy{})
 		if err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,5 +230,58 @@ func TestStepInputIsChecked(t *testing.T) {
 		if c.ran {
 			t.Errorf("%s: the step's function ran (or did not run when it should have)", c.what)
 		}
+	}
+}
+
+// A step recorded by an attempt whose worker is then killed (SIGKILL) is
+// returned, not run again, by the next attempt, in another process, once
+// the dead worker's lease has ended; that attempt runs the steps after it.
+func TestStepSurvivesSIGKILL(t *testing.T) {
+	s := newStore(t, pgtest.Drivers[0].New())
+	ctx := context.Background()
+	id := pgtest.Enqueue(t, s, lease.Event{Kind: "k"})[0].ID
+	c := startChild(t, "step", s)
+	var gotID, gen int64
+	var recorded string
+	line := c.expect(t, "stepped ")
+	if _, err := fmt.Sscan(line, &gotID, &gen); err != nil {
+		t.Fatal(err)
+	}
+	recorded = strings.SplitN(line, " ", 3)[2]
+	if gotID != id || gen != 1 {
+		t.Fatalf("the child stepped row %d generation %d; want row %d generation 1", gotID, gen, id)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.cmd.Wait()
+	waitChildSessionsGone(t, s)
+	if err := leasetest.ExpireLease(ctx, s, id); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(t, s, framework.Config{PollInterval: 20 * time.Millisecond})
+	var reran atomic.Int32
+	got := make(chan string, 1)
+	register(t, w, "k", framework.RetryPolicy{}, func(ctx context.Context, c *leasework.Claim) error {
+		r, err := framework.Step(ctx, "reserve", func(context.Context) (string, error) {
+			reran.Add(1)
+			return "reserved again", nil
+		})
+		if err != nil {
+			return leasework.Permanent(err)
+		}
+		if _, err := framework.Step(ctx, "charge", func(context.Context) (string, error) { return "charged", nil }); err != nil {
+			return leasework.Permanent(err)
+		}
+		got <- r
+		return nil
+	})
+	start(t, w)
+	if r := recv(t, got, "the second attempt's reservation"); r != recorded || reran.Load() != 0 {
+		t.Errorf("second attempt got %q and ran reserve %d times; want %q, recorded by the killed worker, and no run", r, reran.Load(), recorded)
+	}
+	row := waitRow(t, s, id, "the event DONE", func(r lease.Row) bool { return r.Status == leasework.StatusDone })
+	if len(row.Steps) != 2 || row.Steps[0].Name != "reserve" || row.Steps[0].Generation != 1 || row.Steps[1].Generation != 2 {
+		t.Errorf("row's steps %+v; want reserve by generation 1, then charge by 2", row.Steps)
 	}
 }
