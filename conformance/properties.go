@@ -21,6 +21,7 @@ func productProperties() []property {
 		{"FailIsGuarded", failIsGuarded},
 		{"ProgressIsGuardedAndReachesTheNextAttempt", progressIsGuarded},
 		{"StepsAreGuardedAndReachTheNextAttempts", stepsAreGuarded},
+		{"UniqueArgumentsMakeOneEvent", uniqueArgumentsMakeOneEvent},
 		{"BatchedOutcomesReportEachClaim", batchedOutcomesReportEachClaim},
 		{"ConcurrentClaimersNeverShareAClaim", concurrentClaimersNeverShareAClaim},
 		{"AbandonedLastAttemptFails", abandonedLastAttemptFails},
@@ -200,6 +201,69 @@ func stepsAreGuarded(e *env) {
 		if st.Generation != first.Generation || !bytes.Equal(st.Value, want[st.Name]) {
 			e.t.Fatalf("row's step %+v after stale writes; want %q of generation %d", st, want[st.Name], first.Generation)
 		}
+	}
+}
+
+// Concurrent enqueues of the same unique arguments (lease.Unique), each
+// in its own transaction, make one row; the others get a duplicate result
+// (Enqueued.Duplicate when skipping duplicates, ErrDuplicateEvent when
+// not); other arguments make a row of their own.
+func uniqueArgumentsMakeOneEvent(e *env) {
+	const producers = 8
+	unique := &lease.Unique{ByArgs: true, ArgKeys: []string{"order"}}
+	type result struct {
+		out lease.Enqueued
+		err error
+	}
+	results := make([]result, producers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			tx, err := e.db.BeginTx(e.ctx, nil)
+			if err != nil {
+				results[i].err = err
+				return
+			}
+			defer tx.Rollback()
+			payload := fmt.Sprintf(`{"order":42,"try":%d}`, i)
+			out, err := e.store.EnqueueWith(e.ctx, tx, lease.EnqueueOptions{SkipDuplicates: i%2 == 0},
+				lease.Event{Kind: "k", Payload: []byte(payload), Unique: unique})
+			if err == nil {
+				results[i].out, err = out[0], tx.Commit()
+			}
+			results[i].err = err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	made := 0
+	for i, r := range results {
+		switch {
+		case r.err == nil && !r.out.Duplicate:
+			made++
+		case r.err == nil && r.out.Duplicate && i%2 == 0:
+		case errors.Is(r.err, leasework.ErrDuplicateEvent) && i%2 == 1:
+		default:
+			e.t.Fatalf("producer %d: %+v, %v; want the event, a duplicate, or ErrDuplicateEvent", i, r.out, r.err)
+		}
+	}
+	if made != 1 {
+		e.t.Fatalf("%d producers made the event; want one", made)
+	}
+	other := e.enqueue(lease.Event{Kind: "k", Payload: []byte(`{"order":43}`), Unique: unique})
+	if other[0].Duplicate || other[0].ID == 0 {
+		e.t.Fatalf("another order: %+v; want a new event", other[0])
+	}
+	var n int
+	if err := e.db.QueryRowContext(e.ctx, `SELECT count(*) FROM `+e.fix.QualifiedTable()).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	if n != 2 {
+		e.t.Fatalf("%d rows; want 2, one per order", n)
 	}
 }
 

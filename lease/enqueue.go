@@ -62,6 +62,11 @@ type Event struct {
 	// claimed first) to [MaxPriority]; how levels are claimed is "Queues
 	// and priorities" in the package doc.
 	Priority int
+	// Unique, when not nil, derives the event's id from its kind and the
+	// parts of the event it names (its arguments, period, queue), so that
+	// an enqueue of the same arguments is a duplicate: see [Unique]. The
+	// event then gives no EventID.
+	Unique *Unique
 	// Metadata is string pairs that travel with the event to its claims
 	// ([leasework.Claim.Metadata]) without being part of its payload: the
 	// enqueuer's trace context, a tenant, a correlation id. Nil or empty
@@ -239,9 +244,17 @@ func (s *Store) enqueueIn(ctx context.Context, tx leasework.Tx, opts EnqueueOpti
 	cols := makeColumns(n)
 	first := make(map[string]int, n) // event id -> index of its first event
 	out := make([]Enqueued, n)
+	now := time.Now() // the period of a Unique event without RunAt
 	for i, e := range events {
 		if err := s.checkEvent(e); err != nil {
 			return nil, fmt.Errorf("lease: enqueue: event %d: %w", i, err)
+		}
+		if e.Unique != nil {
+			id, err := uniqueID(e, now)
+			if err != nil {
+				return nil, fmt.Errorf("lease: enqueue: event %d: %w", i, err)
+			}
+			e.EventID = id
 		}
 		if e.EventID == "" {
 			e.EventID = uuid.NewString()

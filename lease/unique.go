@@ -1,0 +1,134 @@
+package lease
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Unique makes an event unique by what it asks for rather than by an id
+// the producer must invent: its event id is derived from its kind and the
+// parts of the event Unique names, so two enqueues of the same arguments
+// (in the same period, in the same queue) get the same id, and the second
+// gets the result of any duplicate event id — leasework.ErrDuplicateEvent,
+// or Enqueued.Duplicate with [EnqueueOptions].SkipDuplicates — enforced by
+// the database's unique index of event ids, under concurrency as across
+// producers and versions.
+//
+// The derived id is "unique:" + the kind + ":" + 32 hex digits of a
+// SHA-256 over the parts named; it is the row's event id
+// ([Enqueued].EventID, [Row].EventID), and it lasts as an event id does:
+// while the row is kept, whatever its status (pending, FAILED, or DONE
+// until retention deletes it: the framework's DedupeWindow). An event
+// that gives Unique gives no EventID.
+//
+// The zero Unique makes the kind alone the key: at most one such event of
+// the kind at a time.
+type Unique struct {
+	// ByArgs makes the payload part of the key: the whole payload, or,
+	// with ArgKeys, only those top-level fields of it. A payload that is
+	// JSON counts by its value, not its spelling: whitespace and the order
+	// of an object's fields do not change the key. A payload that is not
+	// JSON counts byte for byte.
+	ByArgs bool
+	// ArgKeys names the top-level fields of a JSON object payload that
+	// make the key (a field absent counts as null); the others do not.
+	// Needs ByArgs, and a payload that is a JSON object.
+	ArgKeys []string
+	// ByPeriod, when positive, makes the period the event falls in part
+	// of the key: its RunAt, or the enqueuing machine's clock when it has
+	// none, rounded down to a multiple of ByPeriod since the Unix epoch.
+	// The same arguments enqueued in the next period are a new event.
+	ByPeriod time.Duration
+	// ByQueue makes the event's queue part of the key: the same arguments
+	// in two queues are two events.
+	ByQueue bool
+}
+
+// uniqueID returns the event id Unique derives for e, enqueued at now
+// (when e has no RunAt).
+func uniqueID(e Event, now time.Time) (string, error) {
+	u := e.Unique
+	if e.EventID != "" {
+		return "", errors.New("both EventID and Unique are given; Unique derives the event id")
+	}
+	if u.ByPeriod < 0 {
+		return "", fmt.Errorf("the Unique.ByPeriod %v is negative", u.ByPeriod)
+	}
+	if len(u.ArgKeys) > 0 && !u.ByArgs {
+		return "", errors.New("the Unique.ArgKeys are given without Unique.ByArgs")
+	}
+	h := sha256.New()
+	part := func(b []byte) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	part([]byte(e.Kind))
+	if u.ByQueue {
+		q := e.Queue
+		if q == "" {
+			q = DefaultQueue
+		}
+		part([]byte("queue:" + q))
+	}
+	if u.ByPeriod > 0 {
+		at := e.RunAt
+		if at.IsZero() {
+			at = now
+		}
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(at.UnixNano()/int64(u.ByPeriod)))
+		part(append([]byte("period:"), n[:]...))
+	}
+	if u.ByArgs {
+		args, err := uniqueArgs(e.Payload, u.ArgKeys)
+		if err != nil {
+			return "", err
+		}
+		part(append([]byte("args:"), args...))
+	}
+	return "unique:" + e.Kind + ":" + hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
+
+// uniqueArgs returns the payload's part of a unique key: its JSON value
+// written canonically (objects' fields sorted, no whitespace, numbers as
+// written), only the fields keys names when there are any; or the payload
+// itself when it is not JSON and no field is named.
+func uniqueArgs(payload []byte, keys []string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	if err != nil {
+		if len(keys) > 0 {
+			return nil, fmt.Errorf("the Unique.ArgKeys need a payload that is a JSON object: %w", err)
+		}
+		return append([]byte("raw:"), payload...), nil
+	}
+	if len(keys) > 0 {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, errors.New("the Unique.ArgKeys need a payload that is a JSON object")
+		}
+		picked := make(map[string]any, len(keys))
+		for _, k := range keys {
+			picked[k] = obj[k]
+		}
+		v = picked
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("json:"), b...), nil
+}
