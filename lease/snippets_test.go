@@ -50,6 +50,15 @@ func enqueueWithMetadata(ctx context.Context, store *lease.Store, tx *sql.Tx, bo
 	return err
 }
 
+// enqueueUniqueInvoice enqueues an invoice's mail at most once an hour
+// (docs/store.md, "Unique events").
+func enqueueUniqueInvoice(ctx context.Context, store *lease.Store, tx *sql.Tx, body []byte) (err error) {
+	_, err = store.EnqueueWith(ctx, tx, lease.EnqueueOptions{SkipDuplicates: true},
+		lease.Event{Kind: "invoice.send", Payload: body,
+			Unique: &lease.Unique{ByArgs: true, ArgKeys: []string{"invoice"}, ByPeriod: time.Hour}})
+	return err
+}
+
 // enqueueInKeyOrder enqueues two events of one key (docs/order-per-key.md).
 func enqueueInKeyOrder(ctx context.Context, store *lease.Store, tx *sql.Tx) {
 	// In one transaction or in several, committed one after another:
