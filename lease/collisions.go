@@ -178,6 +178,7 @@ var derivedObjects = map[string]derivedObject{
 	"release_key":          {kind: ownFunction, use: "trigger function that releases a key"},
 	"forget_event_ids":     {kind: ownFunction, use: "trigger function that frees the event ids of deleted rows"},
 	"forget_all_event_ids": {kind: ownFunction, use: "trigger function that frees every event id at TRUNCATE"},
+	"release_unique":       {kind: ownFunction, use: "trigger function that frees a unique event's arguments as it finishes"},
 	"refuse_unreadable":    {kind: ownFunction, use: "trigger function that refuses what a claim cannot decode"},
 	"hold_running_key":     {kind: ownFunction, use: "trigger function that refuses deleting a running keyed row"},
 	"release_slots":        {kind: ownFunction, use: "trigger function that gives back an attempt's concurrency slots"},

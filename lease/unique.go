@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/leasework/leasework"
 )
 
 // Unique makes an event unique by what it asks for rather than by an id
@@ -21,11 +24,12 @@ import (
 // producers and versions.
 //
 // The derived id is "unique:" + the kind + ":" + 32 hex digits of a
-// SHA-256 over the parts named; it is the row's event id
-// ([Enqueued].EventID, [Row].EventID), and it lasts as an event id does:
-// while the row is kept, whatever its status (pending, FAILED, or DONE
-// until retention deletes it: the framework's DedupeWindow). An event
-// that gives Unique gives no EventID.
+// SHA-256 over the parts named (and, with ReleaseOn, "~" and a letter per
+// status that frees it); it is the row's event id ([Enqueued].EventID,
+// [Row].EventID), and it lasts as an event id does — while the row is
+// kept, whatever its status (pending, FAILED, or DONE until retention
+// deletes it: the framework's DedupeWindow) — unless ReleaseOn frees it
+// sooner. An event that gives Unique gives no EventID.
 //
 // The zero Unique makes the kind alone the key: at most one such event of
 // the kind at a time.
@@ -48,6 +52,25 @@ type Unique struct {
 	// ByQueue makes the event's queue part of the key: the same arguments
 	// in two queues are two events.
 	ByQueue bool
+	// ReleaseOn names finished statuses (leasework.StatusDone,
+	// StatusFailed, StatusDiscarded) that free the arguments: once the
+	// event ends in one of them, in the transaction that ends it, an
+	// enqueue of the same arguments is a new event. Nil frees them only
+	// when the row is deleted. A pending event (READY, WAITING,
+	// INPROGRESS) always holds its arguments; an event requeued after
+	// its arguments were freed does not take them again. The derived id
+	// says which statuses free it, so events that differ in ReleaseOn are
+	// not duplicates of one another.
+	ReleaseOn []leasework.Status
+}
+
+// releaseLetters are the letters of the finished statuses in a derived
+// id's "~" suffix, in the order written (migration 27 reads them).
+var releaseLetters = []releaseLetter{{leasework.StatusDone, 'D'}, {leasework.StatusFailed, 'F'}, {leasework.StatusDiscarded, 'X'}}
+
+type releaseLetter struct {
+	status leasework.Status
+	letter byte
 }
 
 // uniqueID returns the event id Unique derives for e, enqueued at now
@@ -94,7 +117,22 @@ func uniqueID(e Event, now time.Time) (string, error) {
 		}
 		part(append([]byte("args:"), args...))
 	}
-	return "unique:" + e.Kind + ":" + hex.EncodeToString(h.Sum(nil)[:16]), nil
+	id := "unique:" + e.Kind + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	if len(u.ReleaseOn) == 0 {
+		return id, nil
+	}
+	var suffix []byte
+	for _, st := range u.ReleaseOn {
+		if !slices.ContainsFunc(releaseLetters, func(r releaseLetter) bool { return r.status == st }) {
+			return "", fmt.Errorf("the Unique.ReleaseOn status %q is not a finished one (DONE, FAILED, DISCARDED)", st)
+		}
+	}
+	for _, r := range releaseLetters {
+		if slices.Contains(u.ReleaseOn, r.status) {
+			suffix = append(suffix, r.letter)
+		}
+	}
+	return id + "~" + string(suffix), nil
 }
 
 // uniqueArgs returns the payload's part of a unique key: its JSON value

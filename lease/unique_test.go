@@ -164,3 +164,65 @@ func TestUniqueInputIsChecked(t *testing.T) {
 		t.Errorf("%d rows after refused enqueues; want none", n)
 	}
 }
+
+// ReleaseOn frees an event's arguments as it ends in a status named, in
+// the transaction that ends it: the same arguments then make a new event,
+// which keeps them even when retention deletes the first row; a status not
+// named keeps them taken.
+func TestUniqueReleaseOn(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		done := &lease.Unique{ByArgs: true, ReleaseOn: []leasework.Status{leasework.StatusDone}}
+		ev := func(order string) lease.Event {
+			return lease.Event{Kind: "k", Payload: []byte(`{"order":` + order + `}`), Unique: done}
+		}
+		first, err := enqueueUnique(t, s, true, ev("1"))
+		if err != nil || !strings.HasSuffix(first.EventID, "~D") {
+			t.Fatalf("first: %+v, %v; want an id ending ~D", first, err)
+		}
+		failing, err := enqueueUnique(t, s, true, ev("2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := enqueueUnique(t, s, true, ev("1")); !got.Duplicate {
+			t.Errorf("order 1 while pending: %+v; want a duplicate", got)
+		}
+		cs, err := s.Claim(ctx, lease.ClaimRequest{Limit: 2, Lease: time.Minute})
+		if err != nil || len(cs) != 2 {
+			t.Fatalf("claim = %+v, %v", cs, err)
+		}
+		for _, c := range cs {
+			w := lease.Complete(c.Ref())
+			if c.ID == failing.ID {
+				w = lease.Fail(c.Ref(), "declined")
+			}
+			if _, err := s.Write(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		second, err := enqueueUnique(t, s, true, ev("1"))
+		if err != nil || second.Duplicate || second.ID == first.ID || second.EventID != first.EventID {
+			t.Fatalf("order 1 after it was DONE: %+v, %v; want a new row with the same event id", second, err)
+		}
+		if got, _ := enqueueUnique(t, s, true, ev("2")); !got.Duplicate {
+			t.Errorf("order 2 after it FAILED (not released on FAILED): %+v; want a duplicate", got)
+		}
+		if r, err := s.GetByEventID(ctx, first.EventID); err != nil || r.ID != second.ID {
+			t.Errorf("GetByEventID = row %d, %v; want the new row %d", r.ID, err, second.ID)
+		}
+		// Retention deletes the first row: the second keeps the id.
+		if _, err := s.DB().ExecContext(ctx, `DELETE FROM `+s.QualifiedTable()+` WHERE id = $1`, first.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := enqueueUnique(t, s, true, ev("1")); !got.Duplicate {
+			t.Errorf("order 1 after the first row was deleted, the second pending: %+v; want a duplicate", got)
+		}
+		if n := countRows(t, s); n != 2 {
+			t.Errorf("%d rows; want 2 (order 1's second, order 2)", n)
+		}
+		if _, err := enqueueUnique(t, s, false, lease.Event{Kind: "k", Unique: &lease.Unique{ReleaseOn: []leasework.Status{leasework.StatusReady}}}); err == nil || !strings.Contains(err.Error(), "not a finished one") {
+			t.Errorf("ReleaseOn READY: %v; want an error saying it is not a finished status", err)
+		}
+	})
+}
