@@ -25,10 +25,12 @@ const (
 )
 
 var (
-	// ErrStepTooLarge is returned by [Step] and [StepTx] for a result that
-	// encodes to more than [MaxStepSize] bytes, or that would take the
-	// event's steps past [MaxStepsSize]. The step ran; its record was not
-	// written, so the next attempt runs it again.
+	// ErrStepTooLarge is matched by the error [Step] and [StepTx] return
+	// for a result that encodes to more than [MaxStepSize] bytes, or that
+	// would take the event's steps past [MaxStepsSize]. The step ran; its
+	// record was not written. The error is permanent
+	// (leasework.Permanent): returned by the handler, it fails the event
+	// rather than run the step again into the same bound.
 	ErrStepTooLarge = errors.New("framework: step result too large")
 
 	// ErrOutputTooLarge is returned by [RecordOutput] for an output larger
@@ -113,7 +115,7 @@ func step[T any](ctx context.Context, tx *sql.Tx, name string, fn func(ctx conte
 		return zero, fmt.Errorf("framework: step %q: encode the result: %w", name, err)
 	}
 	if len(b) > MaxStepSize {
-		return zero, fmt.Errorf("%w: step %q encodes to %d bytes; at most %d are allowed", ErrStepTooLarge, name, len(b), MaxStepSize)
+		return zero, leasework.Permanent(fmt.Errorf("%w: step %q encodes to %d bytes; at most %d are allowed", ErrStepTooLarge, name, len(b), MaxStepSize))
 	}
 	if err := a.RecordStep(ctx, tx, name, b); err != nil {
 		return zero, err
@@ -199,7 +201,7 @@ func (a *attempt) checkStepsSize(name string, n int) error {
 		}
 	}
 	if total > MaxStepsSize {
-		return fmt.Errorf("%w: step %q would take the event's steps to %d bytes; at most %d are allowed", ErrStepTooLarge, name, total, MaxStepsSize)
+		return leasework.Permanent(fmt.Errorf("%w: step %q would take the event's steps to %d bytes; at most %d are allowed", ErrStepTooLarge, name, total, MaxStepsSize))
 	}
 	return nil
 }

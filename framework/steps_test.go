@@ -215,6 +215,9 @@ func TestStepInputIsChecked(t *testing.T) {
 	})
 	start(t, w)
 	cs := recv(t, out, "the checks")
+	if !leasework.IsPermanent(cs[1].err) {
+		t.Errorf("a result too large: %v; want a permanent error, which fails the event rather than run the step again", cs[1].err)
+	}
 	want := []any{"name is empty", framework.ErrStepTooLarge, "tx is nil", framework.ErrOutputTooLarge, framework.ErrNoClaim}
 	for i, c := range cs {
 		switch wv := want[i].(type) {
