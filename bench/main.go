@@ -11,6 +11,13 @@
 // events run one at a time), and prints each row's median ÷ the keyless
 // median of its driver, beside the goal of 0.8 over 1,000 keys.
 //
+// The steps section runs one leasework worker at its defaults through each
+// driver on no-op events enqueued up front, with a handler without steps,
+// handlers of 1 and 3 framework.Step calls and one of 3 framework.StepTx
+// calls (each in a transaction of its own on the worker's pool), and
+// prints each row's median ÷ the median without steps of its driver,
+// reported beside no goal.
+//
 // The enqueue section measures the producer: events per second into the
 // table when the caller's own transactions carry them (one business row
 // and 1, 100 or 5,000 events each, keyless and keyed, with and without
@@ -37,6 +44,7 @@
 //	go run ./bench                 # every section, on a throwaway durable PostgreSQL
 //	go run ./bench -dsn postgres://… -sections throughput,pickup
 //	go run ./bench -sections keyed -rounds 3
+//	go run ./bench -sections steps -jobs 10000 -rounds 3
 //	go run ./bench -sections enqueue -producers 8
 //	go run ./bench -sections pressure -pressure-rate 800 -pressure-phase 2m
 //
@@ -103,7 +111,7 @@ func addSection(name string, run func(ctx context.Context, e *env) ([]table, err
 
 // order is the order of the sections in the output, whatever the order of
 // their files' init functions.
-var order = []string{"throughput", "keyed", "enqueue", "pickup", "server", "claimcost", "recovery", "rss", "paused", "pressure", "limits", "partitions", "fairness"}
+var order = []string{"throughput", "keyed", "enqueue", "pickup", "server", "claimcost", "recovery", "rss", "paused", "pressure", "limits", "partitions", "fairness", "steps"}
 
 // children are roles this program plays when it re-executes itself (a worker
 // to kill, a process whose memory is measured): name → function, added by the
