@@ -165,7 +165,13 @@ func (a *attempt) RecordStep(ctx context.Context, tx *sql.Tx, name string, value
 		a.loseOn(err, "rejected step")
 		return err
 	}
-	if err := a.guardedWrite(ctx, "record step "+fmt.Sprintf("%q", name), w); err != nil {
+	deadline, _, stale := a.state()
+	if stale || !time.Now().Before(deadline) {
+		return fmt.Errorf("framework: record step %q of row %d generation %d: %w", name, a.ref.ID, a.ref.Generation, leasework.ErrLeaseLost)
+	}
+	err := a.w.steps.write(w, deadline)
+	a.loseOn(err, "rejected step")
+	if err != nil {
 		return err
 	}
 	a.mu.Lock()

@@ -41,6 +41,7 @@ type Worker struct {
 	listenOnce      sync.Once
 	handlerReturned chan struct{} // for the stop; capacity 1
 	outcomes        *outcomeQueue // handler results for the outcome writer
+	steps           *stepBatcher  // the handlers' step records (Step)
 	txTurns         chan struct{} // a Transactional handler's turn to open a transaction; set by start
 
 	// Set by Run before any of its goroutines start.
@@ -95,6 +96,7 @@ func New(db *sql.DB, drv leasework.Driver, cfg Config) (*Worker, error) {
 		listening:       make(chan struct{}),
 		handlerReturned: make(chan struct{}, 1),
 		outcomes:        newOutcomeQueue(),
+		steps:           &stepBatcher{store: store, timeout: cfg.statementTimeout()},
 	}
 	w.observers = []Observer{w.ownObserver()}
 	return w, nil

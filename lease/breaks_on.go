@@ -91,7 +91,7 @@ func breakQueries(q *queries) {
 	case "step-unguarded":
 		// A step is recorded into its row whatever the row's generation
 		// and lease: a stale owner's record is accepted.
-		q.step = mustReplace(q.step, "AND o.generation = r.generation\n  AND o.lease_until > clock_timestamp()", "")
+		q.step = mustReplace(q.step, "AND o.generation = (($2::jsonb -> o.id::text) ->> 0)::bigint\n  AND o.lease_until > clock_timestamp()", "")
 	case "limit-ignores-holder-lease":
 		// The place of a holder whose lease ran out in the snapshot of a
 		// claim without floors (a sweep) is taken without the holder

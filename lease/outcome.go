@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,6 +94,20 @@ func groups(writes []Write) [][]int {
 			for _, i := range idx {
 				out = append(out, []int{i})
 			}
+		case Op(op) == OpStep:
+			// A statement records one step a row: a claim's second step
+			// of the call goes in the next statement, and so on.
+			var rounds [][]int
+			seen := map[int64]int{}
+			for _, i := range idx {
+				k := seen[writes[i].ref.ID]
+				seen[writes[i].ref.ID] = k + 1
+				if k == len(rounds) {
+					rounds = append(rounds, nil)
+				}
+				rounds[k] = append(rounds[k], i)
+			}
+			out = append(out, rounds...)
 		case Op(op) == OpRenew:
 			byLease := map[time.Duration]int{}
 			for _, i := range idx {
@@ -202,8 +215,6 @@ func (s *Store) statement(writes []Write, group []int, callerTx bool) (string, [
 	switch first.op { // one row
 	case OpProgress:
 		return s.q.progress, []any{first.ref.ID, first.ref.Generation, first.progress}
-	case OpStep:
-		return s.q.step, []any{first.ref.ID, first.ref.Generation, first.step, base64.StdEncoding.EncodeToString(first.progress)}
 	case OpOutput:
 		return s.q.output, []any{first.ref.ID, first.ref.Generation, first.progress}
 	}

@@ -1799,16 +1799,19 @@ FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
 WHERE ` + guard + `
 RETURNING o.id`
 
-// stepSQL records step $3's result ($4, base64) with the generation of the
-// claim that records it and when (migration 26), under the guard.
+// stepSQL records steps, a batch of them: each row's step (its name and
+// its result in base64, the values of $2) with the generation of the claim
+// that records it and when (migration 26), under the guard. A batch has
+// one step a row: a handler records its steps one after another.
 const stepSQL = `
+WITH ` + lockedCTE + `
 UPDATE {{table}} AS o
 SET steps = COALESCE(o.steps, '{}'::jsonb)
-        || jsonb_build_object($3::text, jsonb_build_object('g', o.generation, 'at', statement_timestamp(), 'v', $4::text)),
+        || jsonb_build_object(` + rowValue + ` ->> 1,
+                              jsonb_build_object('g', o.generation, 'at', statement_timestamp(), 'v', ` + rowValue + ` ->> 2)),
     updated_at = statement_timestamp()
-FROM (SELECT $1::bigint AS id, $2::bigint AS generation) AS r
-WHERE ` + guard + `
-RETURNING o.id`
+WHERE ` + batchGuard + `
+RETURNING o.id, o.generation, o.status`
 
 // outputSQL records the claim's output ($3), under the guard.
 const outputSQL = `

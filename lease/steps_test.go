@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,4 +208,41 @@ func TestStepNameIsChecked(t *testing.T) {
 	if _, err := s.Write(ctx, lease.Step(ref, strings.Repeat("é", lease.MaxStepNameBytes/2), nil)); err != nil {
 		t.Errorf("a step named with %d bytes: %v; want it recorded", lease.MaxStepNameBytes, err)
 	}
+}
+
+// Steps are batched: one WriteMany records the steps of many claims in one
+// statement, and two steps of one claim in one call both (a statement
+// records one step a row, so the second goes in the next); a stale claim's
+// step in the batch is rejected alone.
+func TestStepsAreBatched(t *testing.T) {
+	pgtest.EachDriver(t, func(t *testing.T, drv leasework.Driver) {
+		s := pgtest.Store(t, drv, lease.Options{})
+		ctx := context.Background()
+		c := claimByEvent(t, s, "a", "b", "stale")
+		stale := c["stale"]
+		if _, err := leasetest.NewerGeneration(ctx, s, stale.ID, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.WriteMany(ctx,
+			lease.Step(c["a"], "one", []byte("a1")), lease.Step(c["b"], "one", []byte("b1")),
+			lease.Step(c["a"], "two", []byte("a2")), lease.Step(stale, "one", []byte("x")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []lease.Verdict{lease.VerdictAccepted, lease.VerdictAccepted, lease.VerdictAccepted, lease.VerdictLost} {
+			if res[i].Verdict != want {
+				t.Errorf("write %d: %+v; want %v", i, res[i], want)
+			}
+		}
+		for ref, want := range map[leasework.Ref]string{c["a"]: "one=a1 two=a2", c["b"]: "one=b1", stale: ""} {
+			var got []string
+			for _, st := range getRow(t, s, ref.ID).Steps {
+				got = append(got, st.Name+"="+string(st.Value))
+			}
+			slices.Sort(got)
+			if strings.Join(got, " ") != want {
+				t.Errorf("row %d's steps %q; want %q", ref.ID, got, want)
+			}
+		}
+	})
 }

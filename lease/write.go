@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
@@ -75,13 +76,15 @@ var ops = [numOps]struct {
 		recorded: func(st rowState, _ string) bool { return st.status == leasework.StatusReady }},
 	OpRenew:    {name: "renew", query: func(q *queries) string { return q.renew }},
 	OpProgress: {name: "progress", query: func(q *queries) string { return q.progress }},
-	OpStep:     {name: "step", query: func(q *queries) string { return q.step }},
+	OpStep: {name: "step", query: func(q *queries) string { return q.step },
+		values: func(w Write) []any { return []any{w.step, base64.StdEncoding.EncodeToString(w.progress)} }},
 	OpOutput:   {name: "output", query: func(q *queries) string { return q.output }},
 }
 
-// singleRow says whether op is written one row a statement: a progress, a
-// step or an output write carries data of its own, up to its bound.
-func singleRow(op Op) bool { return op == OpProgress || op == OpStep || op == OpOutput }
+// singleRow says whether op is written one row a statement: a progress or
+// an output write carries data of its own, up to its bound. Steps are
+// batched: a worker's handlers record theirs at once.
+func singleRow(op Op) bool { return op == OpProgress || op == OpOutput }
 
 // retryValues are a retry's or a snooze's values: the delay in
 // microseconds, the text, and the snooze flag (1: the attempt is not
