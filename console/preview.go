@@ -2,8 +2,9 @@ package console
 
 import (
 	"encoding/hex"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/leasework/leasework/internal/printable"
 )
 
 // preview is how an event page shows bytes (a payload, a progress): as
@@ -31,24 +32,10 @@ func newPreview(b []byte, maxBytes int) preview {
 		}
 	}
 	p.Shown, p.Truncated = len(shown), len(shown) < len(b)
-	if isText(shown) {
+	if printable.IsText(shown) {
 		p.Text = string(shown)
 	} else {
 		p.Hex = hex.Dump(shown)
 	}
 	return p
-}
-
-// isText reports whether b is UTF-8 text: valid, and no control characters
-// but tabs and line ends.
-func isText(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
-			return false
-		}
-	}
-	return true
 }

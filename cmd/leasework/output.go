@@ -10,7 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
-	"unicode/utf8"
+
+	"github.com/leasework/leasework/internal/printable"
 )
 
 // printer writes a command's result: an aligned table for people, or one
@@ -89,7 +90,7 @@ func truncate(s string, n int) string {
 // one line and cut short like truncate, when it is UTF-8 text; otherwise
 // "not text:" and its first bytes in hex.
 func preview(b []byte, n int) string {
-	if isText(b) {
+	if printable.IsText(b) {
 		return truncate(string(b), n)
 	}
 	const prefix = "not text: "
@@ -99,20 +100,6 @@ func preview(b []byte, n int) string {
 		s += "..."
 	}
 	return s
-}
-
-// isText reports whether b is UTF-8 text: valid, and no control characters
-// but tabs and line ends.
-func isText(b []byte) bool {
-	if !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' {
-			return false
-		}
-	}
-	return true
 }
 
 // bytesCell says how many bytes a value has.
