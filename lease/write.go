@@ -78,7 +78,7 @@ var ops = [numOps]struct {
 	OpProgress: {name: "progress", query: func(q *queries) string { return q.progress }},
 	OpStep: {name: "step", query: func(q *queries) string { return q.step },
 		values: func(w Write) []any { return []any{w.step, base64.StdEncoding.EncodeToString(w.progress)} }},
-	OpOutput:   {name: "output", query: func(q *queries) string { return q.output }},
+	OpOutput: {name: "output", query: func(q *queries) string { return q.output }},
 }
 
 // singleRow says whether op is written one row a statement: a progress or
