@@ -194,7 +194,10 @@
 // rate limit's starts over half its period), partition-rate-window-short
 // (rates: the same, for a partition's rate limit), fair-no-arrivals
 // (terminal: an insert brings no partition to a fair queue, whose claims
-// take no row of a partition they do not know). Such a run passes
+// take no row of a partition they do not know), steps-not-handed and
+// step-unguarded (steps: a claim hands no steps; a step is recorded
+// whatever the row's generation and lease, which the stale steps of a
+// worker resumed after a stop show). Such a run passes
 // when the history shows the break's properties violated, and prints the
 // violations.
 //
