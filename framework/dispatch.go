@@ -225,14 +225,7 @@ func (w *Worker) loopSlots(q *queue) int {
 // reserving while the loop's claim was in flight took the slots that claim
 // was about to fill, and the worker held a sweep's share more than twice
 // Concurrency, running as many handlers more than Concurrency.
-func (w *Worker) reserveSweepSlots(q *queue, n int) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n = max(min(n, w.freeSlotsLocked(q)-q.loopClaim), 0)
-	q.running += n
-	q.held += n
-	return n
-}
+func (w *Worker) reserveSweepSlots(q *queue, n int) int { return w.reserve(q, n, true) }
 
 // freeSlotsLocked is how many rows the next claim may take: the handler
 // slots free, but never so many that the claims held (running, or
@@ -250,10 +243,19 @@ func (w *Worker) freeSlotsLocked(q *queue) int {
 // many: each claim then starts in one of them (startAttempt with
 // reserved), and unreserveSlots gives back those no claim took.
 // writeTakingTurns does the same for the turns it takes.
-func (w *Worker) reserveSlots(q *queue, n int) int {
+func (w *Worker) reserveSlots(q *queue, n int) int { return w.reserve(q, n, false) }
+
+// reserve takes up to n of q's free slots, counted as running handlers,
+// and returns how many; for a sweep, only from those the claim loop's
+// claim in flight may not fill.
+func (w *Worker) reserve(q *queue, n int, sweep bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n = min(n, w.freeSlotsLocked(q))
+	free := w.freeSlotsLocked(q)
+	if sweep {
+		free -= q.loopClaim
+	}
+	n = max(min(n, free), 0)
 	q.running += n
 	q.held += n
 	return n

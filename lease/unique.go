@@ -140,33 +140,52 @@ func uniqueID(e Event, now time.Time) (string, error) {
 // written), only the fields keys names when there are any; or the payload
 // itself when it is not JSON and no field is named.
 func uniqueArgs(payload []byte, keys []string) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.UseNumber()
-	var v any
-	err := dec.Decode(&v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
-	}
-	if err != nil {
-		if len(keys) > 0 {
-			return nil, fmt.Errorf("the Unique.ArgKeys need a payload that is a JSON object: %w", err)
-		}
-		return append([]byte("raw:"), payload...), nil
-	}
 	if len(keys) > 0 {
-		obj, ok := v.(map[string]any)
-		if !ok {
+		// Only the fields named are decoded in full.
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(payload, &obj); err != nil || obj == nil {
 			return nil, errors.New("the Unique.ArgKeys need a payload that is a JSON object")
 		}
 		picked := make(map[string]any, len(keys))
 		for _, k := range keys {
-			picked[k] = obj[k]
+			raw, ok := obj[k]
+			if !ok {
+				picked[k] = nil
+				continue
+			}
+			v, err := decodeJSON(raw)
+			if err != nil {
+				return nil, err
+			}
+			picked[k] = v
 		}
-		v = picked
+		b, err := json.Marshal(picked)
+		if err != nil {
+			return nil, err
+		}
+		return append([]byte("json:"), b...), nil
+	}
+	v, err := decodeJSON(payload)
+	if err != nil {
+		return append([]byte("raw:"), payload...), nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
 	return append([]byte("json:"), b...), nil
+}
+
+// decodeJSON decodes one JSON value, its numbers kept as written.
+func decodeJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	return v, nil
 }
