@@ -1314,3 +1314,27 @@ func shift(b *builder, early bool) {
 		w.Stmt, w.At = w.Stmt.Add(-time.Microsecond), w.At.Add(-time.Microsecond)
 	}
 }
+
+// A claim whose statement began while its queue was paused, and whose
+// snapshot came after the resume (its write after the resume's call), is
+// no violation: the claim saw the queue resumed. One written before the
+// resume's call is.
+func TestPauseClaimBegunBeforeResume(t *testing.T) {
+	for _, c := range []struct {
+		writtenAt int
+		violated  bool
+	}{{120, false}, {90, true}} {
+		b := newBuilder()
+		r := b.enqueue(0, ev{id: "q", queue: "bulk"})[0]
+		b.h.Pauses = append(b.h.Pauses, Pause{Queue: "bulk", Paused: b.at(5), Resumed: b.at(100)})
+		cl := b.claim(r, "w1", 80)
+		cl.At = b.at(c.writtenAt)
+		b.run(r, "w1", c.writtenAt+1, c.writtenAt+5, ResultOK, 0)
+		b.finish(r, c.writtenAt+6, Done)
+		v := Check(&b.h)
+		if got := len(v.Of(Pauses)) > 0; got != c.violated {
+			t.Errorf("a claim begun at 80 ms, written at %d ms, the pause from 5 to 100 ms: violated %v, want %v\n%s",
+				c.writtenAt, got, c.violated, violations(v))
+		}
+	}
+}

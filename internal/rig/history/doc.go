@@ -64,8 +64,10 @@
 //     by attempts that were not snoozes.
 //   - retries: a retry waits the delay the handler asked (RetryAfter), or
 //     the policy's delay for its count of failures, snoozes not counted.
-//   - pauses: no claim of a paused queue's row starts between the pause's
-//     return and the resume's call.
+//   - pauses: no claim of a paused queue's row is made between the pause's
+//     return and the resume's call: its statement begun after the one, its
+//     write made before the other (its snapshot, which reads the pause, is
+//     taken in between).
 //   - limits: no claim of a kind or a queue under a concurrency limit makes
 //     more attempts of it live than the limit in force for the claim: the
 //     last setting that returned before the claim's statement began (the
